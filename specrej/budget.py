@@ -1,0 +1,60 @@
+"""The memory budget, in KV-cache token slots (rows x length), and what fits in it."""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from .config import RunConfig
+from .models import LM
+
+CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
+DEFAULT_CPU_BUDGET = 2048
+GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
+FEW_TOKENS = 4       # Speculative Rejection must fit N rows for at least this many tokens
+
+
+class BudgetError(ValueError):
+    """A combination of N, prompt, max_new_tokens and budget that cannot run."""
+
+
+def resolve_budget(cfg: RunConfig, lm: LM) -> int:
+    if cfg.budget is not None:
+        return cfg.budget
+    if lm.device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(lm.device)
+        return int(free * GPU_FRACTION) // lm.kv_bytes_per_slot
+    raw = os.environ.get(CPU_BUDGET_ENV, str(DEFAULT_CPU_BUDGET))
+    try:
+        value = int(raw)
+        assert value > 0
+    except (ValueError, AssertionError):
+        raise BudgetError(f"{CPU_BUDGET_ENV}={raw!r} must be a positive integer of KV-cache slots.") from None
+    return value
+
+
+def check_fits(cfg: RunConfig, prompt_len: int, budget: int, max_positions: int | None) -> None:
+    """Raise BudgetError, naming the fix, when the run cannot fit the budget."""
+    full = prompt_len + cfg.max_new_tokens - 1   # a row at full length (its last token is never fed)
+    if max_positions and prompt_len + cfg.max_new_tokens > max_positions:
+        raise BudgetError(f"prompt ({prompt_len} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
+                          f"model's context of {max_positions} tokens: lower max_new_tokens or shorten the prompt.")
+    if budget < full:
+        raise BudgetError(f"budget of {budget} KV slots cannot hold even one candidate at full length "
+                          f"({prompt_len} prompt + {cfg.max_new_tokens} new tokens): raise the budget to at "
+                          f"least {full} or lower max_new_tokens.")
+    need = cfg.n * (prompt_len + min(FEW_TOKENS, cfg.max_new_tokens))
+    if need > budget:
+        raise BudgetError(f"budget of {budget} KV slots cannot fit N={cfg.n} rows of this prompt ({prompt_len} "
+                          f"tokens) for even {FEW_TOKENS} tokens: raise the budget to at least {need} or lower "
+                          f"N to {max(1, budget // (prompt_len + FEW_TOKENS))}.")
+
+
+def rows_per_pass(cfg: RunConfig, prompt_len: int, budget: int) -> int:
+    """Best-of-N rows that fit at full length at once."""
+    return max(1, min(cfg.n, budget // (prompt_len + cfg.max_new_tokens - 1)))
+
+
+def passes(cfg: RunConfig, prompt_len: int, budget: int) -> int:
+    return math.ceil(cfg.n / rows_per_pass(cfg, prompt_len, budget))

@@ -1,0 +1,191 @@
+"""The batched decoder both methods share.
+
+Contract: the engine turns one prompt into many sampled continuations. It knows nothing about
+rewards, rounds or budgets; the methods decide which rows live. It knows tokens, not text,
+except to check stop strings.
+
+Phases (numbered in the code):
+  1. prefill the prompt once, at batch size 1;
+  2. copy that cache to every row of a pass (``start``): all rows share the prompt, so they
+     always have equal length: no padding, no attention mask;
+  3. decode: every ``step`` samples one token for every live row, moves rows that end (EOS,
+     a stop string, ``max_new_tokens``) out of the batch, and runs one forward pass for the rest;
+  4. prune: ``keep(indices)`` drops rows from the KV cache by index. Survivors are never
+     re-tokenised or re-prefilled.
+
+Coupled randomness: row r of candidate c at position t samples by inverse CDF with a uniform
+drawn from a generator seeded by (seed, t) and indexed by c, so the draw depends only on
+(seed, candidate id, position): candidate c writes the same text in every method and batch.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .models import LM
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 50
+
+
+@dataclass(frozen=True)
+class Done:
+    """A row that ended this step."""
+
+    cand: int
+    tokens: list[int]
+    reason: str  # "eos" | "stop" | "length"
+    mean_logprob: float
+    mean_self_certainty: float
+
+
+def coupled_uniforms(seed: int, position: int, cand_ids: torch.Tensor, n_total: int) -> torch.Tensor:
+    """Uniforms in [0, 1) that depend only on (seed, candidate id, position). cand_ids: [rows]."""
+    g = torch.Generator().manual_seed((seed * 1_000_003 + position * 7_919 + 1) % (2**63 - 1))
+    return torch.rand(n_total, generator=g, dtype=torch.float64)[cand_ids.cpu()]
+
+
+def logits_to_probs(logits: torch.Tensor, s: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Filtered, sorted probabilities and their token ids. logits: [rows, vocab]."""
+    logits = logits.float() / s.temperature
+    if 0 < s.top_k < logits.shape[-1]:
+        values, idx = logits.topk(s.top_k, dim=-1)           # sorted, descending
+    else:
+        values, idx = logits.sort(dim=-1, descending=True)
+    probs = values.softmax(-1)                                  # [rows, k]
+    if s.top_p < 1.0:
+        before = probs.cumsum(-1) - probs                       # mass strictly before each token
+        probs = probs.masked_fill(before >= s.top_p, 0.0)       # the first token always stays
+    return probs, idx
+
+
+def sample(logits: torch.Tensor, u: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Inverse-CDF sample one token per row. u: [rows] in [0, 1). Returns [rows] token ids."""
+    probs, idx = logits_to_probs(logits, s)
+    cdf = probs.cumsum(-1)
+    target = (u.to(cdf.device, cdf.dtype) * cdf[:, -1]).unsqueeze(-1)   # [rows, 1]
+    j = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+    return idx.gather(-1, j).squeeze(-1)
+
+
+class Engine:
+    """One prompt, prefilled once; hands out batches of rows (``Rows``)."""
+
+    @torch.inference_mode()
+    def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
+                 n_total: int, max_new_tokens: int, stop: tuple[str, ...] = ()):
+        self.lm, self.sampling, self.seed = lm, sampling, seed
+        self.n_total, self.max_new_tokens, self.stop = n_total, max_new_tokens, stop
+        self.prompt_len = len(prompt_ids)
+        # 1. prefill once, batch size 1
+        ids = torch.tensor([prompt_ids], device=lm.device)
+        out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        self.prompt_cache = out.past_key_values
+        self.prompt_logits = out.logits[:, -1].float()           # [1, vocab]
+        self.log_vocab = math.log(self.prompt_logits.shape[-1])
+        self._stop_tail = max((len(s) for s in stop), default=0) + 2
+
+    def start(self, cand_ids: list[int]) -> "Rows":
+        # 2. copy the prompt's cache to every row of this pass
+        cache = copy.deepcopy(self.prompt_cache)
+        cache.batch_repeat_interleave(len(cand_ids))
+        logits = self.prompt_logits.expand(len(cand_ids), -1).clone()
+        return Rows(self, list(cand_ids), cache, logits)
+
+    def release(self) -> None:
+        self.prompt_cache = self.prompt_logits = None
+
+
+class Rows:
+    """The rows decoding now: candidate ids, tokens, KV cache and next-token logits."""
+
+    def __init__(self, engine: Engine, cand_ids: list[int], cache, logits: torch.Tensor):
+        self.engine = engine
+        self.ids = cand_ids
+        self.tokens: list[list[int]] = [[] for _ in cand_ids]
+        self.cache, self.logits = cache, logits                   # logits: [rows, vocab]
+        self.generated = 0                                        # equal for every row
+        n = len(cand_ids)
+        self.lp_sum = torch.zeros(n, dtype=torch.float64)
+        self.sc_sum = torch.zeros(n, dtype=torch.float64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def slots(self) -> int:
+        """KV-cache token slots held now."""
+        return len(self.ids) * (self.engine.prompt_len + self.generated)
+
+    def slots_per_row_after_step(self) -> int:
+        """Slots one row holds after the next step (the last token is never fed back)."""
+        g = self.generated + 1
+        return self.engine.prompt_len + (g if g < self.engine.max_new_tokens else g - 1)
+
+    def stats(self, i: int) -> tuple[float, float]:
+        g = max(self.generated, 1)
+        return float(self.lp_sum[i]) / g, float(self.sc_sum[i]) / g
+
+    @torch.inference_mode()
+    def step(self) -> list[Done]:
+        """3. sample one token for every row, retire rows that end, forward the rest."""
+        e, n = self.engine, len(self.ids)
+        assert n > 0 and self.logits.shape[0] == n
+        ids_t = torch.tensor(self.ids)
+        u = coupled_uniforms(e.seed, self.generated, ids_t, e.n_total)
+        tok = sample(self.logits, u, e.sampling)                  # [rows]
+        # statistics for the confidence rewards, from logits we already have
+        logp = self.logits.float().log_softmax(-1)                # [rows, vocab]
+        self.lp_sum += logp.gather(-1, tok[:, None]).squeeze(-1).double().cpu()
+        self.sc_sum += (-logp.mean(-1) - e.log_vocab).double().cpu()
+        self.generated += 1
+        tok_list = tok.tolist()
+        done: list[Done] = []
+        alive: list[int] = []
+        for i, t in enumerate(tok_list):
+            self.tokens[i].append(t)
+            reason = None
+            if t in e.lm.eos_ids:
+                reason = "eos"
+            elif e.stop and any(s in e.lm.decode(self.tokens[i][-e._stop_tail:]) for s in e.stop):
+                reason = "stop"
+            elif self.generated >= e.max_new_tokens:
+                reason = "length"
+            if reason:
+                lp, sc = self.stats(i)
+                done.append(Done(self.ids[i], self.tokens[i], reason, lp, sc))
+            else:
+                alive.append(i)
+        if len(alive) < n:
+            self.keep(alive)
+            tok = tok[alive]
+        if alive:
+            out = e.lm.model(input_ids=tok[:, None], past_key_values=self.cache, use_cache=True)
+            self.cache = out.past_key_values
+            self.logits = out.logits[:, -1].float()
+        return done
+
+    def keep(self, indices: list[int]) -> None:
+        """4. prune: keep only these rows (positions in the batch), in this order."""
+        if not indices:
+            self.release()
+            return
+        idx = torch.tensor(indices, device=self.logits.device)
+        self.cache.batch_select_indices(idx)
+        self.logits = self.logits[idx]
+        self.ids = [self.ids[i] for i in indices]
+        self.tokens = [self.tokens[i] for i in indices]
+        cpu_idx = idx.cpu()
+        self.lp_sum, self.sc_sum = self.lp_sum[cpu_idx], self.sc_sum[cpu_idx]
+
+    def release(self) -> None:
+        self.ids, self.tokens = [], []
+        self.cache = None
+        self.logits = torch.empty(0, 0)
+        self.lp_sum = self.sc_sum = torch.zeros(0, dtype=torch.float64)

@@ -1,0 +1,189 @@
+"""Evaluation metrics for comparing Speculative Rejection against Best-of-N.
+
+Contract (pure Python, standard library only):
+
+* ``improvement_score``: the paper's normalised score. For each prompt the
+  gap between a method's best reward and the reference (Best-of-N) best
+  reward is divided by the reference's reward spread (max - min); the mean
+  over prompts ``m`` is reported as ``100 * (1 + m)``. A method exactly
+  matching the reference scores 100. Prompts with zero spread contribute 0.
+* ``relative_compute``: ``method / reference`` compute ratio.
+* ``speedup``: how much more compute Best-of-N needs to reach a target score,
+  read off a (compute, score) Best-of-N curve with log-compute interpolation.
+  When the target is beyond the curve the result is a lower bound.
+* ``spearman``: Spearman rank correlation with average ranks for ties, or
+  ``None`` when undefined.
+* ``best_of_k``: best score among the first ``k`` candidates (with coupled
+  randomness, Best-of-k is a prefix of a Best-of-N run).
+
+Invalid inputs raise ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = [
+    "SpeedUp",
+    "best_of_k",
+    "improvement_score",
+    "relative_compute",
+    "speedup",
+    "spearman",
+]
+
+
+def improvement_score(
+    method_best: Sequence[float],
+    ref_best: Sequence[float],
+    ref_max: Sequence[float],
+    ref_min: Sequence[float],
+) -> float:
+    """Return the normalised improvement score of a method over a reference.
+
+    For each prompt ``i`` the gain is
+    ``(method_best[i] - ref_best[i]) / (ref_max[i] - ref_min[i])``.
+    A prompt whose reference spread is zero (``ref_max[i] == ref_min[i]``)
+    contributes a gain of 0, since no scale is available to normalise by.
+    The result is ``100 * (1 + mean gain)``, so matching the reference gives
+    exactly 100.
+
+    Raises ``ValueError`` if the inputs are empty or differ in length.
+    """
+    n = len(method_best)
+    if n == 0:
+        raise ValueError("improvement_score needs at least one prompt")
+    if not (len(ref_best) == len(ref_max) == len(ref_min) == n):
+        raise ValueError("improvement_score inputs must all have the same length")
+
+    total_gain = 0.0
+    for best, reference, high, low in zip(method_best, ref_best, ref_max, ref_min):
+        spread = high - low
+        if spread == 0:
+            continue
+        total_gain += (best - reference) / spread
+    return 100.0 * (1.0 + total_gain / n)
+
+
+def relative_compute(method: float, reference: float) -> float:
+    """Return ``method / reference``; ``ValueError`` if ``reference <= 0``."""
+    if reference <= 0:
+        raise ValueError("reference compute must be positive")
+    return method / reference
+
+
+@dataclass(frozen=True)
+class SpeedUp:
+    """A speed-up factor; ``lower_bound`` is True when the true value may be larger."""
+
+    value: float
+    lower_bound: bool
+
+
+def speedup(
+    curve: Sequence[tuple[float, float]],
+    target_score: float,
+    method_compute: float,
+) -> SpeedUp:
+    """Return how many times more compute Best-of-N needs to reach ``target_score``.
+
+    ``curve`` holds Best-of-N (compute, score) points. They are sorted by
+    compute and the running maximum of the scores is used, so a noisy curve
+    is treated as non-decreasing. The compute needed is:
+
+    * the first point's compute if the target is at or below its score;
+    * otherwise, between the two points that bracket the target, a linear
+      interpolation of ``log(compute)`` against score;
+    * if the target exceeds every score, the largest compute, and the result
+      is flagged ``lower_bound=True``.
+
+    The returned value is ``needed_compute / method_compute``.
+
+    Raises ``ValueError`` on an empty curve or any non-positive compute.
+    """
+    if not curve:
+        raise ValueError("speedup needs a non-empty Best-of-N curve")
+    if method_compute <= 0:
+        raise ValueError("method_compute must be positive")
+    points = sorted(curve, key=lambda point: point[0])
+    if points[0][0] <= 0:
+        raise ValueError("curve compute values must be positive")
+
+    computes: list[float] = []
+    running_scores: list[float] = []
+    best_so_far = -math.inf
+    for compute, score in points:
+        best_so_far = max(best_so_far, score)
+        computes.append(compute)
+        running_scores.append(best_so_far)
+
+    if target_score <= running_scores[0]:
+        return SpeedUp(computes[0] / method_compute, lower_bound=False)
+
+    for i in range(1, len(computes)):
+        if running_scores[i] >= target_score:
+            # running_scores[i - 1] < target_score <= running_scores[i],
+            # so the score difference below is strictly positive.
+            low_score, high_score = running_scores[i - 1], running_scores[i]
+            fraction = (target_score - low_score) / (high_score - low_score)
+            log_low, log_high = math.log(computes[i - 1]), math.log(computes[i])
+            needed = math.exp(log_low + fraction * (log_high - log_low))
+            return SpeedUp(needed / method_compute, lower_bound=False)
+
+    return SpeedUp(computes[-1] / method_compute, lower_bound=True)
+
+
+def _average_ranks(values: Sequence[float]) -> list[float]:
+    """Return 1-based ranks of ``values``, giving tied values their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        mean_rank = (start + end) / 2 + 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = mean_rank
+        start = end + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Return the Spearman rank correlation of ``x`` and ``y``.
+
+    Ties get average ranks and the result is the Pearson correlation of the
+    ranks. Returns ``None`` when there are fewer than 2 points or either
+    side is constant (the correlation is undefined).
+
+    Raises ``ValueError`` if ``x`` and ``y`` differ in length.
+    """
+    if len(x) != len(y):
+        raise ValueError("spearman inputs must have the same length")
+    if len(x) < 2:
+        return None
+
+    rank_x = _average_ranks(x)
+    rank_y = _average_ranks(y)
+    mean_x = sum(rank_x) / len(rank_x)
+    mean_y = sum(rank_y) / len(rank_y)
+    dev_x = [r - mean_x for r in rank_x]
+    dev_y = [r - mean_y for r in rank_y]
+    sum_xx = sum(d * d for d in dev_x)
+    sum_yy = sum(d * d for d in dev_y)
+    if sum_xx == 0 or sum_yy == 0:
+        return None
+    sum_xy = sum(a * b for a, b in zip(dev_x, dev_y))
+    return sum_xy / math.sqrt(sum_xx * sum_yy)
+
+
+def best_of_k(scores: Sequence[float], k: int) -> float:
+    """Return the maximum of the first ``k`` scores (candidates ``0..k-1``).
+
+    Raises ``ValueError`` if ``k < 1`` or ``k > len(scores)``.
+    """
+    if k < 1 or k > len(scores):
+        raise ValueError(f"k must be between 1 and {len(scores)}, got {k}")
+    return max(scores[:k])

