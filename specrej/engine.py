@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from .models import LM
 
@@ -54,12 +55,14 @@ def coupled_uniforms(seed: int, position: int, cand_ids: torch.Tensor, n_total: 
 
 def logits_to_probs(logits: torch.Tensor, s: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
     """Filtered, sorted probabilities and their token ids. logits: [rows, vocab]."""
-    logits = logits.float() / s.temperature
+    logits = logits.float()
+    # Select first, then divide by the temperature: the order (and the divided values) are the
+    # same, and only top_k values per row are divided instead of the whole vocabulary.
     if 0 < s.top_k < logits.shape[-1]:
         values, idx = logits.topk(s.top_k, dim=-1)           # sorted, descending
     else:
         values, idx = logits.sort(dim=-1, descending=True)
-    probs = values.softmax(-1)                                  # [rows, k]
+    probs = (values / s.temperature).softmax(-1)               # [rows, k]
     if s.top_p < 1.0:
         before = probs.cumsum(-1) - probs                       # mass strictly before each token
         probs = probs.masked_fill(before >= s.top_p, 0.0)       # the first token always stays
@@ -73,6 +76,80 @@ def sample(logits: torch.Tensor, u: torch.Tensor, s: Sampling) -> torch.Tensor:
     target = (u.to(cdf.device, cdf.dtype) * cdf[:, -1]).unsqueeze(-1)   # [rows, 1]
     j = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
     return idx.gather(-1, j).squeeze(-1)
+
+
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values are views into buffers with spare room.
+
+    Why: ``DynamicLayer.update`` appends with ``torch.cat``, copying the whole cache every step
+    (at 32 rows and ~130 tokens that is ~380 MB of memory traffic per step, as much as the
+    weights). Here a step writes one token in place and the buffers grow by ``CHUNK`` tokens
+    only when full, so the copy happens once per ``CHUNK`` steps. Spare room costs at most
+    ``CHUNK - 1`` slots per row beyond what the methods' budget counts.
+    """
+
+    _layer_type = None   # never register in transformers' layer-type mapping
+    CHUNK = 32
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._k, self._v, self._len = keys, values, keys.shape[-2]   # buffers: [rows, heads, cap, dim]
+        self._view()
+
+    def _view(self) -> None:
+        self.keys, self.values = self._k[..., :self._len, :], self._v[..., :self._len, :]
+
+    def _reserve(self, extra: int) -> None:
+        if self._len + extra <= self._k.shape[-2]:
+            return
+        cap = self._len + extra + self.CHUNK
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            new = old.new_empty(*old.shape[:-2], cap, old.shape[-1])
+            new[..., :self._len, :] = old[..., :self._len, :]
+            setattr(self, name, new)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n = key_states.shape[-2]
+        self._reserve(n)
+        self._k[..., self._len:self._len + n, :] = key_states
+        self._v[..., self._len:self._len + n, :] = value_states
+        self._len += n
+        self._view()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self._len
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0:
+            self._len = max(0, self._len + tokens_to_remove)
+            self._view()
+        elif tokens_to_remove > 0:
+            super().crop(tokens_to_remove)   # raises, as DynamicLayer does
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._k, self._v = self._k.repeat_interleave(repeats, 0), self._v.repeat_interleave(repeats, 0)
+        self._view()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._view()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx.to(self._k.device))
+
+    def reset(self) -> None:
+        self._len = 0
+        self._view()
+
+
+def _grow_in_place(cache) -> None:
+    """Swap every plain ``DynamicLayer`` of ``cache`` for a ``GrowingLayer`` holding the same tensors."""
+    for i, layer in enumerate(cache.layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.numel():
+            cache.layers[i] = GrowingLayer(layer.keys, layer.values)
 
 
 class Engine:
@@ -96,6 +173,7 @@ class Engine:
         # 2. copy the prompt's cache to every row of this pass
         cache = copy.deepcopy(self.prompt_cache)
         cache.batch_repeat_interleave(len(cand_ids))
+        _grow_in_place(cache)
         logits = self.prompt_logits.expand(len(cand_ids), -1).clone()
         return Rows(self, list(cand_ids), cache, logits)
 
@@ -140,10 +218,13 @@ class Rows:
         ids_t = torch.tensor(self.ids)
         u = coupled_uniforms(e.seed, self.generated, ids_t, e.n_total)
         tok = sample(self.logits, u, e.sampling)                  # [rows]
-        # statistics for the confidence rewards, from logits we already have
-        logp = self.logits.float().log_softmax(-1)                # [rows, vocab]
-        self.lp_sum += logp.gather(-1, tok[:, None]).squeeze(-1).double().cpu()
-        self.sc_sum += (-logp.mean(-1) - e.log_vocab).double().cpu()
+        # statistics for the confidence rewards, from logits we already have; two reductions
+        # instead of a full [rows, vocab] log_softmax: log p(tok) = logit(tok) - logsumexp, and
+        # KL(uniform || p) = logsumexp - mean(logits) - log(vocab)
+        logits = self.logits.float()                              # [rows, vocab]
+        lse = logits.logsumexp(-1)                                # [rows]
+        self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
+        self.sc_sum += (lse - logits.mean(-1) - e.log_vocab).double().cpu()
         self.generated += 1
         tok_list = tok.tolist()
         done: list[Done] = []

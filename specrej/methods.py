@@ -210,6 +210,8 @@ def _sr_body(run: _Run) -> Iterator[Event]:
         if rows.generated > 0 and (full or due):
             yield _decide(run, index, per_row)
             index, last_decision = index + 1, rows.generated
+            if not len(rows):  # every kept slot went to a finished candidate
+                break
         run.step()
         if (p := run.progress()) is not None:
             yield p

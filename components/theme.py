@@ -1,0 +1,55 @@
+"""Colours and number formats shared by charts and panels.
+
+Colours are Okabe-Ito (distinguishable with the common colour-vision deficiencies); meaning is
+never carried by colour alone: pruned candidates are also grey *and* end in an x, finished ones
+carry a circle, leaders a star, the threshold is dashed.
+"""
+from __future__ import annotations
+
+import html
+
+ARM_NAMES = {"sr": "Speculative Rejection", "bon": "Best-of-N"}
+ARM_COLOURS = {"sr": "#D55E00", "bon": "#0072B2"}   # vermillion, blue
+WINNER = "#009E73"       # bluish green: the leader / winner star
+PRUNED = "#A0A0A0"       # grey lines of rejected candidates
+PRUNED_MARK = "#6B6B6B"  # the x where a candidate was rejected
+THRESHOLD = "#222222"    # dashed: the lowest kept score of a round
+GRID = "#E6E6E6"
+TEXT = "#1F2328"
+FONT = "Inter, 'Source Sans Pro', system-ui, -apple-system, 'Segoe UI', sans-serif"
+
+
+def fmt_flops(x: float) -> str:
+    """1.23e11 -> '123 GFLOP'."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if abs(x) >= scale:
+            v = x / scale
+            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+    return f"{x:.0f} FLOP"
+
+
+def fmt_s(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def fmt_score(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.1f}×" if x < 10 else f"{x:.0f}×"
+
+
+def snippet(text: str, limit: int = 90, *, tail: bool = False) -> str:
+    """One line of at most ``limit`` characters (the end of the text when ``tail``)."""
+    one = " ".join(text.split())
+    if len(one) <= limit:
+        return one
+    return "…" + one[-(limit - 1):] if tail else one[: limit - 1] + "…"
+
+
+def hover_text(text: str, limit: int = 90) -> str:
+    """A snippet safe inside a plotly hover label (which reads a little HTML)."""
+    return html.escape(snippet(text, limit), quote=False)

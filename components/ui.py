@@ -1,0 +1,230 @@
+"""UI builders: each ``build_*()`` returns a small dataclass of named Gradio components, and
+``Page.updates(frame)`` maps a ``Frame`` onto them (by name, never by position)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from specrej import RunConfig
+
+from . import charts
+from .context import ASSETS, PREFERENCE, AppContext
+from .panels import TABLE_HEADERS, TABLE_TYPES, status_markdown
+from .stream import KEEP, Frame
+from .theme import ARM_NAMES
+
+PAPER = "https://arxiv.org/abs/2410.20290"
+HELP = RunConfig.help()
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+DECISIONS = [("when memory is full (the paper)", "budget"), ("every k tokens (and when memory is full)", "interval")]
+X_AXES = [("FLOPs", "flops"), ("tokens generated", "tokens")]
+HEADER = (f"# Speculative Rejection vs Best-of-N\n"
+          f"Both methods sample N answers from one language model and keep the one a reward model likes best. "
+          f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
+          f"([Sun et al., NeurIPS 2024]({PAPER})) scores the partial answers whenever memory fills and stops "
+          f"writing the weakest. Press **Run** and watch them race at equal compute.")
+
+
+def _read(name: str, fallback: str = "") -> str:
+    try:
+        return (ASSETS / name).read_text(encoding="utf-8")
+    except OSError:
+        return fallback
+
+
+def css_path() -> Path:
+    return ASSETS / "style.css"
+
+
+# ---------------------------------------------------------------- controls
+
+@dataclass
+class Controls:
+    prompt: gr.Textbox
+    run: gr.Button
+    stop: gr.Button
+    model: gr.Dropdown
+    reward: gr.Dropdown
+    preference: gr.Textbox
+    n: gr.Slider
+    alpha: gr.Slider
+    budget: gr.Number
+    decision: gr.Radio
+    interval: gr.Slider
+    max_new_tokens: gr.Slider
+    temperature: gr.Slider
+    top_p: gr.Slider
+    seed: gr.Number
+
+    def run_inputs(self) -> list:
+        """In the order of the run handler's parameters (the API's parameters)."""
+        return [self.prompt, self.model, self.reward, self.preference, self.n, self.alpha, self.budget,
+                self.decision, self.interval, self.max_new_tokens, self.temperature, self.top_p, self.seed]
+
+
+def build_controls(ctx: AppContext) -> Controls:
+    with gr.Row(equal_height=True, elem_id="prompt-row"):
+        prompt = gr.Textbox(label="Prompt", placeholder="Ask the model something, or pick an example below",
+                            value=ctx.examples[0] if ctx.examples else "", lines=2, max_lines=6, scale=5,
+                            max_length=2000, elem_id="prompt")
+        with gr.Column(scale=1, min_width=150, elem_id="buttons"):
+            run = gr.Button("▶ Run", variant="primary", size="lg", elem_id="run")
+            stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
+    gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
+                examples_per_page=len(ctx.examples) or 1)
+    with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings"):
+        with gr.Row():
+            model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
+                                info="The language model both methods sample from.", elem_id="model")
+            reward = gr.Dropdown(choices=list(ctx.rewards), value=ctx.default_reward, label="Reward",
+                                 info="What scores the answers, partial or complete.", elem_id="reward")
+            preference = gr.Textbox(value=ctx.default_preference, label="Preference",
+                                    info="The answer you want, in words; answers are scored by similarity.",
+                                    visible=ctx.default_reward == PREFERENCE, max_length=500, lines=2,
+                                    elem_id="preference")
+        with gr.Row():
+            n = gr.Slider(1, 128, value=DEFAULTS["n"], step=1, label="N (candidates)", info=HELP["n"], elem_id="n")
+            alpha = gr.Slider(0.0, 0.95, value=DEFAULTS["alpha"], step=0.05, label="alpha (rejection rate)",
+                              info=HELP["alpha"], elem_id="alpha")
+            budget = gr.Number(value=0, minimum=0, precision=0, label="Memory budget (KV-cache slots)",
+                               info="Rows × length both methods may hold at once. 0 = auto (from free GPU "
+                                    "memory; 2048 on a CPU). A small budget means early decisions.",
+                               elem_id="budget")
+        with gr.Row():
+            decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="Speculative Rejection decides",
+                                elem_id="decision")
+            interval = gr.Slider(1, 256, value=DEFAULTS["interval"], step=1, label="k (tokens between decisions)",
+                                 info=HELP["interval"], visible=DEFAULTS["decision"] == "interval",
+                                 elem_id="interval")
+        with gr.Row():
+            max_new_tokens = gr.Slider(1, 512, value=DEFAULTS["max_new_tokens"], step=1, label="Max new tokens",
+                                       info=HELP["max_new_tokens"], elem_id="max_new_tokens")
+            temperature = gr.Slider(0.05, 2.0, value=DEFAULTS["temperature"], step=0.05, label="Temperature",
+                                    info=HELP["temperature"], elem_id="temperature")
+            top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", info=HELP["top_p"],
+                              elem_id="top_p")
+            seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="Seed", info=HELP["seed"],
+                             elem_id="seed")
+    return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
+                    max_new_tokens, temperature, top_p, seed)
+
+
+# ---------------------------------------------------------------- the race
+
+@dataclass
+class Arena:
+    status: gr.Markdown
+    sr_plot: gr.Plot
+    bon_plot: gr.Plot
+    sr_leader: gr.Textbox
+    bon_leader: gr.Textbox
+    race_plot: gr.Plot
+    x_axis: gr.Radio
+    summary: gr.Markdown
+
+
+def build_arena() -> Arena:
+    status = gr.Markdown(status_markdown(None), elem_id="status")
+    with gr.Row(equal_height=True):
+        with gr.Column(elem_classes=["arm", "arm-sr"]):
+            sr_plot = gr.Plot(label=f"{ARM_NAMES['sr']}: reward of each candidate as it is written",
+                              elem_id="sr-plot")
+            sr_leader = gr.Textbox(label=f"{ARM_NAMES['sr']} · leader", lines=5, max_lines=8, interactive=False,
+                                   elem_id="sr-leader", elem_classes=["leader"])
+        with gr.Column(elem_classes=["arm", "arm-bon"]):
+            bon_plot = gr.Plot(label=f"{ARM_NAMES['bon']}: reward of each candidate when complete",
+                               elem_id="bon-plot")
+            bon_leader = gr.Textbox(label=f"{ARM_NAMES['bon']} · leader", lines=5, max_lines=8, interactive=False,
+                                    elem_id="bon-leader", elem_classes=["leader"])
+    with gr.Row():
+        with gr.Column(scale=3):
+            race_plot = gr.Plot(label="Compute race: best reward of a finished answer vs compute spent",
+                                elem_id="race-plot")
+            x_axis = gr.Radio(X_AXES, value="flops", label="Compute axis", elem_id="x-axis")
+        with gr.Column(scale=2):
+            summary = gr.Markdown("", elem_id="summary")
+    return Arena(status, sr_plot, bon_plot, sr_leader, bon_leader, race_plot, x_axis, summary)
+
+
+# ---------------------------------------------------------------- results
+
+@dataclass
+class Results:
+    table: gr.Dataframe
+    trace_file: gr.File
+    summary_json: gr.JSON
+
+
+def build_results() -> Results:
+    table = gr.Dataframe(headers=TABLE_HEADERS, datatype=TABLE_TYPES, label="All candidates (click a header "
+                         "to sort). Coupled randomness: candidate i writes the same text in both methods, so "
+                         "Best-of-N's score is what a pruned one would have scored had it continued.",
+                         interactive=False, wrap=True, max_height=420, column_widths=["5%", "10%", "8%", "9%",
+                         "7%", "10%", "6%", "45%"], elem_id="candidates")
+    with gr.Row():
+        trace_file = gr.File(label="Run trace (JSON)", interactive=False, elem_id="trace", scale=1)
+        with gr.Column(scale=2):
+            with gr.Accordion("Winners and ledgers (JSON)", open=False):
+                summary_json = gr.JSON(label="summary", elem_id="summary-json")
+    return Results(table, trace_file, summary_json)
+
+
+def build_how_it_works() -> None:
+    with gr.Accordion("How it works", open=True, elem_id="how"):
+        gr.Markdown(_read("how_it_works.md", f"See the paper: {PAPER}"))
+
+
+# ---------------------------------------------------------------- the page
+
+@dataclass
+class Page:
+    controls: Controls
+    arena: Arena
+    results: Results
+    view: gr.State
+
+    def run_inputs(self) -> list:
+        return self.controls.run_inputs() + [self.arena.x_axis]
+
+    def outputs(self) -> list:
+        a, r = self.arena, self.results
+        return [a.status, a.sr_plot, a.bon_plot, a.race_plot, a.sr_leader, a.bon_leader, a.summary, r.table,
+                r.trace_file, r.summary_json, self.view]
+
+    def updates(self, frame: Frame) -> dict:
+        """A frame as {component: new value}; ``gr.skip()`` where the frame keeps a field."""
+        a, r = self.arena, self.results
+
+        def val(v, convert=lambda x: x):
+            return gr.skip() if v is KEEP else convert(v)
+
+        def plot(spec):
+            return None if spec is None else charts.as_plot(spec)
+
+        def leader(pair):
+            return gr.Textbox(value=pair[1], label=pair[0])
+
+        def rows(rs):
+            return rs or []
+
+        return {
+            a.status: val(frame.status), a.sr_plot: val(frame.sr_plot, plot), a.bon_plot: val(frame.bon_plot, plot),
+            a.race_plot: val(frame.race_plot, plot), a.sr_leader: val(frame.sr_leader, leader),
+            a.bon_leader: val(frame.bon_leader, leader), a.summary: val(frame.summary),
+            r.table: val(frame.table, rows), r.trace_file: val(frame.trace_path),
+            r.summary_json: val(frame.summary_json), self.view: val(frame.view),
+        }
+
+
+def build_page(ctx: AppContext) -> Page:
+    gr.Markdown(HEADER, elem_id="header")
+    if ctx.notes:
+        gr.Markdown("\n".join(f"> ⚠️ {n}" for n in ctx.notes), elem_id="notes")
+    controls = build_controls(ctx)
+    arena = build_arena()
+    results = build_results()
+    build_how_it_works()
+    return Page(controls, arena, results, gr.State(None))

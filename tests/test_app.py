@@ -1,0 +1,233 @@
+"""The web app, on tiny real models: pure chart/panel functions, then the app launched in-process
+on 127.0.0.1 and driven through ``gradio_client`` (streaming, the JSON trace, Stop, bad input).
+
+Settings are tiny (a 2-layer model, N <= 32, a few dozen tokens) so the whole file runs in well
+under a minute on two shared CPU cores; every wait is bounded.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+pytest.importorskip("gradio")
+pytest.importorskip("gradio_client")
+
+TIMEOUT_S = 60
+PROMPT = "Give me three tips for staying healthy."
+# A tiny run that must make at least one Speculative Rejection decision: 8 rows of the tiny
+# model's ~40-token prompt overflow a 420-slot budget after a few tokens.
+SMALL = dict(n=8, alpha=0.5, budget=420, decision="budget", interval=16, max_new_tokens=24,
+             temperature=0.9, top_p=0.95, seed=3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    from components.context import AppContext
+
+    env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}"}
+    c = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.0,
+                            concurrency=2)
+    c.warm()
+    return c
+
+
+def request(ctx, **overrides):
+    from components.stream import RunRequest
+
+    kw = dict(prompt=PROMPT, model=ctx.default_model, reward=ctx.default_reward, preference="", **SMALL)
+    kw.update(overrides)
+    return RunRequest(**kw)
+
+
+# ---------------------------------------------------------------- pure functions, no server
+
+def test_context_from_env_offers_the_configured_models(ctx, tiny_lm_dir, tiny_reward_dir):
+    assert [spec for _, spec in ctx.models] == [tiny_lm_dir]
+    assert ctx.default_reward == f"model:hf:{tiny_reward_dir}"
+    assert {"confidence", "self-certainty"} <= {k for _, k in ctx.rewards}
+    with pytest.raises(ValueError, match="not offered"):
+        ctx.resolve("someone/else", ctx.default_reward, "")
+    with pytest.raises(ValueError, match="not offered"):
+        ctx.resolve(ctx.default_model, "hf:evil/model", "")
+
+
+def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx):
+    from components import charts, panels
+    from components.stream import KEEP, frames
+
+    out = list(frames(ctx, request(ctx)))
+    assert len(out) >= 3
+    first, last = out[0], out[-1]
+    assert "Starting" in first.status
+    view = last.view
+    assert view.done and view.state == "done"
+    assert view.arms["sr"].rounds, "the tiny budget must force at least one decision"
+    for spec in (charts.sr_chart(view), charts.bon_chart(view), charts.race_chart(view),
+                 charts.race_chart(view, "tokens")):
+        charts.figure(spec)  # plotly validates every attribute
+    # fixed trace count and order between the first and the last frame
+    for key in ("sr_plot", "bon_plot", "race_plot"):
+        assert [t["uid"] for t in getattr(first, key)["data"]] == [t["uid"] for t in getattr(last, key)["data"]]
+    rows = last.table
+    assert len(rows) == 8 and all(len(r) == len(panels.TABLE_HEADERS) for r in rows)
+    assert "Speed-up" in last.summary and "prune Best-of-N's winner" in last.summary
+    assert all(f.trace_path is KEEP for f in out[1:-1])
+    assert not ctx.active
+
+
+def test_bad_input_gives_a_message_and_starts_nothing(ctx):
+    from components.stream import frames
+
+    for overrides, needle in [(dict(prompt="   "), "prompt is empty"), (dict(n=0), "n=0"),
+                              (dict(alpha=1.5), "alpha"), (dict(temperature=0), "temperature"),
+                              (dict(reward="preference", preference=" "), "preference text is empty"),
+                              (dict(reward="hf:someone/else"), "not offered")]:
+        out = list(frames(ctx, request(ctx, **overrides)))
+        assert len(out) == 1 and "Can't run" in out[0].status and needle in out[0].status, (overrides, out)
+    # a combination that cannot fit the budget is found when the race starts, before model work
+    out = list(frames(ctx, request(ctx, budget=50)))
+    assert "Can't run" in out[-1].status and "budget" in out[-1].status
+    assert not ctx.active
+
+
+def test_an_unexpected_error_is_shown_not_raised(ctx):
+    from components.stream import frames
+
+    def broken(*_):
+        yield from ()
+        raise RuntimeError("boom")
+
+    out = list(frames(ctx, request(ctx), events_fn=broken))
+    assert "went wrong" in out[-1].status and "boom" in out[-1].status
+
+
+# ---------------------------------------------------------------- the app through gradio_client
+
+@pytest.fixture(scope="module")
+def served(ctx):
+    import app
+    from gradio_client import Client
+
+    demo = app.build_demo(ctx)
+    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
+                           quiet=True)
+    client = Client(url, verbose=False, analytics_enabled=False)
+    yield demo, client, url
+    client.close() if hasattr(client, "close") else None
+    demo.close()
+
+
+def api_kwargs(ctx, **overrides):
+    kw = dict(prompt=PROMPT, model=ctx.default_model, reward=ctx.default_reward, preference="", x_axis="flops",
+              **SMALL)
+    kw.update(overrides)
+    return kw
+
+
+def n_points(plot) -> int:
+    """Data points (not the "now" cursors) in a gr.Plot value as gradio_client returns it."""
+    if not plot:
+        return 0
+    fig = json.loads(plot["plot"]) if isinstance(plot, dict) and "plot" in plot else plot
+    return sum(sum(y is not None for y in t.get("y", [])) for t in fig["data"] if t.get("hoverinfo") != "skip")
+
+
+def collect(job, timeout=TIMEOUT_S):
+    t0 = time.monotonic()
+    updates = []
+    for update in job:
+        updates.append(update)
+        assert time.monotonic() - t0 < timeout, "the run took too long"
+    return updates
+
+
+def test_run_streams_growing_charts_and_the_trace_agrees(served, ctx):
+    _, client, _ = served
+    job = client.submit(**api_kwargs(ctx), api_name="/run")
+    updates = collect(job)
+    assert job.status().success, job.status()
+    assert len(updates) >= 3
+    status, sr_plot, bon_plot, race_plot, sr_leader, bon_leader, summary, table, trace, summary_json = updates[-1]
+    points = [n_points(u[1]) + n_points(u[2]) for u in updates]
+    assert points[-1] > points[0] and max(points) == points[-1], points
+    assert "Done" in status and "Speed-up" in summary
+    for leader, arm in ((sr_leader, "sr"), (bon_leader, "bon")):  # a Textbox update: new label and text
+        assert "winner" in leader["label"] and leader["value"], leader
+
+    with open(trace, encoding="utf-8") as fh:
+        data = json.load(fh)
+    finished = {e["arm"]: e for e in data["events"] if e["event"] == "finished"}
+    assert set(finished) == {"sr", "bon"}
+    for arm in ("sr", "bon"):
+        shown = summary_json["arms"][arm]
+        assert shown["winner"]["id"] == finished[arm]["winner"]["id"]
+        assert shown["winner"]["score"] == pytest.approx(finished[arm]["winner"]["score"])
+        assert shown["winner"]["text"] == finished[arm]["winner"]["text"]
+        assert shown["ledger"] == pytest.approx(finished[arm]["ledger"])
+        assert data["arms"][arm]["ledger"] == pytest.approx(finished[arm]["ledger"])
+    # the winners shown in the summary table are the trace's
+    assert f"#{finished['sr']['winner']['id']}" in summary and f"#{finished['bon']['winner']['id']}" in summary
+    # the candidates table: one row per candidate, and the BoN winner's final score is the best
+    rows = table["data"] if isinstance(table, dict) else table
+    assert len(rows) == SMALL["n"]
+    bon_scores = {r[0]: r[5] for r in rows}
+    assert bon_scores[finished["bon"]["winner"]["id"]] == pytest.approx(max(bon_scores.values()), abs=1e-4)
+    comparison = summary_json["comparison"]
+    assert comparison["compute_ratio"] == pytest.approx(finished["bon"]["ledger"]["flops"] /
+                                                        finished["sr"]["ledger"]["flops"])
+    bon_winner = finished["bon"]["winner"]["id"]
+    sr_twin = next(c for c in finished["sr"]["candidates"] if c["id"] == bon_winner)
+    assert comparison["bon_winner_pruned_by_sr"] == (sr_twin["status"] == "pruned")
+
+
+def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx):
+    _, client, _ = served
+    # long enough to be stopped mid-way on any machine: 32 candidates, 200 tokens, no early decisions
+    job = client.submit(**api_kwargs(ctx, n=32, budget=0, max_new_tokens=200), api_name="/run")
+    t0 = time.monotonic()
+    seen = 0
+    while seen < 3 and time.monotonic() - t0 < TIMEOUT_S:
+        seen = len(job.outputs())
+        time.sleep(0.05)
+    assert seen >= 3, "the run never streamed"
+    assert ctx.active, "the run should be in flight"
+    # What the Stop button does: the page posts /cancel for the running event (job.cancel() does
+    # the same) and calls the /stop listener, which says so in the status line.
+    t_stop = time.monotonic()
+    job.cancel()
+    assert "Stopped" in client.predict(api_name="/stop")
+    while (ctx.active or not job.done()) and time.monotonic() - t_stop < 10:
+        time.sleep(0.05)
+    assert not ctx.active, "the race was not closed (memory not freed)"
+    assert job.done()
+    stopped_after = time.monotonic() - t_stop
+    assert stopped_after < 10, stopped_after
+    # a second run right after works
+    updates = collect(client.submit(**api_kwargs(ctx), api_name="/run"))
+    assert "Done" in updates[-1][0]
+
+
+def test_bad_input_through_the_api_returns_the_message(served, ctx):
+    from gradio_client.exceptions import AppError
+
+    _, client, _ = served
+    out = client.predict(**api_kwargs(ctx, prompt=""), api_name="/run")
+    assert "prompt is empty" in out[0]
+    out = client.predict(**api_kwargs(ctx, budget=50), api_name="/run")
+    assert "Can't run" in out[0] and "budget" in out[0]
+    with pytest.raises(AppError, match="minimum"):  # sliders reject out-of-range values themselves
+        client.predict(**api_kwargs(ctx, n=0), api_name="/run")
+    with pytest.raises(AppError):  # only the offered models can be chosen
+        client.predict(**api_kwargs(ctx, model="gpt2"), api_name="/run")
+    # still usable
+    out = client.predict(**api_kwargs(ctx), api_name="/run")
+    assert "Done" in out[0]

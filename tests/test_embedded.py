@@ -1,0 +1,50 @@
+"""End to end on the embedded real models (SmolLM2-135M-Instruct from GGUF, all-MiniLM-L6-v2)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specrej import RunConfig, best_of_n, load_generator, load_reward, run_to_completion, speculative_rejection
+from specrej.cli import main
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return load_generator("embedded"), load_reward("embedded")
+
+
+def test_real_text_finite_scores_and_fewer_tokens(embedded):
+    lm, reward = embedded
+    prompt = "Give me three tips for staying healthy."
+    p = len(lm.render(prompt))
+    cfg = RunConfig(prompt=prompt, n=8, alpha=0.5, max_new_tokens=40, budget=8 * (p + 12), seed=1)
+    sr = run_to_completion(speculative_rejection(lm, reward, cfg))
+    bon = run_to_completion(best_of_n(lm, reward, cfg))
+    for f in (sr, bon):
+        assert sum(c.isalpha() for c in f.winner.text) > 20  # real words, not junk
+        assert all(math.isfinite(c.score) for c in f.candidates if c.score is not None)
+    assert sr.rounds >= 1
+    assert sr.ledger.generated_tokens < bon.ledger.generated_tokens
+    # coupled randomness: every candidate SR finished is exactly its Best-of-N self
+    bon_text = {c.id: c.text for c in bon.candidates}
+    assert all(c.text == bon_text[c.id] for c in sr.candidates if c.status == "finished")
+
+
+def test_cli_prints_winners_and_writes_a_trace(embedded, tmp_path, capsys):
+    out = tmp_path / "trace.json"
+    code = main(["--prompt", "Name a fruit.", "--method", "both", "--n", "4", "--alpha", "0.5",
+                 "--max-new-tokens", "16", "--budget", "160", "--json", str(out), "--quiet"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "Speculative Rejection" in text and "Best-of-N" in text and "FLOPs:" in text
+    trace = json.loads(out.read_text())
+    finished = [e for e in trace["events"] if e["event"] == "finished"]
+    assert {e["arm"] for e in finished} == {"sr", "bon"}
+    assert trace["config"]["n"] == 4
+
+
+def test_cli_bad_input_is_a_clear_error(capsys):
+    assert main(["--prompt", "  ", "--quiet"]) == 2
+    assert "prompt is empty" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""Hub-style loading on tiny models the tests build, and every reward kind."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from specrej import CallableReward, RewardError, load_generator, load_reward
+from specrej.models import ModelSpecError, resolve_spec
+from specrej.rewards import ConfidenceReward, HFRewardModel, TokenStats, checked
+
+
+def test_generator_loads_from_a_folder_with_its_chat_template(tiny_lm_dir):
+    lm = load_generator(tiny_lm_dir)
+    ids = lm.render("Hello there")
+    text = lm.tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>user\nHello there<|im_end|>") and text.endswith("assistant\n")
+    assert lm.eos_ids == {lm.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    assert lm.device.type == "cpu" and lm.model.dtype == torch.float32
+    assert lm.kv_bytes_per_slot == 2 * 2 * 2 * 8 * 4  # k+v, layers, kv heads, head dim, fp32
+    assert load_generator(tiny_lm_dir) is lm  # loaded once per process
+
+
+def test_base_model_without_chat_template_gets_the_prompt_as_is(tiny_lm_dir, tmp_path):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_lm_dir, base)
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.chat_template = None
+    tok.save_pretrained(base)
+    for f in base.glob("chat_template*"):
+        f.unlink()
+    lm = load_generator(str(base))
+    assert lm.tokenizer.decode(lm.render("Hello there")) == "Hello there"
+
+
+def test_hf_reward_model_reads_the_conversation_through_its_template(tiny_reward_dir):
+    rm = load_reward("hf:" + tiny_reward_dir)
+    assert isinstance(rm, HFRewardModel) and rm.n_params > 0
+    out = checked(rm, "Give me tips", ["Drink water.", "Sleep well and walk every day.", ""])
+    assert len(out.scores) == 3 and all(math.isfinite(s) for s in out.scores)
+    assert out.tokens_read > 0
+    # batched and one-by-one scores agree (padding is handled)
+    single = [checked(rm, "Give me tips", [r]).scores[0] for r in ["Drink water.", "Sleep well and walk every day."]]
+    assert out.scores[:2] == pytest.approx(single, abs=1e-4)
+    assert load_reward(tiny_reward_dir) is not None  # a bare folder is an hf reward too
+
+
+def test_remote_code_is_off_unless_asked(tiny_reward_dir, monkeypatch):
+    import transformers
+
+    seen = []
+    real = transformers.AutoModelForSequenceClassification.from_pretrained
+
+    def spy(*a, **kw):
+        seen.append(kw.get("trust_remote_code"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(transformers.AutoModelForSequenceClassification, "from_pretrained", spy)
+    HFRewardModel(tiny_reward_dir)
+    HFRewardModel(tiny_reward_dir, trust_remote_code=True)
+    assert seen == [False, True]
+
+
+def test_preference_reward_prefers_matching_text():
+    rw = load_reward("preference:a friendly answer about cooking pasta", relevance=0.0)
+    out = checked(rw, "How do I cook pasta?", ["Boil salted water, add the pasta and cook it for ten minutes. Enjoy!",
+                                               "The stock market closed lower on Tuesday."])
+    assert out.scores[0] > out.scores[1] and out.tokens_read > 0 and rw.n_params > 20_000_000
+    with_relevance = load_reward("preference:a friendly answer about cooking pasta", relevance=1.0)
+    out2 = checked(with_relevance, "How do I cook pasta?", ["Boil water and cook the pasta."])
+    assert out2.scores[0] > checked(rw, "How do I cook pasta?", ["Boil water and cook the pasta."]).scores[0]
+
+
+def test_sentiment_reward():
+    rw = load_reward("sentiment")
+    good, bad = checked(rw, "p", ["What a wonderful, happy day!", "This is awful and sad."]).scores
+    assert good > 0 > bad
+
+
+def test_confidence_rewards_use_engine_statistics():
+    stats = [TokenStats(-0.5, 2.0), TokenStats(-2.0, 1.0)]
+    assert checked(load_reward("confidence"), "p", ["a", "b"], stats).scores == [-0.5, -2.0]
+    assert checked(load_reward("self-certainty"), "p", ["a", "b"], stats).scores == [2.0, 1.0]
+    with pytest.raises(RewardError):
+        ConfidenceReward().score("p", ["a"], None)
+
+
+def test_callable_reward_and_bad_scores():
+    assert checked(load_reward(lambda p, rs: [len(r) for r in rs]), "p", ["ab", "c"]).scores == [2.0, 1.0]
+    with pytest.raises(RewardError, match="non-finite"):
+        checked(CallableReward(lambda p, rs: [float("nan")] * len(rs)), "p", ["a"])
+    with pytest.raises(RewardError, match="returned 1 scores for 2"):
+        checked(CallableReward(lambda p, rs: [1.0]), "p", ["a", "b"])
+
+
+@pytest.mark.parametrize("spec", ["", "   ", "no such model", "./missing-folder/x.gguf", "a/b/c"])
+def test_unknown_model_specs(spec):
+    with pytest.raises(ModelSpecError):
+        resolve_spec(spec)
+
+
+def test_folder_without_config_is_refused(tmp_path):
+    with pytest.raises(ModelSpecError, match="config.json"):
+        resolve_spec(str(tmp_path))
+
+
+@pytest.mark.parametrize("spec", ["", "bogus", "bogus:thing", "hf:"])
+def test_unknown_reward_specs(spec):
+    with pytest.raises(RewardError):
+        load_reward(spec)
+
+
+def test_empty_preference_text_is_refused():
+    with pytest.raises(RewardError, match="preference text is empty"):
+        load_reward("preference", preference="   ")
