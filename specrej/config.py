@@ -41,7 +41,7 @@ class RunConfig:
     progress_every: int = _f(8, "Emit a Progress event every this many decoding steps (0 = never).")
 
     def __post_init__(self) -> None:
-        self.stop = tuple(self.stop)
+        self.stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError("prompt is empty: type a message for the model to answer.")
         _int(self, "n", lo=1, hint="n is the number of candidates, at least 1")

@@ -1,0 +1,112 @@
+"""Limits and loading policy for a public deployment (no UI code here).
+
+A public Space gets pasted junk, huge numbers and requests for models it should not load.
+``Limits`` caps what one request may ask for; ``ModelPolicy`` says which models may be loaded
+at all. Both read environment variables so a private deployment can lift them:
+
+  SPECREJ_MAX_PROMPT_CHARS  (default 2000)   SPECREJ_MAX_N               (default 64)
+  SPECREJ_MAX_NEW_TOKENS    (default 256)    SPECREJ_MAX_BUDGET          (default 65536 KV slots)
+  SPECREJ_MAX_RUN_SECONDS   (default 300)    SPECREJ_ALLOWED_MODELS      (comma-separated specs)
+  SPECREJ_ALLOW_REMOTE_CODE (default 0)      SPECREJ_ALLOW_CUSTOM_MODELS (default 0)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from .config import RunConfig
+
+
+class LimitError(ValueError):
+    """A request over one of the deployment's limits."""
+
+
+class PolicyError(PermissionError):
+    """A model this deployment may not load."""
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LimitError(f"{name}={raw!r} must be a positive integer.") from None
+    if value < 1:
+        raise LimitError(f"{name}={raw!r} must be a positive integer.")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_prompt_chars: int = 2000
+    max_n: int = 64
+    max_new_tokens: int = 256
+    max_budget: int = 65536
+    max_run_seconds: int = 300
+
+    ENV = {
+        "max_prompt_chars": "SPECREJ_MAX_PROMPT_CHARS", "max_n": "SPECREJ_MAX_N",
+        "max_new_tokens": "SPECREJ_MAX_NEW_TOKENS", "max_budget": "SPECREJ_MAX_BUDGET",
+        "max_run_seconds": "SPECREJ_MAX_RUN_SECONDS",
+    }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
+        env = os.environ if env is None else env
+        base = cls()
+        return replace(base, **{f: _int_env(env, var, getattr(base, f)) for f, var in cls.ENV.items()})
+
+    def check(self, cfg: RunConfig) -> None:
+        """Raise LimitError naming the limit (and its environment variable) that cfg exceeds."""
+        over = [
+            ("prompt", len(cfg.prompt), self.max_prompt_chars, "max_prompt_chars", "characters"),
+            ("N", cfg.n, self.max_n, "max_n", "candidates"),
+            ("max new tokens", cfg.max_new_tokens, self.max_new_tokens, "max_new_tokens", "tokens"),
+            ("memory budget", cfg.budget or 0, self.max_budget, "max_budget", "KV slots"),
+        ]
+        for what, value, limit, name, unit in over:
+            if value > limit:
+                raise LimitError(f"{what} is {value} {unit}; this deployment allows at most {limit} "
+                                 f"(limit {self.ENV[name]}).")
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    """Which generator and reward specs may load. Offered specs are always allowed; anything
+    else needs SPECREJ_ALLOW_CUSTOM_MODELS=1 or a place on SPECREJ_ALLOWED_MODELS."""
+
+    allowed: frozenset[str] = field(default_factory=frozenset)
+    allow_custom: bool = False
+    allow_remote_code: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, offered: tuple[str, ...] = ()) -> "ModelPolicy":
+        env = os.environ if env is None else env
+        listed = {s.strip() for s in env.get("SPECREJ_ALLOWED_MODELS", "").split(",") if s.strip()}
+        return cls(frozenset(listed | set(offered)), _flag(env, "SPECREJ_ALLOW_CUSTOM_MODELS"),
+                   _flag(env, "SPECREJ_ALLOW_REMOTE_CODE"))
+
+    def check(self, spec: str, *, trust_remote_code: bool = False) -> str:
+        """Return the spec if it may load, else raise PolicyError saying how to allow it."""
+        if not isinstance(spec, str) or not spec.strip():
+            raise PolicyError("no model was chosen.")
+        spec = spec.strip()
+        if trust_remote_code and not self.allow_remote_code:
+            raise PolicyError("models that run their own code (trust_remote_code) are disabled here; "
+                              "the operator can enable them with SPECREJ_ALLOW_REMOTE_CODE=1.")
+        if spec not in self.allowed and not self.allow_custom:
+            raise PolicyError(f"model {spec[:80]!r} is not on this deployment's allowlist "
+                              "(SPECREJ_ALLOWED_MODELS).")
+        return spec
+
+
+def smaller_budget(cfg: RunConfig, used_budget: int) -> RunConfig:
+    """The config to retry with after running out of memory: half the budget."""
+    return replace(cfg, budget=max(1, used_budget // 2))

@@ -1,0 +1,53 @@
+"""Deployment limits and the model-loading policy."""
+from __future__ import annotations
+
+import pytest
+
+from specrej import RunConfig
+from specrej.limits import LimitError, Limits, ModelPolicy, PolicyError, smaller_budget
+
+
+def test_defaults_and_env_overrides():
+    assert Limits.from_env({}) == Limits()
+    lim = Limits.from_env({"SPECREJ_MAX_N": "8", "SPECREJ_MAX_PROMPT_CHARS": "10"})
+    assert lim.max_n == 8 and lim.max_prompt_chars == 10 and lim.max_new_tokens == Limits().max_new_tokens
+    with pytest.raises(LimitError, match="SPECREJ_MAX_N"):
+        Limits.from_env({"SPECREJ_MAX_N": "lots"})
+    with pytest.raises(LimitError, match="SPECREJ_MAX_N"):
+        Limits.from_env({"SPECREJ_MAX_N": "0"})
+
+
+@pytest.mark.parametrize("kw,env", [
+    (dict(prompt="x" * 11), "SPECREJ_MAX_PROMPT_CHARS"),
+    (dict(n=9), "SPECREJ_MAX_N"),
+    (dict(max_new_tokens=65), "SPECREJ_MAX_NEW_TOKENS"),
+    (dict(budget=1001), "SPECREJ_MAX_BUDGET"),
+])
+def test_over_limit_names_the_limit(kw, env):
+    lim = Limits(max_prompt_chars=10, max_n=8, max_new_tokens=64, max_budget=1000)
+    cfg = RunConfig(**{"prompt": "hi", "n": 4, "max_new_tokens": 32, **kw})
+    with pytest.raises(LimitError, match=env):
+        lim.check(cfg)
+    lim.check(RunConfig(prompt="hi", n=8, max_new_tokens=64, budget=1000))  # at the limit is fine
+
+
+def test_only_offered_or_allowlisted_models_load():
+    pol = ModelPolicy.from_env({"SPECREJ_ALLOWED_MODELS": "org/extra, other/one"}, offered=("embedded",))
+    assert pol.check("embedded") == "embedded" and pol.check("org/extra") == "org/extra"
+    for bad in ["evil/model", "/etc/passwd", "../../x", "", "embedded; rm -rf /"]:
+        with pytest.raises(PolicyError):
+            pol.check(bad)
+    assert ModelPolicy.from_env({"SPECREJ_ALLOW_CUSTOM_MODELS": "1"}).check("any/model") == "any/model"
+
+
+def test_remote_code_is_refused_unless_enabled():
+    pol = ModelPolicy.from_env({}, offered=("org/m",))
+    with pytest.raises(PolicyError, match="SPECREJ_ALLOW_REMOTE_CODE"):
+        pol.check("org/m", trust_remote_code=True)
+    ok = ModelPolicy.from_env({"SPECREJ_ALLOW_REMOTE_CODE": "1"}, offered=("org/m",))
+    assert ok.check("org/m", trust_remote_code=True) == "org/m"
+
+
+def test_smaller_budget_halves():
+    assert smaller_budget(RunConfig(prompt="hi", budget=None), 1000).budget == 500
+    assert smaller_budget(RunConfig(prompt="hi", budget=3), 3).budget == 1
