@@ -38,9 +38,13 @@ def build_demo(ctx: AppContext | None = None) -> gr.Blocks:
                 yield page.updates(frame)
 
         race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
-                    concurrency_limit=ctx.concurrency, show_progress="minimal", show_progress_on=[a.status])
-        on_run = c.run.click(api_name="run", **race)
-        on_enter = c.prompt.submit(api_visibility="private", **race)
+                    concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status])
+        # Say at once that the run is on its way (the queue position shows on the status line),
+        # then start the race in the queue.
+        on_run = c.run.click(waiting, None, [a.status], queue=False, api_visibility="private") \
+            .then(api_name="run", **race)
+        on_enter = c.prompt.submit(waiting, None, [a.status], queue=False, api_visibility="private") \
+            .then(api_visibility="private", **race)
         c.stop.click(stopped, None, [a.status], cancels=[on_run, on_enter], queue=False, api_name="stop")
 
         c.reward.change(lambda r: gr.Textbox(visible=r == "preference"), c.reward, c.preference,
@@ -53,8 +57,12 @@ def build_demo(ctx: AppContext | None = None) -> gr.Blocks:
     return demo
 
 
+def waiting() -> str:
+    return "**Waiting for a free slot:** runs share this machine; your place in the queue is on the right."
+
+
 def stopped() -> str:
-    return "⏹ **Stopped.** Both arms were cancelled and their memory freed. Press Run to start again."
+    return "**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again."
 
 
 def rerender_race(view, x_axis):

@@ -20,7 +20,7 @@ from .theme import (ARM_COLOURS, ARM_NAMES, FONT, GRID, PRUNED, PRUNED_MARK, TEX
                     fmt_flops, hover_text)
 from .view import RunView
 
-HEIGHT = 400
+HEIGHT = 430
 X_AXES = {"flops": "compute spent (FLOPs)", "tokens": "tokens generated (all candidates)"}
 
 
@@ -32,10 +32,11 @@ def _layout(x_title: str, y_title: str, x_range: list | None, y_range: list | No
     return {
         "paper_bgcolor": "white", "plot_bgcolor": "white", "height": HEIGHT,
         "font": {"family": FONT, "size": 14, "color": TEXT},
-        "margin": {"l": 64, "r": 18, "t": 44, "b": 56},
+        "margin": {"l": 64, "r": 18, "t": 34, "b": 96},
         "uirevision": revision, "hovermode": "closest",
         "hoverlabel": {"font": {"size": 13, "family": FONT}, "align": "left"},
-        "legend": {"orientation": "h", "x": 0, "y": 1.01, "xanchor": "left", "yanchor": "bottom",
+        # Below the x-axis title: the top-left corner belongs to gr.Plot's label.
+        "legend": {"orientation": "h", "x": 0, "y": -0.2, "xanchor": "left", "yanchor": "top",
                    "font": {"size": 13}, "bgcolor": "rgba(255,255,255,0)", "itemclick": "toggle"},
         "xaxis": {**axis, "title": {**axis["title"], "text": x_title},
                   **({"range": x_range, "autorange": False} if x_range else {"rangemode": "tozero"})},
@@ -89,6 +90,14 @@ def sr_chart(view: RunView) -> dict:
     hover = "<b>#%{customdata[0]}</b> · reward %{y:.3f} at token %{x}<br>%{customdata[1]}<extra>%{fullData.name}</extra>"
 
     kx, ky, kcd = _lines(alive)
+    # Live candidates have written past their last score: a faint dotted tail to where they are now
+    # (the score is not known there yet; the line only shows that they are still being written).
+    wx, wy = [], []
+    if arm.finished is None:
+        for c in alive:
+            if c.status in ("live", "kept") and c.history and arm.position > c.history[-1][0]:
+                wx += [c.history[-1][0], arm.position, None]
+                wy += [_r(c.history[-1][1])] * 2 + [None]
     px, py, pcd = _lines(pruned)
     # Coupled randomness: Best-of-N's finished candidate i is what a pruned candidate i would
     # have become. Dotted lines from the x to that final score (off by default: legend toggles).
@@ -102,7 +111,7 @@ def sr_chart(view: RunView) -> dict:
             cy += [_r(s), _r(f.score), None]
             ccd += [[c.id, hover_text(f.text)]] * 2 + [[None, None]]
     thr_x, thr_y, thr_cd = [], [], []
-    half = max(2.0, 0.035 * view.cfg.max_new_tokens)
+    half = max(2.0, 0.06 * view.cfg.max_new_tokens)
     for m in arm.rounds:
         if m.threshold is not None:
             thr_x += [m.position - half, m.position + half, None]
@@ -113,6 +122,8 @@ def sr_chart(view: RunView) -> dict:
         {"type": "scatter", "mode": "lines+markers", "name": "kept", "x": kx, "y": ky, "customdata": kcd,
          "line": {"color": colour, "width": 2}, "marker": {"size": 5, "color": colour}, "opacity": 0.9,
          "hovertemplate": hover, "connectgaps": False},
+        {"type": "scatter", "mode": "lines", "name": "still writing", "x": wx, "y": wy, "showlegend": False,
+         "line": {"color": colour, "width": 1.2, "dash": "dot"}, "opacity": 0.6, "hoverinfo": "skip"},
         {"type": "scatter", "mode": "lines+markers", "name": "pruned", "x": px, "y": py, "customdata": pcd,
          "line": {"color": PRUNED, "width": 1.5}, "marker": {"size": 4, "color": PRUNED}, "opacity": 0.85,
          "hovertemplate": hover, "connectgaps": False},
@@ -207,14 +218,15 @@ def bon_chart(view: RunView) -> dict:
 # ---------------------------------------------------------------- the compute race
 
 def race_chart(view: RunView, x_axis: str | None = None) -> dict:
-    """Best reward of a finished answer against compute spent, one step line per arm, and a
-    dotted line where each arm is now."""
+    """Best reward of a finished answer against compute spent, one step line per arm (Best-of-N
+    first), and a dotted line where each arm is now."""
     x_axis = x_axis or view.x_axis
     if x_axis not in X_AXES:
         x_axis = "flops"
     y_range = view.padded_y()
     data, ends = [], {}
-    for a in ("sr", "bon"):
+    width = {"bon": 5, "sr": 2.5}  # Speculative Rejection drawn last and thinner: both stay visible
+    for a in ("bon", "sr"):
         xs, ys, last = [], [], None
         for p in view.arms[a].curve:
             x = p.flops if x_axis == "flops" else p.tokens
@@ -228,11 +240,12 @@ def race_chart(view: RunView, x_axis: str | None = None) -> dict:
         if xs:
             ends[a] = (xs[-1], ys[-1])
         data.append({"type": "scatter", "mode": "lines+markers", "name": ARM_NAMES[a], "x": xs, "y": ys,
-                     "line": {"color": ARM_COLOURS[a], "width": 3, "shape": "hv"},
-                     "marker": {"size": 7, "color": ARM_COLOURS[a]},
+                     "line": {"color": ARM_COLOURS[a], "width": width[a], "shape": "hv"},
+                     "marker": {"size": 8 if a == "bon" else 6, "color": ARM_COLOURS[a]},
+                     "opacity": 0.75 if a == "bon" else 1.0,
                      "hovertemplate": "%{fullData.name}<br>best reward %{y:.3f}<br>after %{x:.3s}"
                                       + (" FLOPs" if x_axis == "flops" else " tokens") + "<extra></extra>"})
-    for a in ("sr", "bon"):
+    for a in ("bon", "sr"):
         curve = view.arms[a].curve
         x = None
         if curve and view.arms[a].finished is None:

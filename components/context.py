@@ -82,7 +82,7 @@ class AppContext:
     examples: tuple[str, ...] = field(default_factory=load_examples)
     concurrency: int = 1
     max_queue: int = 20
-    progress_every: int = 2          # decoding steps between Progress events: bounds Stop's latency
+    progress_every: int = 1          # decoding steps between Progress events: bounds Stop's latency
     min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
     active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)

@@ -29,7 +29,8 @@ def _arm_status(arm: ArmView) -> str:
     if not arm.events:
         return f"**{name}** prefilling…"
     if arm.arm == "sr":
-        where = f"{len(arm.rounds)} round{'s' if len(arm.rounds) != 1 else ''} taken, {arm.n_live} live"
+        k = len(arm.rounds)
+        where = (f"{k} decision{'s' if k != 1 else ''} taken" if k else "no decision yet") + f", {arm.n_live} live"
     else:
         waiting = sum(c.status == "waiting" for c in arm.candidates)
         where = f"pass {len(arm.rounds) + 1}, {arm.n_live} live" + (f", {waiting} waiting" if waiting else "")
@@ -40,19 +41,18 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
     if view is None:
         return "Press **Run** to start the race."
     if view.state == "error":
-        return f"⚠️ **Can't run:** {view.message}"
+        return error_markdown(view.message)
     if view.state == "stopped":
-        return "⏹ **Stopped.** Both arms were cancelled and their memory freed. Press Run to start again."
+        return "**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again."
     if starting:
-        return "⏳ **Starting:** loading the models and prefilling the prompt…"
+        return "**Starting:** loading the models and prefilling the prompt…"
     sr, bon = view.arms["sr"], view.arms["bon"]
-    head = f"✅ **Done** in {fmt_s(view.elapsed())}" if view.state == "done" else \
-        f"⏳ **Racing** · {fmt_s(view.elapsed())}"
+    head = f"**Done** in {fmt_s(view.elapsed())}" if view.state == "done" else f"**Racing** · {fmt_s(view.elapsed())}"
     return f"{head} · {_arm_status(sr)} · {_arm_status(bon)}"
 
 
 def error_markdown(message: str) -> str:
-    return f"⚠️ **Can't run:** {message}"
+    return f"**Can't run:** {message}"
 
 
 # ---------------------------------------------------------------- leaders
@@ -73,8 +73,7 @@ def leader(view: RunView, arm_name: str) -> tuple[str, str]:
         what = "best finished so far" if arm_name == "bon" else "leader (finished)"
         return f"{name} · {what} #{c.id} · reward {fmt_score(c.score)} · {c.tokens} tokens", c.text
     at = c.history[-1][0] if c.history else c.tokens
-    return (f"{name} · leader #{c.id} · partial reward {fmt_score(c.score)} at token {at} · "
-            f"{c.tokens} tokens so far", c.text)
+    return f"{name} · leader #{c.id} · reward {fmt_score(c.score)} (at token {at}) · {c.tokens} tokens", c.text
 
 
 # ---------------------------------------------------------------- end of run
@@ -124,6 +123,10 @@ def comparison(view: RunView) -> dict | None:
     return out
 
 
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else ("es" if word.endswith("s") else "s"))
+
+
 def _ledger_rows(view: RunView) -> list[str]:
     s, b = view.arms["sr"].finished, view.arms["bon"].finished
     ls, lb = s.ledger, b.ledger
@@ -141,17 +144,21 @@ def _ledger_rows(view: RunView) -> list[str]:
         ("wall time", fmt_s(ls.wall_s), fmt_s(lb.wall_s)),
         ("peak KV cache", f"{ls.peak_kv_slots:,} slots ({mb(ls.peak_memory_bytes)})",
          f"{lb.peak_kv_slots:,} slots ({mb(lb.peak_memory_bytes)})"),
-        ("decisions / passes", f"{s.rounds} rounds", f"{b.rounds} passes"),
+        ("decisions / passes", _plural(s.rounds, "decision"), _plural(b.rounds, "pass")),
     ]
     out = ["| | Speculative Rejection | Best-of-N |", "|---|---:|---:|"]
     out += [f"| {a} | {x} | {y} |" for a, x, y in rows]
     return out
 
 
+SUMMARY_PLACEHOLDER = ("### Result\nWhen both methods finish, their winners appear here side by side: reward, "
+                       "tokens, compute, wall time and the speed-up.")
+
+
 def summary_markdown(view: RunView) -> str:
     cmp = comparison(view)
     if cmp is None:
-        return ""
+        return SUMMARY_PLACEHOLDER
     sr, bon = view.arms["sr"].finished, view.arms["bon"].finished
     lines = ["### Result", ""] + _ledger_rows(view) + [""]
     a, b = sr.winner.score, bon.winner.score
@@ -165,12 +172,12 @@ def summary_markdown(view: RunView) -> str:
                  f"({fmt_ratio(cmp['wall_ratio'])} less wall time) and {reward_note}.")
     if "bon_flops_to_match_sr" in cmp:
         if cmp["speedup_is_lower_bound"]:
-            lines.append(f"Best-of-N never matched Speculative Rejection's reward: the paper's speed-up is at "
-                         f"least **{fmt_ratio(cmp['speedup_to_match'])}**.")
+            lines.append("Best-of-N never reached Speculative Rejection's reward.")
         else:
-            lines.append(f"Best-of-N first matched Speculative Rejection's reward after "
-                         f"{fmt_flops(cmp['bon_flops_to_match_sr'])}: the paper's speed-up is "
-                         f"**{fmt_ratio(cmp['speedup_to_match'])}**.")
+            share = cmp["bon_flops_to_match_sr"] / bon.ledger.flops if bon.ledger.flops else 0.0
+            lines.append(f"Best-of-N's best answer first reached that reward after "
+                         f"{fmt_flops(cmp['bon_flops_to_match_sr'])} ({share:.0%} of its run; "
+                         f"{fmt_ratio(cmp['speedup_to_match'])} Speculative Rejection's compute).")
     lines.append("")
     bid = cmp["bon_winner_id"]
     if cmp["bon_winner_pruned_by_sr"]:

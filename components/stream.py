@@ -74,6 +74,7 @@ class Frame:
     trace_path: Any = KEEP
     summary_json: Any = KEEP
     view: Any = KEEP           # the RunView, kept in the session's gr.State
+    results_visible: Any = KEEP  # the table, the trace and the JSON appear with the result
 
 
 @GPU(duration=GPU_DURATION)
@@ -93,6 +94,7 @@ def final_frame(view: RunView) -> Frame:
     f = live_frame(view)
     f.summary, f.table = panels.summary_markdown(view), panels.candidate_rows(view)
     f.trace_path, f.summary_json, f.view = view.trace_path, panels.summary_dict(view), view
+    f.results_visible = True
     return f
 
 
@@ -117,7 +119,8 @@ def frames(ctx: AppContext, request: RunRequest, *, events_fn=race_events) -> It
     events = None
     try:
         start = live_frame(view, starting=True)
-        start.summary, start.table, start.trace_path, start.summary_json, start.view = "", None, None, None, view
+        start.summary, start.table, start.trace_path, start.summary_json = panels.SUMMARY_PLACEHOLDER, None, None, None
+        start.view, start.results_visible = view, False
         yield start
         events = events_fn(model_spec, reward_spec, cfg)
         last = 0.0

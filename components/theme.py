@@ -39,6 +39,8 @@ def fmt_score(x: float | None) -> str:
 def fmt_ratio(x: float | None) -> str:
     if x is None:
         return "–"
+    if x < 0.1:
+        return f"{x:.2g}×"
     return f"{x:.1f}×" if x < 10 else f"{x:.0f}×"
 
 

@@ -12,7 +12,7 @@ from specrej import RunConfig
 
 from . import charts
 from .context import ASSETS, PREFERENCE, AppContext
-from .panels import TABLE_HEADERS, TABLE_TYPES, status_markdown
+from .panels import SUMMARY_PLACEHOLDER, TABLE_HEADERS, TABLE_TYPES, status_markdown
 from .stream import KEEP, Frame
 from .theme import ARM_NAMES
 
@@ -145,7 +145,7 @@ def build_arena() -> Arena:
                                 elem_id="race-plot")
             x_axis = gr.Radio(X_AXES, value="flops", label="Compute axis", elem_id="x-axis")
         with gr.Column(scale=2):
-            summary = gr.Markdown("", elem_id="summary")
+            summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
     return Arena(status, sr_plot, bon_plot, sr_leader, bon_leader, race_plot, x_axis, summary)
 
 
@@ -153,23 +153,26 @@ def build_arena() -> Arena:
 
 @dataclass
 class Results:
+    group: gr.Column   # hidden until a run has a result
     table: gr.Dataframe
     trace_file: gr.File
     summary_json: gr.JSON
 
 
 def build_results() -> Results:
-    table = gr.Dataframe(headers=TABLE_HEADERS, datatype=TABLE_TYPES, label="All candidates (click a header "
-                         "to sort). Coupled randomness: candidate i writes the same text in both methods, so "
-                         "Best-of-N's score is what a pruned one would have scored had it continued.",
-                         interactive=False, wrap=True, max_height=420, column_widths=["5%", "10%", "8%", "9%",
-                         "7%", "10%", "6%", "45%"], elem_id="candidates")
-    with gr.Row():
-        trace_file = gr.File(label="Run trace (JSON)", interactive=False, elem_id="trace", scale=1)
-        with gr.Column(scale=2):
-            with gr.Accordion("Winners and ledgers (JSON)", open=False):
-                summary_json = gr.JSON(label="summary", elem_id="summary-json")
-    return Results(table, trace_file, summary_json)
+    with gr.Column(visible=False, elem_id="results") as group:
+        table = gr.Dataframe(headers=TABLE_HEADERS, datatype=TABLE_TYPES,
+                             label="All candidates (click a header to sort). Coupled randomness: candidate i "
+                                   "writes the same text in both methods, so Best-of-N's score is what a pruned "
+                                   "one would have scored had it continued.",
+                             interactive=False, wrap=True, max_height=420,
+                             column_widths=["5%", "10%", "8%", "9%", "7%", "10%", "6%", "45%"], elem_id="candidates")
+        with gr.Row():
+            trace_file = gr.File(label="Run trace (JSON)", interactive=False, elem_id="trace", scale=1)
+            with gr.Column(scale=2):
+                with gr.Accordion("Winners and ledgers (JSON)", open=False):
+                    summary_json = gr.JSON(label="summary", elem_id="summary-json")
+    return Results(group, table, trace_file, summary_json)
 
 
 def build_how_it_works() -> None:
@@ -192,7 +195,7 @@ class Page:
     def outputs(self) -> list:
         a, r = self.arena, self.results
         return [a.status, a.sr_plot, a.bon_plot, a.race_plot, a.sr_leader, a.bon_leader, a.summary, r.table,
-                r.trace_file, r.summary_json, self.view]
+                r.trace_file, r.summary_json, self.view, r.group]
 
     def updates(self, frame: Frame) -> dict:
         """A frame as {component: new value}; ``gr.skip()`` where the frame keeps a field."""
@@ -210,19 +213,24 @@ class Page:
         def rows(rs):
             return rs or []
 
+        def status(text):
+            kind = "error" if text.startswith("**Can't run") else "done" if text.startswith("**Done") else "live"
+            return gr.Markdown(value=text, elem_classes=[f"status-{kind}"])
+
         return {
-            a.status: val(frame.status), a.sr_plot: val(frame.sr_plot, plot), a.bon_plot: val(frame.bon_plot, plot),
+            a.status: val(frame.status, status), a.sr_plot: val(frame.sr_plot, plot), a.bon_plot: val(frame.bon_plot, plot),
             a.race_plot: val(frame.race_plot, plot), a.sr_leader: val(frame.sr_leader, leader),
             a.bon_leader: val(frame.bon_leader, leader), a.summary: val(frame.summary),
             r.table: val(frame.table, rows), r.trace_file: val(frame.trace_path),
             r.summary_json: val(frame.summary_json), self.view: val(frame.view),
+            r.group: val(frame.results_visible, lambda v: gr.Column(visible=v)),
         }
 
 
 def build_page(ctx: AppContext) -> Page:
     gr.Markdown(HEADER, elem_id="header")
     if ctx.notes:
-        gr.Markdown("\n".join(f"> ⚠️ {n}" for n in ctx.notes), elem_id="notes")
+        gr.Markdown("\n".join(f"> **Note:** {n}" for n in ctx.notes), elem_id="notes")
     controls = build_controls(ctx)
     arena = build_arena()
     results = build_results()

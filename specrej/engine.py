@@ -85,11 +85,11 @@ class GrowingLayer(DynamicLayer):
     (at 32 rows and ~130 tokens that is ~380 MB of memory traffic per step, as much as the
     weights). Here a step writes one token in place and the buffers grow by ``CHUNK`` tokens
     only when full, so the copy happens once per ``CHUNK`` steps. Spare room costs at most
-    ``CHUNK - 1`` slots per row beyond what the methods' budget counts.
+    ``CHUNK`` slots per row beyond what the methods' budget counts.
     """
 
     _layer_type = None   # never register in transformers' layer-type mapping
-    CHUNK = 32
+    CHUNK = 16
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
@@ -244,16 +244,23 @@ class Rows:
             else:
                 alive.append(i)
         if len(alive) < n:
-            self.keep(alive)
+            self._select(alive)                                   # retire the rows that ended
             tok = tok[alive]
         if alive:
-            out = e.lm.model(input_ids=tok[:, None], past_key_values=self.cache, use_cache=True)
-            self.cache = out.past_key_values
-            self.logits = out.logits[:, -1].float()
+            self._forward(tok)
         return done
+
+    def _forward(self, tok: torch.Tensor) -> None:
+        """Feed one token per row (tok: [rows]) and keep the next-token logits."""
+        out = self.engine.lm.model(input_ids=tok[:, None], past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        self.logits = out.logits[:, -1].float()
 
     def keep(self, indices: list[int]) -> None:
         """4. prune: keep only these rows (positions in the batch), in this order."""
+        self._select(indices)
+
+    def _select(self, indices: list[int]) -> None:
         if not indices:
             self.release()
             return

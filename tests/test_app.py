@@ -15,6 +15,8 @@ import pytest
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
 
+# gradio's queue calls pandas APIs that pandas 3 deprecates: not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 TIMEOUT_S = 60
 PROMPT = "Give me three tips for staying healthy."
 # A tiny run that must make at least one Speculative Rejection decision: 8 rows of the tiny
@@ -141,6 +143,11 @@ def n_points(plot) -> int:
     return sum(sum(y is not None for y in t.get("y", [])) for t in fig["data"] if t.get("hoverinfo") != "skip")
 
 
+def text(value) -> str:
+    """A component's value as gradio_client returns it: plain, or inside an update dict."""
+    return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value
+
+
 def collect(job, timeout=TIMEOUT_S):
     t0 = time.monotonic()
     updates = []
@@ -159,7 +166,7 @@ def test_run_streams_growing_charts_and_the_trace_agrees(served, ctx):
     status, sr_plot, bon_plot, race_plot, sr_leader, bon_leader, summary, table, trace, summary_json = updates[-1]
     points = [n_points(u[1]) + n_points(u[2]) for u in updates]
     assert points[-1] > points[0] and max(points) == points[-1], points
-    assert "Done" in status and "Speed-up" in summary
+    assert "Done" in text(status) and "Speed-up" in summary
     for leader, arm in ((sr_leader, "sr"), (bon_leader, "bon")):  # a Textbox update: new label and text
         assert "winner" in leader["label"] and leader["value"], leader
 
@@ -213,7 +220,7 @@ def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx):
     assert stopped_after < 10, stopped_after
     # a second run right after works
     updates = collect(client.submit(**api_kwargs(ctx), api_name="/run"))
-    assert "Done" in updates[-1][0]
+    assert "Done" in text(updates[-1][0])
 
 
 def test_bad_input_through_the_api_returns_the_message(served, ctx):
@@ -221,13 +228,13 @@ def test_bad_input_through_the_api_returns_the_message(served, ctx):
 
     _, client, _ = served
     out = client.predict(**api_kwargs(ctx, prompt=""), api_name="/run")
-    assert "prompt is empty" in out[0]
+    assert "prompt is empty" in text(out[0])
     out = client.predict(**api_kwargs(ctx, budget=50), api_name="/run")
-    assert "Can't run" in out[0] and "budget" in out[0]
+    assert "Can't run" in text(out[0]) and "budget" in text(out[0])
     with pytest.raises(AppError, match="minimum"):  # sliders reject out-of-range values themselves
         client.predict(**api_kwargs(ctx, n=0), api_name="/run")
     with pytest.raises(AppError):  # only the offered models can be chosen
         client.predict(**api_kwargs(ctx, model="gpt2"), api_name="/run")
     # still usable
     out = client.predict(**api_kwargs(ctx), api_name="/run")
-    assert "Done" in out[0]
+    assert "Done" in text(out[0])

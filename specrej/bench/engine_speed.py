@@ -1,0 +1,223 @@
+"""How fast the engine is: against ``transformers`` ``generate``, against the reference code's
+re-prefill, and against this machine's practical FLOP/s limit. All ratios come from one run.
+
+- ``MatmulLimit``: FLOP/s of a large fp32 (bf16 on CUDA) matmul, the practical limit here,
+  sampled between the runs (the median counts: the machine may be shared).
+- ``engine_vs_generate``: the same model, batch, length and sampling settings, KV cache on;
+  tokens per second count the tokens each row generated up to and including its EOS (rows
+  that ``generate`` keeps padding after their EOS are not counted as output). Peak KV-cache
+  bytes are measured on the cache objects at every step (``max_memory_allocated`` on CUDA).
+- ``decode_sweep``: one decoding step at several batch sizes: FLOP/s rises with rows while the
+  step streams every weight once, which is what holds a small-batch decoder below the limit.
+- ``sr_vs_reference``: one Speculative Rejection run on the engine against the same run with
+  the reference code's re-tokenise + re-prefill at every decision (``reference``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import torch
+
+from ..config import RunConfig
+from ..engine import Engine, Sampling
+from ..events import Finished
+from ..methods import speculative_rejection
+from .reference import speculative_rejection_reference_style
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def cache_bytes(cache) -> int:
+    """Bytes the KV cache holds now (buffers with their spare room, not just the used part)."""
+    if cache is None:
+        return 0
+    total = 0
+    for layer in cache.layers:
+        for name in ("_k", "_v") if hasattr(layer, "_k") else ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+class MatmulLimit:
+    """FLOP/s of a large matmul (fp32 on a CPU, bf16 on CUDA), sampled between the engine's runs:
+    on a shared machine the median of samples taken around the runs is the fair yardstick."""
+
+    def __init__(self, device: torch.device, size: int = 2048):
+        self.device = device
+        self.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        self.size = max(size, 8192) if device.type == "cuda" else size
+        self.samples: list[float] = []
+        self.a = torch.randn(self.size, self.size, device=device, dtype=self.dtype)
+        self.b = torch.randn(self.size, self.size, device=device, dtype=self.dtype)
+        self.measure(1)   # warm-up, not kept
+        self.samples.clear()
+
+    @torch.inference_mode()
+    def measure(self, reps: int = 1) -> None:
+        for _ in range(reps):
+            _sync(self.device)
+            t = time.perf_counter()
+            self.a @ self.b
+            _sync(self.device)
+            self.samples.append(2 * self.size ** 3 / (time.perf_counter() - t))
+
+    def summary(self) -> dict:
+        s = sorted(self.samples)
+        return {"size": self.size, "dtype": str(self.dtype).replace("torch.", ""), "flops_per_s": s[len(s) // 2],
+                "best_flops_per_s": s[-1], "samples": len(s)}
+
+
+@torch.inference_mode()
+def run_engine(lm, prompt_ids: list[int], rows: int, length: int, sampling: Sampling, seed: int) -> dict:
+    device = lm.device
+    _reset_peak(device)
+    _sync(device)
+    t = time.perf_counter()
+    eng = Engine(lm, prompt_ids, sampling=sampling, seed=seed, n_total=rows, max_new_tokens=length)
+    r = eng.start(list(range(rows)))
+    tokens, peak = 0, cache_bytes(r.cache)
+    while len(r):
+        tokens += len(r)
+        r.step()
+        peak = max(peak, cache_bytes(r.cache))
+    _sync(device)
+    wall = time.perf_counter() - t
+    eng.release()
+    return {"wall_s": wall, "tokens": tokens, "prompt_tokens": len(prompt_ids), "peak_kv_bytes": peak,
+            "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else peak}
+
+
+@torch.inference_mode()
+def run_generate(lm, prompt_ids: list[int], rows: int, length: int, sampling: Sampling, seed: int) -> dict:
+    from transformers import DynamicCache, StoppingCriteria, StoppingCriteriaList
+
+    device = lm.device
+    cache = DynamicCache(config=lm.model.config)
+    peak = [0]
+
+    class Watch(StoppingCriteria):   # called once per step: measure the cache, never stop
+        def __call__(self, input_ids, scores, **kwargs):
+            peak[0] = max(peak[0], cache_bytes(cache))
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    eos = sorted(lm.eos_ids)
+    torch.manual_seed(seed)
+    _reset_peak(device)
+    _sync(device)
+    t = time.perf_counter()
+    out = lm.model.generate(
+        input_ids=torch.tensor([prompt_ids], device=device), attention_mask=torch.ones(1, len(prompt_ids),
+                                                                                      dtype=torch.long, device=device),
+        do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+        max_new_tokens=length, num_return_sequences=rows, past_key_values=cache, use_cache=True,
+        eos_token_id=eos, pad_token_id=eos[0], stopping_criteria=StoppingCriteriaList([Watch()]))
+    _sync(device)
+    wall = time.perf_counter() - t
+    new = out[:, len(prompt_ids):].tolist()
+    tokens = sum(next((i + 1 for i, x in enumerate(row) if x in lm.eos_ids), len(row)) for row in new)
+    return {"wall_s": wall, "tokens": tokens, "prompt_tokens": rows * len(prompt_ids), "steps": len(new[0]),
+            "peak_kv_bytes": peak[0],
+            "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else peak[0]}
+
+
+def engine_vs_generate(lm, prompt: str, rows: int, length: int, sampling: Sampling, seed: int,
+                       repeats: int = 2, limit: MatmulLimit | None = None) -> dict:
+    """Best of ``repeats`` alternating runs of each (the machine may be shared)."""
+    ids = lm.render(prompt)
+    eng = gen = None
+    tick = limit.measure if limit is not None else (lambda reps=1: None)
+    for _ in range(repeats):
+        tick()
+        e = run_engine(lm, ids, rows, length, sampling, seed)
+        tick()
+        g = run_generate(lm, ids, rows, length, sampling, seed)
+        tick()
+        eng = e if eng is None or e["wall_s"] < eng["wall_s"] else eng
+        gen = g if gen is None or g["wall_s"] < gen["wall_s"] else gen
+    for r in (eng, gen):
+        r["tokens_per_s"] = r["tokens"] / r["wall_s"]
+        r["flops"] = 2.0 * lm.n_params * (r["prompt_tokens"] + r["tokens"])
+        r["flops_per_s"] = r["flops"] / r["wall_s"]
+    return {"rows": rows, "length": length, "prompt_tokens": len(ids), "engine": eng, "generate": gen,
+            "speedup": eng["tokens_per_s"] / gen["tokens_per_s"],
+            "memory_ratio": gen["peak_memory_bytes"] / max(eng["peak_memory_bytes"], 1)}
+
+
+@torch.inference_mode()
+def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 3, sampling: Sampling = Sampling()) -> list[dict]:
+    """Seconds per decoding step and FLOP/s at each batch size (after one warm-up step)."""
+    ids, out = lm.render(prompt), []
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    for rows in rows_list:
+        eng = Engine(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 2)
+        r = eng.start(list(range(rows)))
+        r.step()
+        _sync(lm.device)
+        t = time.perf_counter()
+        for _ in range(steps):
+            r.step()
+        _sync(lm.device)
+        dt = (time.perf_counter() - t) / steps
+        r.release()
+        eng.release()
+        out.append({"rows": rows, "step_s": dt, "flops_per_s": 2.0 * lm.n_params * rows / dt,
+                    "weight_bytes_per_s": weight_bytes / dt})
+    return out
+
+
+def _finished(events) -> Finished:
+    fin = None
+    for fin in events:
+        pass
+    return fin
+
+
+def sr_vs_reference(lm, reward, cfg: RunConfig) -> dict:
+    cfg = replace(cfg, progress_every=0)
+    runs = {}
+    for name, method in (("engine", speculative_rejection), ("reference_style", speculative_rejection_reference_style)):
+        _reset_peak(lm.device)
+        fin = _finished(method(lm, reward, cfg))
+        runs[name] = {"ledger": fin.ledger.to_dict(), "winner": fin.winner.id, "score": fin.winner.score,
+                      "rounds": fin.rounds}
+    e, r = runs["engine"]["ledger"], runs["reference_style"]["ledger"]
+    return {"n": cfg.n, "alpha": cfg.alpha, "max_new_tokens": cfg.max_new_tokens, **runs,
+            "wall_ratio": r["wall_s"] / e["wall_s"], "flops_ratio": r["flops"] / e["flops"],
+            "memory_ratio": r["peak_memory_bytes"] / max(e["peak_memory_bytes"], 1),
+            "same_winner": runs["engine"]["winner"] == runs["reference_style"]["winner"]}
+
+
+def engine_section(lm, reward, prompt: str, base: RunConfig, *, rows: int, length: int,
+                   sweep: list[int], repeats: int = 2, log=lambda msg: None) -> dict:
+    sampling = Sampling(base.temperature, base.top_p, base.top_k)
+    log("matmul limit")
+    mm = MatmulLimit(lm.device)
+    mm.measure(3)
+    log(f"engine vs generate ({rows} rows x {length} tokens)")
+    vs_gen = engine_vs_generate(lm, prompt, rows, length, sampling, base.seed, repeats, mm)
+    log("decode step by batch size")
+    sw = decode_sweep(lm, prompt, sweep, sampling=sampling)
+    mm.measure(1)
+    log("Speculative Rejection: engine vs reference-style re-prefill")
+    vs_ref = sr_vs_reference(lm, reward, replace(base, prompt=prompt))
+    mm.measure(1)
+    limit = mm.summary()
+    lim = limit["flops_per_s"]
+    vs_gen["engine"]["fraction_of_limit"] = vs_gen["engine"]["flops_per_s"] / lim
+    vs_gen["generate"]["fraction_of_limit"] = vs_gen["generate"]["flops_per_s"] / lim
+    for s in sw:
+        s["fraction_of_limit"] = s["flops_per_s"] / lim
+    return {"device": str(lm.device), "threads": torch.get_num_threads(), "matmul": limit,
+            "vs_generate": vs_gen, "decode_sweep": sw, "vs_reference": vs_ref}
