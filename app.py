@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from components import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imported before torch
 
-import os
-
 import gradio as gr
 
 from components import charts, ui
-from components.context import AppContext
+from components.context import PREFERENCE, AppContext
 from components.stream import RunRequest, frames
 
 TITLE = "Speculative Rejection vs Best-of-N"
@@ -47,7 +45,7 @@ def build_demo(ctx: AppContext | None = None) -> gr.Blocks:
             .then(api_visibility="private", **race)
         c.stop.click(stopped, None, [a.status], cancels=[on_run, on_enter], queue=False, api_name="stop")
 
-        c.reward.change(lambda r: gr.Textbox(visible=r == "preference"), c.reward, c.preference,
+        c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,
                         queue=False, api_visibility="private")
         c.decision.change(lambda d: gr.Slider(visible=d == "interval"), c.decision, c.interval,
                           queue=False, api_visibility="private")
@@ -57,12 +55,14 @@ def build_demo(ctx: AppContext | None = None) -> gr.Blocks:
     return demo
 
 
-def waiting() -> str:
-    return "**Waiting for a free slot:** runs share this machine; your place in the queue is on the right."
+def waiting():
+    return gr.Markdown("**Waiting for a free slot:** runs share this machine; your place in the queue shows "
+                       "on the right.", elem_classes=["status-live"])
 
 
-def stopped() -> str:
-    return "**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again."
+def stopped():
+    return gr.Markdown("**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again.",
+                       elem_classes=["status-live"])
 
 
 def rerender_race(view, x_axis):
@@ -88,19 +88,22 @@ def __getattr__(name: str):
 
 
 if gpu.ZERO_GPU:  # ZeroGPU wants the models loaded at import
-    demo = build_demo(_context := AppContext.from_env())
+    _context = AppContext.from_env()
     _context.warm()
+    demo = build_demo(_context)
 
 
 def main() -> None:
-    ctx = AppContext.from_env()
-    print(f"specrej: loading {ctx.default_model} and the {ctx.default_reward} reward…", flush=True)
-    try:
-        ctx.warm()
-    except Exception as e:  # the page shows the same error when Run is pressed
-        print(f"specrej: could not load the default models ({e}); starting anyway.", flush=True)
-    demo = globals()["demo"] = build_demo(ctx)
-    launch(demo, server_name=os.environ.get("GRADIO_SERVER_NAME"), show_error=True)
+    built = globals().get("demo")
+    if built is None:
+        ctx = AppContext.from_env()
+        print(f"specrej: loading {ctx.default_model} and the {ctx.default_reward} reward…", flush=True)
+        try:
+            ctx.warm()
+        except Exception as e:  # the page shows the same error when Run is pressed
+            print(f"specrej: could not load the default models ({e}); starting anyway.", flush=True)
+        built = globals()["demo"] = build_demo(ctx)
+    launch(built, show_error=True)  # prints the local URL
 
 
 if __name__ == "__main__":

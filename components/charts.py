@@ -17,7 +17,7 @@ import json
 from specrej import Candidate
 
 from .theme import (ARM_COLOURS, ARM_NAMES, FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER,
-                    fmt_flops, hover_text)
+                    hover_text)
 from .view import RunView
 
 HEIGHT = 430
@@ -264,7 +264,7 @@ def race_chart(view: RunView, x_axis: str | None = None) -> dict:
             text = f"Speculative Rejection done<br>at {frac:.0%} of Best-of-N's tokens"
         x, y = ends["sr"]
         layout["annotations"].append({"x": x, "y": y, "xref": "x", "yref": "y", "text": text, "showarrow": True,
-                                      "arrowhead": 2, "ax": 40, "ay": 46, "align": "left",
+                                      "arrowhead": 2, "ax": 36, "ay": 58, "align": "left",
                                       "font": {"size": 13, "color": ARM_COLOURS["sr"]},
                                       "bgcolor": "rgba(255,255,255,0.85)"})
     if not any(p.best is not None for a in ("sr", "bon") for p in view.arms[a].curve):
@@ -287,6 +287,3 @@ def figure(spec: dict):
 
     return go.Figure(spec)
 
-
-def flops_label(view: RunView) -> str:
-    return " · ".join(f"{ARM_NAMES[a]} {fmt_flops(view.arms[a].ledger.flops)}" for a in ("sr", "bon"))

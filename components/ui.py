@@ -69,7 +69,7 @@ def build_controls(ctx: AppContext) -> Controls:
     with gr.Row(equal_height=True, elem_id="prompt-row"):
         prompt = gr.Textbox(label="Prompt", placeholder="Ask the model something, or pick an example below",
                             value=ctx.examples[0] if ctx.examples else "", lines=2, max_lines=6, scale=5,
-                            max_length=2000, elem_id="prompt")
+                            max_length=ctx.limits.max_prompt_chars, elem_id="prompt")
         with gr.Column(scale=1, min_width=150, elem_id="buttons"):
             run = gr.Button("▶ Run", variant="primary", size="lg", elem_id="run")
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
@@ -86,10 +86,12 @@ def build_controls(ctx: AppContext) -> Controls:
                                     visible=ctx.default_reward == PREFERENCE, max_length=500, lines=2,
                                     elem_id="preference")
         with gr.Row():
-            n = gr.Slider(1, 128, value=DEFAULTS["n"], step=1, label="N (candidates)", info=HELP["n"], elem_id="n")
+            n = gr.Slider(1, ctx.limits.max_n, value=min(DEFAULTS["n"], ctx.limits.max_n), step=1,
+                          label="N (candidates)", info=HELP["n"], elem_id="n")
             alpha = gr.Slider(0.0, 0.95, value=DEFAULTS["alpha"], step=0.05, label="alpha (rejection rate)",
                               info=HELP["alpha"], elem_id="alpha")
-            budget = gr.Number(value=0, minimum=0, precision=0, label="Memory budget (KV-cache slots)",
+            budget = gr.Number(value=0, minimum=0, maximum=ctx.limits.max_budget, precision=0,
+                               label="Memory budget (KV-cache slots)",
                                info="Rows × length both methods may hold at once. 0 = auto (from free GPU "
                                     "memory; 2048 on a CPU). A small budget means early decisions.",
                                elem_id="budget")
@@ -100,7 +102,8 @@ def build_controls(ctx: AppContext) -> Controls:
                                  info=HELP["interval"], visible=DEFAULTS["decision"] == "interval",
                                  elem_id="interval")
         with gr.Row():
-            max_new_tokens = gr.Slider(1, 512, value=DEFAULTS["max_new_tokens"], step=1, label="Max new tokens",
+            max_new_tokens = gr.Slider(1, ctx.limits.max_new_tokens, step=1, label="Max new tokens",
+                                       value=min(DEFAULTS["max_new_tokens"], ctx.limits.max_new_tokens),
                                        info=HELP["max_new_tokens"], elem_id="max_new_tokens")
             temperature = gr.Slider(0.05, 2.0, value=DEFAULTS["temperature"], step=0.05, label="Temperature",
                                     info=HELP["temperature"], elem_id="temperature")

@@ -8,6 +8,7 @@ Phases (numbered in the code):
   1. prefill the prompt once, at batch size 1;
   2. copy that cache to every row of a pass (``start``): all rows share the prompt, so they
      always have equal length: no padding, no attention mask;
+     the copy's layers become ``GrowingLayer``s, which append in place instead of ``torch.cat``;
   3. decode: every ``step`` samples one token for every live row, moves rows that end (EOS,
      a stop string, ``max_new_tokens``) out of the batch, and runs one forward pass for the rest;
   4. prune: ``keep(indices)`` drops rows from the KV cache by index. Survivors are never

@@ -62,11 +62,34 @@ def test_context_from_env_offers_the_configured_models(ctx, tiny_lm_dir, tiny_re
         ctx.resolve(ctx.default_model, "hf:evil/model", "")
 
 
-def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx):
-    from components import charts, panels
-    from components.stream import KEEP, frames
+def test_without_the_embedded_wheels_the_app_falls_back_with_a_note(monkeypatch):
+    from components import context
 
-    out = list(frames(ctx, request(ctx)))
+    monkeypatch.setattr(context, "_has_embedded_generator", lambda: False)
+    monkeypatch.setattr(context, "_has_embedder", lambda: False)
+    c = context.AppContext.from_env({"SYSTEM": "spaces"})
+    assert c.default_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert c.default_reward == "confidence" and "preference" not in {k for _, k in c.rewards}
+    assert any("Hub" in n for n in c.notes) and any("confidence" in n for n in c.notes)
+    big = context.AppContext.from_env({"SPECREJ_MODEL": "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+                                       "SPECREJ_REWARD": "hf:Skywork/Skywork-Reward-V2-Qwen3-0.6B"})
+    assert big.resolve(big.default_model, big.default_reward, "") == (
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct", "hf:Skywork/Skywork-Reward-V2-Qwen3-0.6B")
+
+
+@pytest.fixture(scope="module")
+def raced(ctx):
+    """Every frame of one small race, streamed without a server."""
+    from components.stream import frames
+
+    return list(frames(ctx, request(ctx)))
+
+
+def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
+    from components import charts, panels
+    from components.stream import KEEP
+
+    out = raced
     assert len(out) >= 3
     first, last = out[0], out[-1]
     assert "Starting" in first.status
@@ -101,6 +124,19 @@ def test_bad_input_gives_a_message_and_starts_nothing(ctx):
     assert not ctx.active
 
 
+def test_the_deployment_limits_apply(ctx):
+    import dataclasses
+
+    from components.stream import frames
+    from specrej.limits import Limits
+
+    out = list(frames(ctx, request(ctx, n=ctx.limits.max_n + 1)))
+    assert len(out) == 1 and "SPECREJ_MAX_N" in out[0].status
+    capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=0), active=set())
+    out = list(frames(capped, request(capped)))
+    assert "SPECREJ_MAX_RUN_SECONDS" in out[-1].status and not capped.active
+
+
 def test_an_unexpected_error_is_shown_not_raised(ctx):
     from components.stream import frames
 
@@ -110,6 +146,26 @@ def test_an_unexpected_error_is_shown_not_raised(ctx):
 
     out = list(frames(ctx, request(ctx), events_fn=broken))
     assert "went wrong" in out[-1].status and "boom" in out[-1].status
+
+
+def test_switching_the_compute_axis_rerenders_from_the_session_view(raced):
+    import app
+
+    view = raced[-1].view
+    plot = app.rerender_race(view, "tokens")
+    fig = json.loads(plot.plot)
+    assert "tokens" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "tokens"
+    assert app.rerender_race(None, "flops") is not None  # nothing to redraw: a skip, not an error
+
+
+def test_app_imports_without_loading_models_and_gpu_is_a_noop_here():
+    import app
+    from components import gpu
+
+    assert "demo" not in vars(app) or gpu.ZERO_GPU  # app.demo is built on first access
+    if not gpu.HAS_SPACES:
+        f = lambda: 1  # noqa: E731
+        assert gpu.GPU(f) is f and gpu.GPU(duration=30)(f) is f
 
 
 # ---------------------------------------------------------------- the app through gradio_client
@@ -211,7 +267,7 @@ def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx):
     # the same) and calls the /stop listener, which says so in the status line.
     t_stop = time.monotonic()
     job.cancel()
-    assert "Stopped" in client.predict(api_name="/stop")
+    assert "Stopped" in text(client.predict(api_name="/stop"))
     while (ctx.active or not job.done()) and time.monotonic() - t_stop < 10:
         time.sleep(0.05)
     assert not ctx.active, "the race was not closed (memory not freed)"

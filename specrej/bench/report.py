@@ -111,8 +111,10 @@ def write_png(agg: dict, title: str, path: Path) -> bool:
     for ax, key, label in ((axes[0], "relative_flops", "FLOPs"), (axes[1], "relative_wall", "wall time")):
         xs, ys = [b[key] for b in agg["bon"]], [b["improvement_score"] for b in agg["bon"]]
         ax.plot(xs, ys, "o-", color="#1f77b4", label="Best-of-N")
-        for b, x, y in zip(agg["bon"], xs, ys):
-            ax.annotate(f"N={b['n']}", (x, y), textcoords="offset points", xytext=(-6, 6), ha="right", fontsize=8)
+        for i, (b, x, y) in enumerate(zip(agg["bon"], xs, ys)):
+            first = i == 0   # the leftmost label goes right of its point, inside the axes
+            ax.annotate(f"N={b['n']}", (x, y), textcoords="offset points", xytext=(6, 2) if first else (-6, 6),
+                        ha="left" if first else "right", fontsize=8)
         sx, sy = [s[key] for s in agg["sr"]], [s["improvement_score"] for s in agg["sr"]]
         ax.plot(sx, sy, "*", color="#d62728", markersize=13, label="Speculative Rejection")
         for s, x, y in zip(agg["sr"], sx, sy):

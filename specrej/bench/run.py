@@ -13,7 +13,7 @@ from pathlib import Path
 MODES = {
     # finishes in a few minutes on a 2-core CPU with the embedded models
     "quick": dict(prompts="quick", ns=[4, 8, 16, 32], alphas=[0.5, 0.8], max_new_tokens=48,
-                  engine_rows=16, engine_length=32, sweep=[1, 8, 32, 128], repeats=1),
+                  engine_rows=32, engine_length=32, sweep=[1, 8, 32, 128], repeats=2),
     # for bigger machines (a GPU, where the budget comes from free memory)
     "full": dict(prompts="default", ns=[4, 8, 16, 32, 64, 128], alphas=[0.5, 0.75, 0.9], max_new_tokens=128,
                  engine_rows=64, engine_length=128, sweep=[1, 8, 32, 128, 512], repeats=2),
