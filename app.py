@@ -14,14 +14,18 @@ import gradio as gr
 
 from components import charts, ui
 from components.context import PREFERENCE, AppContext
-from components.stream import RunRequest, frames
+from components.stream import RunRequest, frames, race_events
 
 TITLE = "Speculative Rejection vs Best-of-N"
 THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")
 
 
-def build_demo(ctx: AppContext | None = None) -> gr.Blocks:
-    """The whole app for one context; the queue is set, nothing is launched."""
+def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Blocks:
+    """The whole app for one context; the queue is set, nothing is launched.
+
+    ``events_fn`` (tests only: fault injection) replaces the function that runs the race; it is
+    never reachable from a request. The queue holds at most ``ctx.max_queue`` waiting runs
+    (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again"."""
     ctx = ctx or AppContext.from_env()
     with gr.Blocks(title=TITLE, delete_cache=(3600, 3600)) as demo:
         page = ui.build_page(ctx)
@@ -32,7 +36,7 @@ def build_demo(ctx: AppContext | None = None) -> gr.Blocks:
             """Race Speculative Rejection against Best-of-N on one prompt; streams both arms."""
             request = RunRequest(prompt, model, reward, preference, n, alpha, budget, decision, interval,
                                  max_new_tokens, temperature, top_p, seed, x_axis)
-            for frame in frames(ctx, request):
+            for frame in frames(ctx, request, events_fn=events_fn):
                 yield page.updates(frame)
 
         race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",

@@ -16,6 +16,8 @@ Environment:
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 20)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
                        (``specrej.limits``): slider ranges, per-run checks, a run-time cap
+  SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
+                       written (atomically: a temp file in that folder, then a rename); unset: none
 """
 from __future__ import annotations
 
@@ -42,9 +44,11 @@ REWARD_LABELS = {
 }
 
 
-def get_models(model_spec: str, reward_spec: str):
-    """(generator, reward) for resolved specs; loaded once per process by the library."""
-    return load_generator(model_spec), load_reward(reward_spec)
+def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = False):
+    """(generator, reward) for resolved specs; loaded once per process by the library.
+    ``trust_remote_code`` is True only where the operator set SPECREJ_ALLOW_REMOTE_CODE=1."""
+    return (load_generator(model_spec, trust_remote_code=trust_remote_code),
+            load_reward(reward_spec, trust_remote_code=trust_remote_code))
 
 
 def model_label(spec: str) -> str:
@@ -92,6 +96,7 @@ class AppContext:
     progress_every: int = 1          # decoding steps between Progress events: bounds Stop's latency
     min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
+    archive_dir: str | None = None    # SPECREJ_TRACE_DIR: the operator's copy of every trace (never pruned)
     active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)
     limits: Limits = field(default_factory=Limits)
     policy: ModelPolicy = field(default_factory=ModelPolicy)
@@ -136,6 +141,7 @@ class AppContext:
                   default_preference=preference, notes=tuple(notes),
                   concurrency=_env_int(env, "SPECREJ_CONCURRENCY", 2 if on_gpu else 1),
                   max_queue=_env_int(env, "SPECREJ_MAX_QUEUE", 20),
+                  archive_dir=env.get("SPECREJ_TRACE_DIR", "").strip() or None,
                   limits=Limits.from_env(env), policy=ModelPolicy.from_env(env, offered=offered))
         kw.update(overrides)
         return cls(**kw)

@@ -12,7 +12,7 @@ import dataclasses
 from specrej import Candidate
 from specrej.metrics import spearman, speedup
 
-from .theme import ARM_NAMES, fmt_flops, fmt_ratio, fmt_s, fmt_score, snippet
+from .theme import ARM_NAMES, fmt_flops, fmt_ratio, fmt_s, fmt_score, md_escape, snippet
 from .view import ArmView, RunView
 
 TABLE_HEADERS = ["id", "Spec. Rejection", "round pruned", "partial / final score (SR)", "tokens (SR)",
@@ -40,19 +40,21 @@ def _arm_status(arm: ArmView) -> str:
 def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
     if view is None:
         return "Press **Run** to start the race."
+    note = f"\n\n*{md_escape(view.note)}*" if view.note else ""
     if view.state == "error":
-        return error_markdown(view.message)
+        return error_markdown(view.message) + note
     if view.state == "stopped":
         return "**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again."
     if starting:
-        return "**Starting:** loading the models and prefilling the prompt…"
+        return "**Starting:** loading the models and prefilling the prompt…" + note
     sr, bon = view.arms["sr"], view.arms["bon"]
     head = f"**Done** in {fmt_s(view.elapsed())}" if view.state == "done" else f"**Racing** · {fmt_s(view.elapsed())}"
-    return f"{head} · {_arm_status(sr)} · {_arm_status(bon)}"
+    return f"{head} · {_arm_status(sr)} · {_arm_status(bon)}{note}"
 
 
 def error_markdown(message: str) -> str:
-    return f"**Can't run:** {message}"
+    """The message as plain text: it may quote what the user typed (escaped, never markup)."""
+    return f"**Can't run:** {md_escape(str(message))}"
 
 
 # ---------------------------------------------------------------- leaders

@@ -7,6 +7,7 @@ carry a circle, leaders a star, the threshold is dashed.
 from __future__ import annotations
 
 import html
+import re
 
 ARM_NAMES = {"sr": "Speculative Rejection", "bon": "Best-of-N"}
 ARM_COLOURS = {"sr": "#D55E00", "bon": "#0072B2"}   # vermillion, blue
@@ -55,3 +56,14 @@ def snippet(text: str, limit: int = 90, *, tail: bool = False) -> str:
 def hover_text(text: str, limit: int = 90) -> str:
     """A snippet safe inside a plotly hover label (which reads a little HTML)."""
     return html.escape(snippet(text, limit), quote=False)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*\[\]()!#|~{}+]|(?<!\w)_|_(?!\w)|^[-=>]|(?<=\n)[-=>])")
+
+
+def md_escape(text: str) -> str:
+    """Text shown as itself inside Markdown: HTML escaped (``<script>`` stays text), Markdown
+    punctuation backslash-escaped (no links, images or emphasis), control characters dropped."""
+    text = "".join(ch for ch in str(text) if ch in "\n\t" or ch.isprintable() or ord(ch) > 0x9f)
+    text = html.escape(text, quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", text)

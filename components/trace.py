@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,8 +15,51 @@ FORMAT = "specrej-trace/1"
 KEEP_S = 3600  # traces older than this are removed from the app's folder
 
 
+STATES = {"done": "finished", "error": "failed", "stopped": "stopped", "running": "running"}
+
+
 def trace_dict(view: RunView) -> dict:
-    return {"format": FORMAT, **summary_dict(view), "events": view.trace}
+    """``state`` is finished, failed or stopped; ``message`` says why a run failed."""
+    out = {"format": FORMAT, **summary_dict(view), "events": view.trace}
+    out["state"] = STATES.get(view.state, view.state)
+    out["message"] = view.message
+    out["note"] = view.note
+    out["run_id"] = view.run_id
+    return out
+
+
+def trace_name(view: RunView) -> str:
+    """From server-side data only (a timestamp and the run's random id), never the prompt."""
+    return f"specrej-trace-{time.strftime('%Y%m%d-%H%M%S')}-{view.run_id}.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """A temp file in the same folder, flushed, then renamed over ``path``: readers never see
+    a partial trace."""
+    fd, tmp = tempfile.mkstemp(prefix=".specrej-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_traces(view: RunView, folder: str | Path, archive: str | Path | None = None) -> str:
+    """The download copy under ``folder`` (pruned after an hour) and, if the operator set one,
+    a kept copy under ``archive``; returns the download copy's path."""
+    path = write_trace(view, folder)
+    if archive:
+        dest = Path(archive)
+        dest.mkdir(parents=True, exist_ok=True)
+        write_atomic(dest / Path(path).name, Path(path).read_text(encoding="utf-8"))
+    return path
 
 
 def write_trace(view: RunView, folder: str | Path) -> str:
@@ -29,8 +73,6 @@ def write_trace(view: RunView, folder: str | Path) -> str:
                 old.unlink()
         except OSError:
             pass
-    path = folder / f"specrej-trace-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{id(view) % 10**6}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(trace_dict(view), ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    path = folder / trace_name(view)
+    write_atomic(path, json.dumps(trace_dict(view), ensure_ascii=False))
     return str(path)

@@ -8,6 +8,7 @@ curve against compute, and the JSON trace of the run.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from specrej import Candidate, Finished, Ledger, Progress, Round, RunConfig, to_dict
@@ -90,6 +91,8 @@ class RunView:
     state: str = "running"           # running | done | stopped | error
     message: str = ""
     trace_path: str | None = None
+    note: str = ""                   # e.g. "retried with a smaller budget": shown on the status line
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # server-side: names the trace file
 
     @property
     def done(self) -> bool:

