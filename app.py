@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from components import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imported before torch
 
+import time
+
 import gradio as gr
 
 from components import charts, ui
@@ -65,6 +67,9 @@ def waiting():
 
 
 def stopped():
+    # The run's last frame may still be on its way to the browser; let it land first so that it
+    # cannot overwrite this message (seen under load).
+    time.sleep(0.5)
     return gr.Markdown("**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again.",
                        elem_classes=["status-live"])
 
