@@ -162,8 +162,8 @@ def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, o
 
     Speed trick (CPU only): for a plain head, the vocab projection is computed as ``W @ h.T``
     instead of ``F.linear(h, W)``. Same math; with few rows and a large vocabulary (49152 x 576
-    for SmolLM2) oneDNN's skinny-GEMM path for ``h @ W.T`` measured ~2.5x slower here, and the
-    head was a quarter of a decoding step.
+    for SmolLM2) oneDNN's skinny-GEMM path for ``h @ W.T`` measured ~2.5x slower in isolation; a
+    whole 32-row decoding step measured ~8% faster (identical tokens).
     """
     model = lm.model
     head = model.get_output_embeddings()
