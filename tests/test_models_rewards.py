@@ -118,3 +118,20 @@ def test_unknown_reward_specs(spec):
 def test_empty_preference_text_is_refused():
     with pytest.raises(RewardError, match="preference text is empty"):
         load_reward("preference", preference="   ")
+
+
+def test_without_the_wheel_the_embedder_comes_from_the_hub(monkeypatch):
+    from specrej import rewards
+
+    monkeypatch.setattr(rewards, "wheel_folder", lambda name: None)
+    monkeypatch.delenv("SPECREJ_EMBEDDER", raising=False)
+    tried = []
+
+    def offline(self, source):
+        tried.append(source)
+        raise OSError("offline")
+
+    monkeypatch.setattr(rewards._Embedder, "__init__", offline)
+    with pytest.raises(RewardError, match="requirements-embedded.txt"):
+        rewards._Embedder.get()
+    assert tried == [rewards.EMBEDDER_HUB_ID]
