@@ -28,7 +28,7 @@ from specrej.limits import PolicyError, smaller_budget
 from . import charts, panels
 from .context import PREFERENCE, REWARD_LABELS, AppContext, get_models, model_label
 from .gpu import GPU
-from .trace import write_trace, write_traces
+from .trace import write_traces
 from .view import RunView
 
 log = logging.getLogger("specrej.app")

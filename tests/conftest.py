@@ -8,6 +8,7 @@ tokenizer. Both are saved with ``save_pretrained`` and loaded back the hub way
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -93,3 +94,14 @@ def length_reward():
     from specrej import CallableReward
 
     return CallableReward(lambda prompt, rs: [len(set(r)) + 0.01 * len(r) for r in rs], name="variety")
+
+
+def launch_local(demo) -> str:
+    """Launch an app (``app.build_demo``) in-process on a free loopback port; return its URL."""
+    import app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    return url

@@ -7,10 +7,10 @@ under a minute on two shared CPU cores; every wait is bounded.
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
+from conftest import launch_local
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -23,12 +23,6 @@ PROMPT = "Give me three tips for staying healthy."
 # model's ~40-token prompt overflow a 420-slot budget after a few tokens.
 SMALL = dict(n=8, alpha=0.5, budget=420, decision="budget", interval=16, max_new_tokens=24,
              temperature=0.9, top_p=0.95, seed=3)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -177,8 +171,7 @@ def served(ctx):
     from gradio_client import Client
 
     demo = app.build_demo(ctx)
-    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
-                           quiet=True)
+    url = launch_local(demo)
     client = Client(url, verbose=False, analytics_enabled=False)
     yield demo, client, url
     client.close() if hasattr(client, "close") else None

@@ -9,12 +9,12 @@ and at the end (how ``assets/screenshot.png`` was made, on the embedded models).
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import launch_local
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
@@ -28,12 +28,6 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     import app
@@ -43,8 +37,7 @@ def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     ctx = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")))
     ctx.warm()
     demo = app.build_demo(ctx)
-    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
-                           quiet=True)
+    url = launch_local(demo)
     yield url, ctx
     demo.close()
 

@@ -13,12 +13,12 @@ import gc
 import json
 import math
 import os
-import socket
 import threading
 import time
 import weakref
 
 import pytest
+from conftest import launch_local
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -34,12 +34,6 @@ TINY = dict(n=4, alpha=0.5, budget=0, decision="budget", interval=16, max_new_to
 DECIDING = dict(n=8, alpha=0.5, budget=420, decision="budget", interval=16, max_new_tokens=24,
                 temperature=0.9, top_p=0.95, seed=3)
 FIGURES: dict = {"inputs_fuzzed_in_process": 0, "inputs_fuzzed_http": 0, "faults_injected": 0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb() -> float:
@@ -398,8 +392,7 @@ def served(ctx):
     from gradio_client import Client
 
     demo = app.build_demo(ctx)
-    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
-                           quiet=True)
+    url = launch_local(demo)
     client = Client(url, verbose=False, analytics_enabled=False)
     yield demo, client, url
     demo.close()
@@ -504,8 +497,7 @@ def test_a_full_queue_says_busy_try_again(ctx):
 
     busy = dataclasses.replace(ctx, concurrency=1, max_queue=1, active=set())
     demo = app.build_demo(busy, events_fn=slow)
-    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
-                           quiet=True)
+    url = launch_local(demo)
     try:
         client = Client(url, verbose=False, analytics_enabled=False)
         running = client.submit(**api_kwargs(ctx), api_name="/run")
