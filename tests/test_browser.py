@@ -97,7 +97,13 @@ def test_stop_in_a_real_browser_and_run_again(browser, app_url):
     page.click("#run")
     page.wait_for_function("document.querySelector('#status').innerText.includes('Racing')")
     page.click("#stop")
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')")
+    try:
+        page.wait_for_function("document.querySelector('#status').textContent.includes('Stopped')", timeout=30_000)
+    except Exception:
+        shown = page.evaluate("[document.querySelector('#status').innerText, "
+                              "document.querySelector('#status').textContent]")
+        page.screenshot(path=str(ARTIFACTS / "stop-failed.png"), full_page=True)
+        raise AssertionError(f"no 'Stopped' after Stop; status shows {shown!r} (screenshot stop-failed.png)")
     t0 = time.monotonic()
     while ctx.active and time.monotonic() - t0 < 10:
         time.sleep(0.05)
