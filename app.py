@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from components import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imported before torch
 
-import time
-
 import gradio as gr
 
 from components import charts, ui
@@ -49,7 +47,10 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Bl
             .then(api_name="run", **race)
         on_enter = c.prompt.submit(waiting, None, [a.status], queue=False, api_visibility="private") \
             .then(api_visibility="private", **race)
-        c.stop.click(stopped, None, [a.status], cancels=[on_run, on_enter], queue=False, api_name="stop")
+        # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
+        # already in flight can land after the first message (seen in the browser test).
+        c.stop.click(stopped, None, [a.status], cancels=[on_run, on_enter], queue=False, api_name="stop") \
+            .then(stopped, None, [a.status], queue=False, api_visibility="private")
 
         c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,
                         queue=False, api_visibility="private")
@@ -67,9 +68,6 @@ def waiting():
 
 
 def stopped():
-    # The run's last frame may still be on its way to the browser; let it land first so that it
-    # cannot overwrite this message (seen under load).
-    time.sleep(0.5)
     return gr.Markdown("**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again.",
                        elem_classes=["status-live"])
 
