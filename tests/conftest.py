@@ -53,32 +53,28 @@ def _llama_config(tok, **extra):
                        pad_token_id=tok.pad_token_id, **extra)
 
 
-@pytest.fixture(scope="session")
-def tiny_lm_dir(tmp_path_factory):
+def _save_tiny(tmp_path_factory, name: str, model_cls: str, seed: int, **config) -> str:
+    """Build a randomly initialised tiny model of ``model_cls`` and save it hub-style under a temp folder."""
     import torch
-    from transformers import LlamaForCausalLM
+    import transformers
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     tok = build_tokenizer()
-    model = LlamaForCausalLM(_llama_config(tok))
-    path = tmp_path_factory.mktemp("tiny-lm")
+    model = getattr(transformers, model_cls)(_llama_config(tok, **config))
+    path = tmp_path_factory.mktemp(name)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory):
+    return _save_tiny(tmp_path_factory, "tiny-lm", "LlamaForCausalLM", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_reward_dir(tmp_path_factory):
-    import torch
-    from transformers import LlamaForSequenceClassification
-
-    torch.manual_seed(1)
-    tok = build_tokenizer()
-    model = LlamaForSequenceClassification(_llama_config(tok, num_labels=1))
-    path = tmp_path_factory.mktemp("tiny-reward")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return _save_tiny(tmp_path_factory, "tiny-reward", "LlamaForSequenceClassification", seed=1, num_labels=1)
 
 
 @pytest.fixture(scope="session")
@@ -105,3 +101,36 @@ def launch_local(demo) -> str:
         port = s.getsockname()[1]
     _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     return url
+
+
+def tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, **env):
+    """An AppContext offering the tiny models (plus any extra environment), warmed up."""
+    from components.context import AppContext
+
+    env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}", **env}
+    c = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.0,
+                            concurrency=2)
+    c.warm()
+    return c
+
+
+def run_request(ctx, settings: dict, **overrides):
+    """A RunRequest for the context's default model and reward with these settings (prompt included)."""
+    from components.stream import RunRequest
+
+    kw = dict(model=ctx.default_model, reward=ctx.default_reward, preference="", **settings)
+    kw.update(overrides)
+    return RunRequest(**kw)
+
+
+def serve(ctx):
+    """Yield (demo, gradio_client.Client, url) for the app on ``ctx``, served on loopback; close after."""
+    import app
+    from gradio_client import Client
+
+    demo = app.build_demo(ctx)
+    url = launch_local(demo)
+    try:
+        yield demo, Client(url, verbose=False, analytics_enabled=False), url
+    finally:
+        demo.close()

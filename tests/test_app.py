@@ -6,11 +6,12 @@ under a minute on two shared CPU cores; every wait is bounded.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import pytest
-from conftest import launch_local
+from conftest import run_request, serve, tiny_app_context
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -27,21 +28,11 @@ SMALL = dict(n=8, alpha=0.5, budget=420, decision="budget", interval=16, max_new
 
 @pytest.fixture(scope="module")
 def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
-    from components.context import AppContext
-
-    env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}"}
-    c = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.0,
-                            concurrency=2)
-    c.warm()
-    return c
+    return tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory)
 
 
 def request(ctx, **overrides):
-    from components.stream import RunRequest
-
-    kw = dict(prompt=PROMPT, model=ctx.default_model, reward=ctx.default_reward, preference="", **SMALL)
-    kw.update(overrides)
-    return RunRequest(**kw)
+    return run_request(ctx, dict(prompt=PROMPT, **SMALL), **overrides)
 
 
 # ---------------------------------------------------------------- pure functions, no server
@@ -167,22 +158,12 @@ def test_app_imports_without_loading_models_and_gpu_is_a_noop_here():
 
 @pytest.fixture(scope="module")
 def served(ctx):
-    import app
-    from gradio_client import Client
-
-    demo = app.build_demo(ctx)
-    url = launch_local(demo)
-    client = Client(url, verbose=False, analytics_enabled=False)
-    yield demo, client, url
-    client.close() if hasattr(client, "close") else None
-    demo.close()
+    yield from serve(ctx)
 
 
 def api_kwargs(ctx, **overrides):
-    kw = dict(prompt=PROMPT, model=ctx.default_model, reward=ctx.default_reward, preference="", x_axis="flops",
-              **SMALL)
-    kw.update(overrides)
-    return kw
+    """The /run endpoint's keyword arguments."""
+    return dataclasses.asdict(request(ctx, **overrides))
 
 
 def n_points(plot) -> int:

@@ -18,7 +18,7 @@ import time
 import weakref
 
 import pytest
-from conftest import launch_local
+from conftest import launch_local, run_request, serve, tiny_app_context
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -50,22 +50,12 @@ def report_figures():
 
 @pytest.fixture(scope="module")
 def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
-    from components.context import AppContext
-
-    env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}",
-           "SPECREJ_TRACE_DIR": str(tmp_path_factory.mktemp("archive"))}
-    c = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.0,
-                            concurrency=2)
-    c.warm()
-    return c
+    return tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory,
+                            SPECREJ_TRACE_DIR=str(tmp_path_factory.mktemp("archive")))
 
 
 def request(ctx, **overrides):
-    from components.stream import RunRequest
-
-    kw = dict(prompt=PROMPT, model=ctx.default_model, reward=ctx.default_reward, preference="", **TINY)
-    kw.update(overrides)
-    return RunRequest(**kw)
+    return run_request(ctx, dict(prompt=PROMPT, **TINY), **overrides)
 
 
 @pytest.fixture
@@ -388,21 +378,12 @@ def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, rew
 
 @pytest.fixture(scope="module")
 def served(ctx):
-    import app
-    from gradio_client import Client
-
-    demo = app.build_demo(ctx)
-    url = launch_local(demo)
-    client = Client(url, verbose=False, analytics_enabled=False)
-    yield demo, client, url
-    demo.close()
+    yield from serve(ctx)
 
 
 def api_kwargs(ctx, **overrides):
-    kw = dict(prompt=PROMPT, model=ctx.default_model, reward=ctx.default_reward, preference="", x_axis="flops",
-              **TINY)
-    kw.update(overrides)
-    return kw
+    """The /run endpoint's keyword arguments."""
+    return dataclasses.asdict(request(ctx, **overrides))
 
 
 def text(value) -> str:
