@@ -278,10 +278,13 @@ def run_to_completion(events: Iterator[Event]) -> Finished:
     return last
 
 
-def race(streams: dict[str, Iterator[Event]]) -> Iterator[Event]:
+def race(streams: dict[str, Iterator[Event]],
+         referee: Callable[[Event], list[Event]] | None = None) -> Iterator[Event]:
     """Interleave arms so they advance at equal compute: step whichever has spent fewer FLOPs.
 
-    Closing the race closes every arm (and so frees their memory)."""
+    ``referee`` (e.g. ``match.StopWhenMatched``) sees every event and returns the events to
+    yield in its place; a ``Finished`` it returns for another arm still running ends that arm
+    there. Closing the race closes every arm (and so frees their memory)."""
     spent = {name: 0.0 for name in streams}
     alive = dict(streams)
     try:
@@ -293,7 +296,10 @@ def race(streams: dict[str, Iterator[Event]]) -> Iterator[Event]:
                 del alive[name]
                 continue
             spent[name] = event.ledger.flops
-            yield event
+            for out in (referee(event) if referee else (event,)):
+                if isinstance(out, Finished) and out is not event and out.arm in alive:
+                    alive.pop(out.arm).close()   # the referee ended this arm: free its memory now
+                yield out
     finally:
         for it in streams.values():
             it.close()

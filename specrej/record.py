@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .events import Candidate, Event, Finished, Ledger, Progress, Round
+from .events import Candidate, Event, Finished, Ledger, Match, Progress, Round
 
 VERSION = 1
 DIGITS = 5
@@ -142,6 +142,11 @@ class Recorder:
             if ev.winner != last.get(ev.winner.id):
                 raise ValueError("Finished.winner differs from its candidate entry; cannot encode it by id.")
             out.update(w=ev.winner.id, rounds=ev.rounds)
+            if ev.match is not None:
+                m = ev.match
+                out["m"] = {"c": m.challenger, "t": _r(m.target), "ok": m.matched, "n": m.finished,
+                            "l": {k: (_r(v) if isinstance(v, float) else v)
+                                  for k, v in dataclasses.asdict(m.ledger).items()}}
         self.events.append(out)
 
     def recording(self, meta: dict) -> Recording:
@@ -193,7 +198,9 @@ def decode(rec: Recording) -> Iterator[tuple[float, Event]]:
             elif e["e"] == "r":
                 ev = Round(e["arm"], e["i"], e["pos"], cands, e["th"], e["k"], e["p"], e["fo"], led)
             else:
-                ev = Finished(e["arm"], last[e["w"]], cands, e["rounds"], led)
+                m = e.get("m")
+                match = Match(m["c"], m["t"], m["ok"], _ledger(m["l"]), m["n"]) if m else None
+                ev = Finished(e["arm"], last[e["w"]], cands, e["rounds"], led, match)
             yield float(e["t"]), ev
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise RecordingError(f"the recording is damaged ({type(err).__name__}: {err}).") from err
