@@ -59,3 +59,14 @@ def test_step_model_interpolates_in_rows():
     assert m(1) == 0.01 and m(5) == pytest.approx(0.03) and m(20) == 0.05
     assert StepModel.from_passes([{"rows": 4, "step_s": 0.2}, {"rows": 4, "step_s": 0.1},
                                   {"rows": 1, "step_s": 0.05}]).points == ((1, 0.05), (4, 0.1))
+
+
+def test_table_and_figure(tiny_lm, records, tmp_path):
+    from specrej.bench.report import paper_png, paper_table
+
+    recs, model = records
+    agg = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model)
+    meta = {"prompt_set": "t", "model": "tiny", "reward": "variety", "max_new_tokens": 24, "budget": 1, "seed": 2}
+    text = paper_table(agg, meta)
+    assert "Best-of-16" in text and "SR a=0.5 T=4" in text and "MODELLED" in text
+    assert paper_png(agg, "t", tmp_path / "f.png") and (tmp_path / "f.png").stat().st_size > 10_000

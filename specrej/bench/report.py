@@ -129,3 +129,92 @@ def write_png(agg: dict, title: str, path: Path) -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+# ---------------------------------------------------------------------------------- the paper's protocol
+PAPER_MEASURES = (("steps", "decode steps"), ("flops", "FLOPs"), ("wall", "wall time"))
+
+
+def paper_table(agg: dict, meta: dict) -> str:
+    """The protocol's table: the Best-of-N curve at powers of two, then each Speculative Rejection point."""
+    n_ref = agg["n_ref"]
+    lines = [
+        f"Paper protocol: {agg['prompts']} prompts ({meta['prompt_set']}), generator {meta['model']}, reward "
+        f"{meta['reward']}, {meta['max_new_tokens']} new tokens, budget {meta['budget']} KV slots, seed {meta['seed']}",
+        f"Reference: Best-of-{n_ref} under the same budget. Best-of-k for every k is the expected best of k random "
+        f"candidates (order statistics over one coupled Best-of-{n_ref} run), with its expected compute in passes "
+        "of the rows that fit at full length.",
+        "Best-of-N wall time is MODELLED from step times measured at the budgeted batch "
+        f"({_step_model_text(agg)}); Speculative Rejection's is measured.",
+        "",
+        f"{'method':<22}{'improv':>7}{'rel steps':>10}{'rel FLOPs':>10}{'rel wall':>9}"
+        f"{'x steps':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}{'rounds':>7}",
+    ]
+    for b in agg["bon"]:
+        if b["k"] & (b["k"] - 1) == 0 or b["k"] == n_ref:
+            lines.append(f"{'Best-of-%d' % b['k']:<22}{b['improvement']:>7.1f}{b['rel_steps']:>10.3f}"
+                         f"{b['rel_flops']:>10.3f}{_num(b.get('rel_wall')):>9}")
+    for s in agg["sr"]:
+        name = f"SR a={s['alpha']:g} T={s['first_decision']} (N~{s['n']:.0f})"
+        lines.append(f"{name:<22}{s['improvement']:>7.1f}{s['rel_steps']:>10.3f}{s['rel_flops']:>10.3f}"
+                     f"{_num(s.get('rel_wall')):>9}{_speed(s.get('speedup_steps')):>9}"
+                     f"{_speed(s.get('speedup_flops')):>9}{_speed(s.get('speedup_wall')):>9}"
+                     f"{s['kept_bon_winner']:>9.0%}{s['mean_rounds']:>7.1f}")
+    lines += ["", "x = speed-up at equal improvement score: the compute Best-of-N needs for SR's score (log-interpolated "
+              "on its curve) over SR's; '>=' = SR beat Best-of-%d (a lower bound)." % n_ref,
+              "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
+              "FLOPs track total work; CPU wall time sits between. Wall-time ratios depend on the machine's load.",
+              "Spearman of partial vs final reward at each decision (mean over prompts):"]
+    for s in agg["sr"]:
+        parts = [f"d{d['decision']}@{d['mean_position']:.0f}tok: " +
+                 (f"{d['mean_spearman']:.2f}" if d["mean_spearman"] is not None else "-")
+                 for d in s["rank_correlation"]]
+        lines.append(f"  a={s['alpha']:g} T={s['first_decision']}: " + ("  ".join(parts) or "no decision"))
+    return "\n".join(lines)
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _step_model_text(agg: dict) -> str:
+    pts = agg.get("step_model") or []
+    return ", ".join(f"{r} rows {s * 1e3:.0f} ms/step" for r, s in pts) or "no step model"
+
+
+def paper_png(agg: dict, title: str, path: Path) -> bool:
+    """The paper's figure: improvement score against compute relative to Best-of-N_ref, log x, one panel
+    per measure; the Best-of-N curve and Speculative Rejection's points. False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    measures = [(m, label) for m, label in PAPER_MEASURES if agg["bon"][0].get(f"rel_{m}") is not None]
+    fig, axes = plt.subplots(1, len(measures), figsize=(5.2 * len(measures), 4.6), squeeze=False)
+    for ax, (m, label) in zip(axes[0], measures):
+        xs, ys = [b[f"rel_{m}"] for b in agg["bon"]], [b["improvement"] for b in agg["bon"]]
+        ax.plot(xs, ys, "-", color="#0072B2", label="Best-of-N (order statistics)")
+        marks = [b for b in agg["bon"] if b["k"] & (b["k"] - 1) == 0 or b["k"] == agg["n_ref"]]
+        ax.plot([b[f"rel_{m}"] for b in marks], [b["improvement"] for b in marks], "o", color="#0072B2")
+        for b in marks:
+            ax.annotate(f"{b['k']}", (b[f"rel_{m}"], b["improvement"]), textcoords="offset points",
+                        xytext=(-4, 5), ha="right", fontsize=7, color="#0072B2")
+        for s in agg["sr"]:
+            x = s[f"rel_{m}"]
+            ax.plot([x], [s["improvement"]], "*", color="#D55E00", markersize=12)
+            sp = s.get(f"speedup_{m}")
+            tag = f"α={s['alpha']:g},T={s['first_decision']}" + (f"\n{_speed(sp)}" if sp else "")
+            ax.annotate(tag, (x, s["improvement"]), textcoords="offset points", xytext=(6, -12), fontsize=7)
+        ax.plot([], [], "*", color="#D55E00", markersize=12, label="Speculative Rejection")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{label} relative to Best-of-{agg['n_ref']}" + (" (BoN modelled)" if m == "wall" else ""))
+        ax.set_ylabel("improvement score")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
