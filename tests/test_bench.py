@@ -137,9 +137,9 @@ def prompt_file(tmp_path_factory):
 
 
 def _tiny_args(tiny_lm_dir, tiny_reward_dir, prompt_file, out):
-    # budget 380: 8 rows fill it after a handful of tokens, so Speculative Rejection decides
-    return ["--model", tiny_lm_dir, "--reward", tiny_reward_dir, "--prompts", prompt_file, "--ns", "2,4,8",
-            "--alphas", "0.5,0.75", "--max-new-tokens", "12", "--budget", "380", "--out", str(out)]
+    # budget 380: a handful of rows fill it after a few tokens, so Speculative Rejection decides
+    return ["--model", tiny_lm_dir, "--reward", tiny_reward_dir, "--prompts", prompt_file, "--n-ref", "8",
+            "--points", "0.5@4,0.75@4", "--max-new-tokens", "12", "--budget", "380", "--out", str(out)]
 
 
 def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_file, tmp_path, capsys):
@@ -148,27 +148,41 @@ def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_fi
         "--sweep", "1,4", "--repeats", "1"]
     result = main(args)
     printed = capsys.readouterr().out
-    assert "Best-of-8 (ref)" in printed and "SR alpha=0.5" in printed and "engine / generate" in printed
+    assert "Best-of-8" in printed and "SR a=0.5 T=4" in printed and "engine / generate" in printed
     saved = json.loads((tmp_path / "bench.json").read_text())
-    assert saved["efficiency"] == json.loads(json.dumps(result["efficiency"]))
-    assert (tmp_path / "bench.html").stat().st_size > 10_000
+    assert saved["protocol"] == json.loads(json.dumps(result["protocol"]))
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"  # matplotlib is in requirements.txt
 
-    eff = result["efficiency"]
-    assert [b["n"] for b in eff["bon"]] == [2, 4, 8] and eff["bon"][-1]["improvement_score"] == pytest.approx(100)
-    assert [b["relative_flops"] for b in eff["bon"]] == sorted(b["relative_flops"] for b in eff["bon"])
+    # the summary: one row per method, the columns
+    assert [r["method"] for r in saved["summary"]] == ["bon", "sr", "sr"]
+    for row in saved["summary"]:
+        assert {"method", "alpha", "first_decision", "improvement", "rel_flops", "rel_wall", "speedup_flops",
+                "speedup_steps", "speedup_wall"} <= set(row)
+    assert [r["alpha"] for r in saved["summary"][1:]] == [0.5, 0.75]
+    proto = result["protocol"]
+    assert proto["bon"][-1]["k"] == 8 and proto["bon"][-1]["improvement"] == pytest.approx(100)
+    steps = [b["rel_steps"] for b in proto["bon"]]
+    assert all(b >= a - 1e-9 for a, b in zip(steps, steps[1:]))   # more candidates never take fewer steps
+    assert proto["step_model"] and all(s > 0 for _, s in proto["step_model"])
     for rec in result["prompts"]:
         assert len(rec["bon"]["scores"]) == 8 and rec["bon"]["ledger"]["generated_tokens"] == sum(rec["bon"]["tokens"])
         for sr in rec["sr"]:
             assert sr["decisions"], "the budget must force at least one decision"
-            if sr["kept_bon_winner"]:   # coupled randomness: the same text, so the same final score
-                assert sr["score"] == pytest.approx(max(rec["bon"]["scores"]))
-            assert sr["score"] <= max(rec["bon"]["scores"]) + 1e-6
+            assert sr["n"] > rec["rows_per_pass"]        # SR opens with more rows than Best-of-N fits
     eng = result["engine"]
     assert eng["vs_generate"]["engine"]["tokens"] > 0 and eng["vs_generate"]["generate"]["tokens"] > 0
     assert eng["matmul"]["flops_per_s"] > 0 and [s["rows"] for s in eng["decode_sweep"]] == [1, 4]
     ref = eng["vs_reference"]
     assert ref["reference_style"]["ledger"]["prompt_tokens"] > ref["engine"]["ledger"]["prompt_tokens"]
+
+
+def test_points_parse_or_say_what_is_wrong():
+    from specrej.bench.run import parse_points
+
+    assert parse_points("0.5@16, 0.9@8") == [(0.5, 16), (0.9, 8)]
+    for bad in ("0.5", "1.5@16", "0.5@0", "a@b", ""):
+        with pytest.raises(SystemExit):
+            parse_points(bad)
 
 
 def test_best_of_k_is_the_prefix_of_best_of_n(tiny_lm, length_reward):
@@ -207,11 +221,11 @@ def test_accelerate_launch_shards_prompts_over_two_processes(tiny_lm_dir, tiny_r
     saved = json.loads((out / "bench.json").read_text())
     assert saved["meta"]["processes"] == 2
     assert [r["id"] for r in saved["prompts"]] == ["a", "b"]     # one prompt each, gathered in order
-    assert "Best-of-8 (ref)" in proc.stdout
+    assert "Best-of-8" in proc.stdout
     # the same numbers as one process computes (coupled randomness does not depend on the shard)
     single = main(_tiny_args(tiny_lm_dir, tiny_reward_dir, prompt_file, tmp_path / "one")
                   + ["--no-engine", "--threads", str(torch.get_num_threads())])
-    for a, b in zip(saved["efficiency"]["sr"], single["efficiency"]["sr"]):
-        assert a["improvement_score"] == pytest.approx(b["improvement_score"])
+    for a, b in zip(saved["protocol"]["sr"], single["protocol"]["sr"]):
+        assert a["improvement"] == pytest.approx(b["improvement"])
     for a, b in zip(saved["prompts"], single["prompts"]):
         assert a["bon"]["scores"] == pytest.approx(b["bon"]["scores"])
