@@ -68,7 +68,12 @@ def empirical(target: Target, sampler: str, samples: int, seed: int = 0) -> tupl
 
 
 def fit(target: Target, sampler: str, samples: int = 20_000, seed: int = 0) -> Fit:
-    counts, exact = empirical(target, sampler, samples, seed)
+    return score(target, sampler, *empirical(target, sampler, samples, seed))
+
+
+def score(target: Target, sampler: str, counts: torch.Tensor, exact: torch.Tensor) -> Fit:
+    """The Fit of observed ``counts`` per state against the ``exact`` law."""
+    samples = int(counts.sum())
     stat, df, p = chi2_test(counts, exact)
     tv = float(0.5 * (counts.to(DT) / samples - exact).abs().sum())
     return Fit(target.name, sampler, target.n, target.q, samples, stat, df, p, tv,

@@ -54,8 +54,11 @@ def scaling_figure(scaling: list[dict]):
                 legendgroup=f"{t}", legendgrouptitle_text=TARGET_TITLES[t],
                 hovertemplate="n = %{x}<br>rounds = %{y:.1f}<extra>" + LABELS[s["sampler"]] + "</extra>"),
                 row=1, col=col)
-        fig.update_xaxes(type="log", title_text="n (sites)", row=1, col=col, showgrid=True, gridcolor="rgba(128,128,128,0.25)")
-        fig.update_yaxes(type="log", row=1, col=col, showgrid=True, gridcolor="rgba(128,128,128,0.25)")
+        ns = sorted({n for s in scaling if s["target"] == t for n in s["ns"]})
+        fig.update_xaxes(type="log", title_text="n (sites)", row=1, col=col, showgrid=True, tickvals=ns,
+                         gridcolor="rgba(128,128,128,0.25)")
+        fig.update_yaxes(type="log", row=1, col=col, showgrid=True, dtick=1, gridcolor="rgba(128,128,128,0.25)",
+                         minor=dict(showgrid=True, gridcolor="rgba(128,128,128,0.1)"))
     fig.update_yaxes(title_text="oracle rounds (mean)", row=1, col=1)
     fig.update_layout(template="none", paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
                       font=dict(color="#7f7f7f", size=13), height=460, margin=dict(l=60, r=20, t=50, b=50),
