@@ -1,7 +1,7 @@
 """``python -m specrej.autospec``: exactness (chi² by enumeration) and scaling (rounds against n).
 
 ``--quick`` (about half a minute on a small CPU): exactness at n = 10 (and q = 3 at n = 6) with 20k
-samples; scaling for n = 64 … 1024 with 8 chains per point. Writes ``--json`` (keys ``exactness``
+samples; scaling for n = 64 … 1024 with 16 chains per point. Writes ``--json`` (keys ``exactness``
 and ``scaling``) and the plots next to it (``<stem>.html``, ``<stem>.png``)."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def parse_args(argv=None):
 
 def run(args) -> dict:
     samples = args.samples or (20_000 if args.quick else 50_000)
-    chains = args.chains or (8 if args.quick else 32)
+    chains = args.chains or (16 if args.quick else 64)
     ns = [int(v) for v in args.ns.split(",")] if args.ns else [64, 128, 256, 512, 1024]
     params = {"mixture": {"C": args.C, "seed": args.seed}, "curie-weiss": {"beta": args.beta},
               "potts": {"lam": args.lam, "q": args.q}}
