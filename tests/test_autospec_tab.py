@@ -4,18 +4,15 @@ Chromium (saved under tests/artifacts/)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from conftest import launch_local
+from test_browser import ARGS, ARTIFACTS, CHROMIUM
 
 from components import autospec_tab as tab
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium")
 
 
 def final(gen):
@@ -96,55 +93,54 @@ def test_tab_through_gradio_client(served):
     assert "q must be" in status
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium")
-def test_tab_in_a_browser(served):
+@pytest.fixture(scope="module")
+def new_page():
+    """A function opening a page of a headless Chromium (one browser for the module)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
+
+        def open_page(url):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(60_000)
-            page.goto(served)
-            page.get_by_role("tab", name="Parallel sampling lab").click()
-            page.locator("#as-n input").fill("256")
-            page.locator("#as-delay input[type=number]").fill("0")
-            page.locator("#as-sample").click()
-            page.wait_for_function("document.querySelector('#as-status')?.textContent.includes('Done')")
-            assert page.locator("#as-grid .as-cell").count() == 256
-            page.locator("#as-scaling [data-testid=plotly]").wait_for()
-            shot = ARTIFACTS / "autospec_tab.png"
-            page.screenshot(path=str(shot), full_page=True)
-            print(f"screenshot: {shot}")
-        finally:
-            browser.close()
+            page.goto(url)
+            return page
+        yield open_page
+        browser.close()
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium")
-def test_tab_in_a_dark_browser_mid_animation(served):
+@needs_chromium
+def test_tab_in_a_browser(served, new_page):
+    page = new_page(served)
+    page.get_by_role("tab", name="Parallel sampling lab").click()
+    page.locator("#as-n input").fill("256")
+    page.locator("#as-delay input[type=number]").fill("0")
+    page.locator("#as-sample").click()
+    page.wait_for_function("document.querySelector('#as-status')?.textContent.includes('Done')")
+    assert page.locator("#as-grid .as-cell").count() == 256
+    page.locator("#as-scaling [data-testid=plotly]").wait_for()
+    shot = ARTIFACTS / "autospec_tab.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
+
+
+@needs_chromium
+def test_tab_in_a_dark_browser_mid_animation(served, new_page):
     """Dark theme, a 3-state Potts chain mid-animation (drafted, accepted, corrected, discarded cells) and
     the exactness panel: saved as tests/artifacts/autospec_tab_dark.png."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(served + "?__theme=dark")
-            page.get_by_role("tab", name="Parallel sampling lab").click()
-            page.locator("#as-target input").click()
-            page.get_by_role("option", name="Ising / Potts chain").click()
-            page.locator("#as-q input").fill("3")
-            page.locator("#as-n input").fill("96")
-            page.get_by_label("token verification").check()
-            page.locator("#as-exact-n input").fill("6")
-            page.locator("#as-exact-run").click()
-            page.wait_for_function("document.querySelector('#as-exact-note')?.textContent.includes('p = ')")
-            page.locator("#as-delay input[type=number]").fill("1.5")
-            page.locator("#as-sample").click()
-            page.wait_for_selector("#as-grid .as-discarded, #as-grid .as-corrected")
-            page.screenshot(path=str(ARTIFACTS / "autospec_tab_dark.png"), full_page=True)
-            assert "Cannot run" not in page.locator("#as-status").text_content()
-        finally:
-            browser.close()
+    page = new_page(served + "?__theme=dark")
+    page.get_by_role("tab", name="Parallel sampling lab").click()
+    page.locator("#as-target input").click()
+    page.get_by_role("option", name="Ising / Potts chain").click()
+    page.locator("#as-q input").fill("3")
+    page.locator("#as-n input").fill("96")
+    page.get_by_label("token verification").check()
+    page.locator("#as-exact-n input").fill("6")
+    page.locator("#as-exact-run").click()
+    page.wait_for_function("document.querySelector('#as-exact-note')?.textContent.includes('p = ')")
+    page.locator("#as-delay input[type=number]").fill("1.5")
+    page.locator("#as-sample").click()
+    page.wait_for_selector("#as-grid .as-discarded, #as-grid .as-corrected")
+    page.screenshot(path=str(ARTIFACTS / "autospec_tab_dark.png"), full_page=True)
+    assert "Cannot run" not in page.locator("#as-status").text_content()
