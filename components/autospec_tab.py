@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from specrej.autospec import LABELS, exact_distribution, make_target, trace
+from specrej.autospec import LABELS, make_target, trace
 from specrej.autospec.exactness import empirical, score
 from specrej.autospec.report import scaling_figure
 from specrej.autospec.scaling import curve

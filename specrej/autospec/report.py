@@ -51,7 +51,8 @@ def scaling_figure(scaling: list[dict]):
         for s in (s for s in scaling if s["target"] == t):
             colour, marker, dash = SAMPLER_STYLE[s["sampler"]]
             fig.add_trace(go.Scatter(
-                x=s["ns"], y=s["rounds_mean"], mode="lines+markers", name=f"{SHORT[s['sampler']]}: slope {s['slope']:.2f}",
+                x=s["ns"], y=s["rounds_mean"], mode="lines+markers",
+                name=f"{SHORT[s['sampler']]}: slope {s['slope']:.2f}",
                 line=dict(color=colour, dash=dash, width=2.5), marker=dict(symbol=marker, size=9, color=colour),
                 legendgroup=f"{t}", legendgrouptitle_text=TARGET_TITLES[t],
                 hovertemplate="n = %{x}<br>rounds = %{y:.1f}<extra>" + LABELS[s["sampler"]] + "</extra>"),
