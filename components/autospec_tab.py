@@ -79,10 +79,13 @@ class AutospecTab:
 # ---------------------------------------------------------------- validation
 
 def _int(name: str, value, lo: int, hi: int) -> int:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        raise ValueError(f"{name} is missing: enter a whole number from {lo} to {hi}")
-    v = float(value)
-    if v != int(v) or not lo <= v <= hi:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if math.isnan(v):
+        raise ValueError(f"{name} is missing or not a number: enter a whole number from {lo} to {hi}")
+    if math.isinf(v) or v != int(v) or not lo <= v <= hi:
         raise ValueError(f"{name} must be a whole number from {lo} to {hi}, got {value:g}")
     return int(v)
 
@@ -139,21 +142,21 @@ def _frames(target, sampler: str, seed: int):
 
 
 def grid_html(status: list[str], values: list[int]) -> str:
+    """The grid as HTML: one small <div> per site (a class per status, styled once per frame)."""
     n = len(status)
     cols = max(8, math.ceil(math.sqrt(n * 2)))
-    size = 26 if n <= 256 else 18
-    font = 13 if n <= 256 else 10
-    cells = []
-    for i, (s, v) in enumerate(zip(status, values)):
-        text = SYMBOLS[v] if 0 <= v < len(SYMBOLS) else ""
-        cells.append(f'<div class="as-cell as-{s}" title="site {i}: {s}" style="{STYLE[s]}width:{size}px;'
-                     f'height:{size}px;font-size:{font}px;line-height:{size - 2}px;text-align:center;'
-                     f'border-radius:4px;font-weight:600;font-family:ui-monospace,monospace;">{text}</div>')
+    size, font = (26, 13) if n <= 256 else (18, 10)
+    css = (f".as-cell{{width:{size}px;height:{size}px;font-size:{font}px;line-height:{size - 2}px;text-align:center;"
+           f"border-radius:4px;font-weight:600;font-family:ui-monospace,monospace;box-sizing:border-box;}}"
+           # !important: the theme's own text colour (e.g. white in dark mode) must not win over the cell's
+           + "".join(f".as-{k}{{{v.replace(';', ' !important;')}}}" for k, v in STYLE.items()))
+    cells = "".join(f'<div class="as-cell as-{s}">{SYMBOLS[v] if 0 <= v < len(SYMBOLS) else ""}</div>'
+                    for s, v in zip(status, values))
     legend = "".join(f'<span style="display:inline-flex;align-items:center;gap:5px;margin-right:14px;">'
-                     f'<span style="{STYLE[k]}display:inline-block;width:16px;height:16px;border-radius:3px;"></span>'
-                     f'{label}</span>' for k, label in LEGEND)
-    return (f'<div id="as-grid-cells" data-cells="{n}" style="display:grid;grid-template-columns:repeat({cols},'
-            f'{size}px);gap:3px;margin:6px 0 10px 0;">{"".join(cells)}</div>'
+                     f'<span class="as-{k}" style="display:inline-block;width:16px;height:16px;border-radius:3px;">'
+                     f'</span>{label}</span>' for k, label in LEGEND)
+    return (f'<style>{css}</style><div id="as-grid-cells" data-cells="{n}" style="display:grid;'
+            f'grid-template-columns:repeat({cols},{size}px);gap:3px;margin:6px 0 10px 0;">{cells}</div>'
             f'<div style="font-size:0.9rem;line-height:2;">{legend}</div>')
 
 

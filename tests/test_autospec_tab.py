@@ -26,9 +26,9 @@ def test_sample_animates_round_by_round(sampler):
     assert status.startswith("Done") and "a sequential sampler needs **40**" in counter
     grids = [f[2] for f in frames if isinstance(f[2], str)]
     assert all('data-cells="40"' in g for g in grids)
-    assert grids[-1].count("as-open") == 0                           # every site filled at the end
+    assert grids[-1].count("as-cell as-open") == 0                          # every site filled at the end
     if sampler != "sequential":
-        assert any("as-drafted" in g for g in grids) and "fewer rounds" in counter
+        assert any("as-cell as-drafted" in g for g in grids) and "fewer rounds" in counter
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -39,7 +39,8 @@ def test_sample_animates_round_by_round(sampler):
     (("curie-weiss", 16, float("nan"), 3, 1.0, 2), "beta must be a finite number"),
     (("curie-weiss", 16, 50.0, 3, 1.0, 2), "beta must be between"),
     (("mixture", 16, 0.5, 0, 1.0, 2), "C (components) must be"),
-    (("mixture", None, 0.5, 3, 1.0, 2), "n is missing"),
+    (("mixture", None, 0.5, 3, 1.0, 2), "n is missing"), (("mixture", "ten", 0.5, 3, 1.0, 2), "not a number"),
+    (("mixture", float("inf"), 0.5, 3, 1.0, 2), "n must be"),
 ])
 def test_bad_input_gets_a_message(args, msg):
     frames, (status, counter, grid) = final(tab.sample_handler(*args, "block", 0, 0))
@@ -141,6 +142,6 @@ def test_tab_in_a_dark_browser_mid_animation(served, new_page):
     page.wait_for_function("document.querySelector('#as-exact-note')?.textContent.includes('p = ')")
     page.locator("#as-delay input[type=number]").fill("1.5")
     page.locator("#as-sample").click()
-    page.wait_for_selector("#as-grid .as-discarded, #as-grid .as-corrected")
+    page.wait_for_selector("#as-grid-cells .as-discarded, #as-grid-cells .as-corrected")
     page.screenshot(path=str(ARTIFACTS / "autospec_tab_dark.png"), full_page=True)
     assert "Cannot run" not in page.locator("#as-status").text_content()
