@@ -117,6 +117,10 @@ def test_trace_fills_every_site_and_matches_sample(sampler):
     for a, b in zip(steps, steps[1:]):
         assert b.known_before > a.known_before
         assert all(v == w for v, w in zip(a.state, b.state) if v >= 0)     # fixed sites never change
+    if sampler in ("token", "block"):                                       # the block is every open site
+        assert all(len(st.drafted) == t.n - st.known_before for st in steps)
+    if sampler == "block-adaptive":
+        assert len(steps[0].drafted) == math.ceil(math.sqrt(t.n))
 
 
 def test_block_verification_is_sequence_level_on_curie_weiss():

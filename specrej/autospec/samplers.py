@@ -99,7 +99,7 @@ def _sequential(target: Target, b: Batch, gen: torch.Generator) -> tuple:
     return None, torch.zeros_like(b.t), value
 
 
-def _autospec(target: Target, b: Batch, gen: torch.Generator, rule: str) -> tuple:
+def _autospec(target: Target, b: Batch, gen: torch.Generator, rule: str, adaptive: bool) -> tuple:
     n, q, chains = target.n, target.q, len(b.t)
     length = torch.minimum(b.block, n - b.t)                               # L: block length per chain
     g = int(length.max())
@@ -130,15 +130,15 @@ def _autospec(target: Target, b: Batch, gen: torch.Generator, rule: str) -> tupl
     b.x, b.t = x, b.t + accepted + has.long()
     b.rounds = b.rounds + 2
     b.queries = b.queries + length + (length - 1) + bonus.long()
-    full = accepted >= length
-    b.block = torch.where(full, 2 * b.block, torch.clamp(2 * (accepted + 1), min=2))
+    if adaptive:  # otherwise the block stays "every open site" (b.block = n)
+        b.block = torch.where(accepted >= length, 2 * b.block, torch.clamp(2 * (accepted + 1), min=2))
     return y, accepted, correction
 
 
 def _iteration(target: Target, b: Batch, gen: torch.Generator, sampler: str) -> tuple:
     if sampler == "sequential":
         return _sequential(target, b, gen)
-    return _autospec(target, b, gen, "token" if sampler == "token" else "block")
+    return _autospec(target, b, gen, "token" if sampler == "token" else "block", sampler == "block-adaptive")
 
 
 def _check(sampler: str) -> None:
