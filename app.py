@@ -13,6 +13,7 @@ from components import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imp
 import gradio as gr
 
 from components import charts, ui
+from components.autospec_tab import build_autospec_tab
 from components.context import PREFERENCE, AppContext
 from components.stream import RunRequest, frames, race_events
 
@@ -28,7 +29,10 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Bl
     (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again"."""
     ctx = ctx or AppContext.from_env()
     with gr.Blocks(title=TITLE, delete_cache=(3600, 3600)) as demo:
-        page = ui.build_page(ctx)
+        with gr.Tab("Speculative Rejection race"):
+            page = ui.build_page(ctx)
+        with gr.Tab("Parallel sampling lab"):
+            build_autospec_tab()
         c, a = page.controls, page.arena
 
         def run(prompt, model, reward, preference, n, alpha, budget, decision, interval, max_new_tokens,
