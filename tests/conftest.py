@@ -28,6 +28,10 @@ CHAT_TEMPLATE = (
 )
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: model-heavy (the embedded models); deselect with -m 'not slow'")
+
+
 def build_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
