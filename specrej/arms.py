@@ -41,6 +41,7 @@ class ArmKind:
     chart: str                  # "pruning" | "final"
     options: tuple[str, ...]    # RunConfig fields an arm spec of this method may set
     round_word: str = "round"   # what one of its Round events is: "decision", "pass"
+    short: str = ""             # for narrow places (table headers): "SR", "BoN"; default: the name
 
     def __post_init__(self) -> None:
         if self.chart not in CHART_KINDS:
@@ -68,9 +69,9 @@ def register(kind: ArmKind) -> ArmKind:
 
 
 # Okabe-Ito colours (distinguishable with the common colour-vision deficiencies)
-register(ArmKind("bon", "Best-of-N", ("#0072B2", "#56B4E9"), "final", ("n",), "pass"))
+register(ArmKind("bon", "Best-of-N", ("#0072B2", "#56B4E9"), "final", ("n",), "pass", "BoN"))
 register(ArmKind("sr", "Speculative Rejection", ("#D55E00", "#CC79A7", "#E69F00"), "pruning",
-                 ("n", "alpha", "decision", "interval", "keep_finished"), "decision"))
+                 ("n", "alpha", "decision", "interval", "keep_finished"), "decision", "SR"))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 
@@ -96,6 +97,12 @@ class ArmSpec:
         """Display name with the settings it changes: ``Speculative Rejection (alpha=0.9)``."""
         extra = ", ".join(f"{k}={_show(v)}" for k, v in self.overrides)
         return self.kind.name + (f" ({extra})" if extra else "")
+
+    @property
+    def short(self) -> str:
+        """Short label: ``SR alpha=0.9``."""
+        extra = " ".join(f"{k}={_show(v)}" for k, v in self.overrides)
+        return (self.kind.short or self.kind.name) + (f" {extra}" if extra else "")
 
     def config(self, base: RunConfig) -> RunConfig:
         """The base config with this arm's overrides, validated (ArmSpecError naming the arm)."""
