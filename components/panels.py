@@ -91,10 +91,6 @@ def leader(view: RunView, arm_id: str) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- end of run
 
-def _plural(k: int, word: str) -> str:
-    return f"{k} {word}" + ("" if k == 1 else ("es" if word.endswith("s") else "s"))
-
-
 def _mb(x: int) -> str:
     return f"{x / 2**20:.0f} MB" if x >= 2**20 else f"{x / 1024:.0f} kB"
 
@@ -110,7 +106,7 @@ def _ledger_rows(view: RunView) -> list[str]:
         cells = [f"#{f.winner.id}", f"**{fmt_score(f.winner.score)}**", f"{f.winner.tokens} tokens",
                  f"{led.generated_tokens:,}", f"{led.reward_tokens:,}", f"**{fmt_flops(led.flops)}**",
                  fmt_s(led.wall_s), f"{led.peak_kv_slots:,} slots ({_mb(led.peak_memory_bytes)})",
-                 _plural(f.rounds, arm.spec.kind.round_word)]
+                 arm.spec.kind.rounds(f.rounds)]
         for (_, col), cell in zip(rows, cells):
             col.append(cell)
     out = ["| | " + " | ".join(md_escape(a.spec.label) for a in arms) + " |", "|---|" + "---:|" * len(arms)]

@@ -56,6 +56,11 @@ class ArmKind:
     def method(self):
         return METHODS[self.key]
 
+    def rounds(self, k: int) -> str:
+        """'1 decision', '3 decisions', '2 passes'."""
+        word = self.round_word
+        return f"{k} {word}" + ("" if k == 1 else "es" if word.endswith("s") else "s")
+
 
 REGISTRY: dict[str, ArmKind] = {}
 

@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
     led, w = f.ledger, f.winner
     return [
-        f"== {arm.label} [{arm.id}] ({f.rounds} {arm.kind.round_word}{'' if f.rounds == 1 else 's'})",
+        f"== {arm.label} [{arm.id}] ({arm.kind.rounds(f.rounds)})",
         f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
         "   " + w.text.strip().replace("\n", "\n   "),
         f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
