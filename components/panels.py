@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from specrej import Candidate
-from specrej.compare import Comparison, fmt_times
+from specrej.compare import Comparison, fmt_times, reached
 
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
 from .view import ArmView, RunView
@@ -120,7 +120,7 @@ SUMMARY_PLACEHOLDER = ("### Result\nWhen every method finishes, their winners ap
 
 def _reward_note(c: Comparison, base: str) -> str:
     a, b = c.reward, c.baseline_reward
-    if a >= b:
+    if c.same_winner or reached(a, b):
         return f"matched {base}'s reward ({fmt_score(a)} vs {fmt_score(b)})"
     if a > 0 and b > 0:
         return f"reached {100 * a / b:.1f}% of {base}'s reward ({fmt_score(a)} vs {fmt_score(b)})"

@@ -109,10 +109,16 @@ def curve_point(event: Event) -> tuple[float, float | None]:
     return event.ledger.flops, None if best is None else best.score
 
 
+def reached(score: float, target: float) -> bool:
+    """``score`` reached ``target``, up to float noise: the same text scored in a different batch
+    (another padding) can differ in the last digits."""
+    return score >= target - 1e-6 * max(1.0, abs(target))
+
+
 def first_match(curve: Sequence[tuple[float, float | None]], target: float) -> float | None:
     """The compute at the first point whose best reward reached ``target`` (None: never)."""
     for flops, best in curve:
-        if best is not None and best >= target:
+        if best is not None and reached(best, target):
             return flops
     return None
 

@@ -280,3 +280,56 @@ def test_bad_input_through_the_api_returns_the_message(served, ctx):
     # still usable
     out = client.predict(**api_kwargs(ctx), api_name="/run")
     assert "Done" in text(out[0])
+
+
+# ---------------------------------------------------------------- any arms
+
+@pytest.fixture
+def third_method(monkeypatch):
+    """A tiny third method (Best-of-1), registered in METHODS and the registry: nothing else."""
+    from specrej import best_of_n, methods
+    from specrej.arms import REGISTRY, ArmKind
+
+    monkeypatch.setitem(methods.METHODS, "first", lambda lm, reward, cfg: best_of_n(lm, reward,
+                                                                                    dataclasses.replace(cfg, n=1)))
+    monkeypatch.setitem(REGISTRY, "first", ArmKind("first", "First answer", ("#009E73",), "final", (), "pass"))
+
+
+def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
+    from components.context import AppContext
+    from components.stream import frames
+
+    assert AppContext.from_env({"SPECREJ_ARMS": "bon sr first"}).arms == ("bon", "sr", "first")
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        AppContext.from_env({"SPECREJ_ARMS": "bon nope"})
+    three = dataclasses.replace(ctx, arms=("bon", "sr", "first"), active=set())
+    out = list(frames(three, request(three)))
+    first, last = out[0], out[-1]
+    assert last.view.state == "done", last.status
+    assert [arm for arm, _, _ in first.slots] == ["sr", "bon", "first"]
+    assert "First answer" in first.slots[2][1] and len(last.arm_plots) == 3
+    assert "First answer" in last.arm_leaders[2][0] and "winner" in last.arm_leaders[2][0]
+    assert any("First answer" in t["name"] for t in last.race_plot["data"])
+    assert "final score had it continued (First answer)" in last.table["headers"]
+    assert "First answer" in last.status and "First answer" in last.summary
+    assert set(last.summary_json["comparison"]) == {"sr", "first"}
+    data = json.loads(open(last.trace_path, encoding="utf-8").read())
+    assert {e["arm"] for e in data["events"] if e["event"] == "finished"} == {"bon", "sr", "first"}
+    # and a second Speculative Rejection setting would make four: refused with a message
+    out = list(frames(three, request(three, second=True)))
+    assert len(out) == 1 and "at most 3" in out[0].status
+
+
+def test_a_second_setting_races_three_arms(ctx):
+    from components.stream import frames
+
+    out = list(frames(ctx, request(ctx, second=True, second_alpha=0.8, second_decision="interval")))
+    last = out[-1]
+    assert last.view.state == "done", last.status
+    labels = [label for _, label, _ in out[0].slots]
+    assert labels[0].startswith("Speculative Rejection (alpha=0.5, decision=budget)")
+    assert labels[1].startswith("Speculative Rejection (alpha=0.8, decision=interval)")
+    assert labels[2].startswith("Best-of-N")
+    assert last.view.arms["sr2"].round_events and set(last.summary_json["comparison"]) == {"sr", "sr2"}
+    assert last.summary.count("Speed-up") == 2 and len([t for t in last.race_plot["data"]
+                                                        if t["mode"] == "lines+markers"]) == 3

@@ -91,6 +91,7 @@ def test_compare_kept_winner_first_match_and_spearman():
     assert d.n_live == 4 and d.spearman is not None
     assert json.loads(json.dumps(c.to_dict()))["flops"]["words"] == "1.67x less"
     assert first_match([(1, 0.1)], 0.5) is None
+    assert first_match([(1, 0.36899999)], 0.369) == 1   # the same text scored in another batch
     assert compare(sr, bon).curve_given is False
 
 

@@ -93,6 +93,26 @@ def test_run_in_a_real_browser_shows_both_charts_and_the_winners(browser, app_ur
     page.close()
 
 
+def three_arms(page, *, n: int, budget: int, max_new_tokens: int, second_alpha: float) -> None:
+    """Open the settings, set N, the budget and the length, and turn on a second setting."""
+    page.click("#settings")
+    page.wait_for_selector("#n input[type=number]", state="visible")
+    time.sleep(0.5)  # the accordion's sliders settle after they mount
+    for sel, value in (("#n input[type=number]", n), ("#budget input", budget),
+                       ("#max_new_tokens input[type=number]", max_new_tokens)):
+        for _ in range(5):  # a value typed while a slider mounts can be reset: type until it stays
+            page.fill(sel, str(value))
+            page.locator(sel).press("Enter")
+            time.sleep(0.2)
+            if page.input_value(sel) == str(value):
+                break
+        assert page.input_value(sel) == str(value), (sel, page.input_value(sel))
+    page.check("#second input[type=checkbox]")
+    page.wait_for_selector("#second_alpha", state="visible")
+    page.fill("#second_alpha input[type=number]", str(second_alpha))
+    page.locator("#second_alpha input[type=number]").press("Enter")
+
+
 def race_lines(page) -> list[str]:
     """Names of the race chart's lines that have data."""
     return page.evaluate(
@@ -111,15 +131,7 @@ def test_three_arms_race_in_a_real_browser(browser, app_url, theme):
         assert page.evaluate("document.body.classList.contains('dark') || "
                              "!!document.querySelector('.gradio-container.dark, .dark')")
     page.fill("#prompt textarea", "Give me three tips for staying healthy.")
-    page.click("#settings")                      # open the settings accordion
-    for sel, value in (("#n input[type=number]", "8"), ("#budget input", "420"),  # 8 rows overflow 420 slots
-                       ("#max_new_tokens input[type=number]", "24")):        # early: decisions come soon
-        page.fill(sel, value)
-        page.locator(sel).press("Enter")
-    page.check("#second input[type=checkbox]")
-    page.wait_for_selector("#second_alpha", state="visible")
-    page.fill("#second_alpha input[type=number]", "0.8")
-    page.locator("#second_alpha input[type=number]").press("Enter")
+    three_arms(page, n=8, budget=420, max_new_tokens=24, second_alpha=0.8)  # 8 rows overflow 420 slots early
     page.click("#run")
     try:
         page.wait_for_selector("#summary table", timeout=120_000)
@@ -202,8 +214,9 @@ def test_stop_in_a_real_browser_and_run_again(browser, app_url):
     page.close()
 
 
-def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0) -> None:
-    """Screenshot a running app: before, mid-race (after the first decision) and at the end."""
+def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0, three: dict | None = None) -> None:
+    """Screenshot a running app: before, mid-race (after the first decision) and at the end;
+    ``three``: race three arms with these settings (``three_arms``)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -212,6 +225,10 @@ def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0) -> No
         page.set_default_timeout(900_000)
         page.goto(url)
         page.wait_for_selector("#run")
+        if three:
+            three_arms(page, **three)
+            page.get_by_text("Settings: the defaults just work").click()  # close it: the race is the picture
+            time.sleep(0.5)
         page.screenshot(path=f"{prefix}-start.png", full_page=True)
         t0 = time.monotonic()
         page.click("#run")
@@ -224,10 +241,24 @@ def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0) -> No
         page.screenshot(path=f"{prefix}-end.png", full_page=True)
         page.screenshot(path=f"{prefix}-end-top.png", full_page=False, clip={"x": 0, "y": 0, "width": 1400,
                                                                               "height": 1500})
-        print(f"done at {time.monotonic() - t0:.0f} s: {prefix}-end.png", flush=True)
+        top = page.locator("#status").bounding_box()
+        bottom = page.locator("#summary").bounding_box()
+        race = page.locator("#x-axis").bounding_box()
+        y1 = max(bottom["y"] + bottom["height"], race["y"] + race["height"])
+        page.screenshot(path=f"{prefix}-arena.png", full_page=True,
+                        clip={"x": 0, "y": top["y"] - 12, "width": VIEWPORT["width"], "height": y1 - top["y"] + 24})
+        print(f"done at {time.monotonic() - t0:.0f} s: {prefix}-end.png, {prefix}-arena.png", flush=True)
         b.close()
 
 
 if __name__ == "__main__":
+    # python tests/test_browser.py URL [OUT_PREFIX] [--three N BUDGET MAX_NEW_TOKENS SECOND_ALPHA]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    screenshots(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else str(ARTIFACTS / "app"))
+    args = sys.argv[1:]
+    three = None
+    if "--three" in args:
+        k = args.index("--three")
+        n, budget, tokens, alpha2 = args[k + 1:k + 5]
+        three = dict(n=int(n), budget=int(budget), max_new_tokens=int(tokens), second_alpha=float(alpha2))
+        args = args[:k] + args[k + 5:]
+    screenshots(args[0], args[1] if len(args) > 1 else str(ARTIFACTS / "app"), three=three)
