@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .compare import best_finished
 from .events import Event, Finished, Ledger, Match
 
 
 def _best_finished(candidates) -> tuple[float | None, int]:
-    done = [c.score for c in candidates if c.status == "finished" and c.score is not None]
-    return (max(done) if done else None), len(done)
+    best = best_finished(candidates)
+    return (None if best is None else best.score), sum(c.status == "finished" for c in candidates)
 
 
 class StopWhenMatched:
@@ -70,8 +71,7 @@ class StopWhenMatched:
     def _stop(self) -> Finished:
         """End the baseline now: its best finished candidate wins; the ledger is what it spent."""
         last = self._last
-        done = [c for c in last.candidates if c.status == "finished" and c.score is not None]
-        winner = max(done, key=lambda c: (c.score, -c.id))
+        winner = best_finished(last.candidates)
         self._done = True
         return Finished(self.baseline, winner, last.candidates, self._rounds, last.ledger,
                         match=self._match(last.ledger))

@@ -126,7 +126,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
 
 def _correlation(r: Round, finals: dict[int, float]) -> dict:
     """Spearman of partial vs final reward at a decision, over the live rows the reference covers."""
-    from .efficiency import live_at_decision
+    from ..compare import live_at_decision
 
     live = [c for c in live_at_decision(r) if c.id in finals]
     rho = spearman([c.score for c in live], [finals[c.id] for c in live]) if len(live) > 2 else None
