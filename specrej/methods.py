@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from .budget import check_fits, resolve_budget, rows_per_pass
-from .config import RunConfig
+from .budget import check_fits, resolve_budget, resolve_n, rows_per_pass
+from .config import AUTO, RunConfig
 from .engine import Done, Engine, Rows, Sampling
 from .events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
 from .models import LM
@@ -54,12 +54,18 @@ class _Rec:
 class _Run:
     """State of one arm: candidates, the engine, the ledger and its clock."""
 
-    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: EngineFactory = Engine):
+    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: EngineFactory = Engine,
+                 auto_n: bool = False):
         self.arm, self.lm, self.reward, self.cfg, self.engine_factory = arm, lm, reward, cfg, engine
+        self.auto_n = auto_n   # n='auto' allowed: the first batch fills the budget at cfg.first_decision
         # rewards that never read the engine's token statistics spare it computing them
         self.stats = bool(getattr(reward, "uses_token_stats", True))
         self.prompt_ids = lm.render(cfg.prompt)
         self.budget = resolve_budget(cfg, lm)
+        if cfg.n == AUTO and not self.auto_n:
+            raise ValueError(f"n='auto' is for Speculative Rejection (its first batch fills memory); give {arm} a "
+                             "number of candidates, e.g. bon:n=128.")
+        cfg = self.cfg = resolve_n(cfg, len(self.prompt_ids), self.budget)
         check_fits(cfg, len(self.prompt_ids), self.budget, lm.max_positions)
         self.recs = [_Rec(i) for i in range(cfg.n)]
         self.prompt_tokens = self.generated = self.reward_tokens = 0
@@ -270,8 +276,9 @@ def best_of_n(lm: LM, reward: Reward, cfg: RunConfig, *, engine: EngineFactory =
 
 def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *,
                           engine: EngineFactory = Engine) -> Iterator[Event]:
-    """Start with N rows; at each decision keep the top round((1 - alpha) * n) by partial reward."""
-    return _timed(lambda: _Run("sr", lm, reward, cfg, engine), _sr_body)
+    """Start with N rows (n='auto': the rows that fill the budget at cfg.first_decision tokens); at each
+    decision keep the top round((1 - alpha) * n) by partial reward."""
+    return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True), _sr_body)
 
 
 METHODS: dict[str, Callable[[LM, Reward, RunConfig], Iterator[Event]]] = {

@@ -70,3 +70,26 @@ def test_table_and_figure(tiny_lm, records, tmp_path):
     text = paper_table(agg, meta)
     assert "Best-of-16" in text and "SR a=0.5 T=4" in text and "MODELLED" in text
     assert paper_png(agg, "t", tmp_path / "f.png") and (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_n_auto_fills_the_budget_at_the_first_decision(tiny_lm, length_reward):
+    from specrej import best_of_n, run_to_completion, speculative_rejection
+    from specrej.arms import parse_arm
+    from specrej.budget import BudgetError
+    from specrej.events import Round
+
+    P = len(tiny_lm.render(PROMPT))
+    shared = bool(getattr(tiny_lm, "shares_prefix", False))
+    budget = P + 20 * 6 if shared else 20 * (P + 6)
+    cfg = RunConfig(prompt=PROMPT, n="auto", first_decision=6, alpha=0.5, max_new_tokens=24, budget=budget,
+                    progress_every=0)
+    events = list(speculative_rejection(tiny_lm, length_reward, cfg))
+    assert len(events[-1].candidates) == 20                       # 20 rows fill the budget at 6 tokens
+    assert next(e for e in events if isinstance(e, Round)).position == 6
+    with pytest.raises(ValueError, match="bon:n=128"):
+        run_to_completion(best_of_n(tiny_lm, length_reward, cfg))
+    with pytest.raises(BudgetError, match="first_decision"):
+        run_to_completion(speculative_rejection(tiny_lm, length_reward, RunConfig(
+            prompt=PROMPT, n="auto", first_decision=6, max_new_tokens=24, budget=P + 2)))
+    arm = parse_arm("sr:alpha=0.5,n=auto,first_decision=32")
+    assert dict(arm.overrides) == {"alpha": 0.5, "n": "auto", "first_decision": 32}

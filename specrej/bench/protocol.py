@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from ..config import RunConfig
+from ..config import AUTO, RunConfig
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, speedups
 from ..engine import Engine, Sampling
 from ..events import Finished, Round
@@ -103,8 +103,8 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
                       "note": "one batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
               "sr": []}
     for alpha, first in points:
-        n0 = sr_rows(lm, budget, P, first)
-        cfg = replace(base, prompt=row["prompt"], n=n0, alpha=alpha, budget=budget, progress_every=0)
+        cfg = replace(base, prompt=row["prompt"], n=AUTO, first_decision=first, alpha=alpha, budget=budget,
+                      progress_every=0)
         rounds: list[Round] = []
         fin = None
         for ev in speculative_rejection(lm, reward, cfg):
@@ -113,6 +113,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
             elif isinstance(ev, Finished):
                 fin = ev
         status = {c.id: c.status for c in fin.candidates}
+        n0 = len(fin.candidates)
         finals = {i: s for i, s in enumerate(scores)}
         record["sr"].append({
             "alpha": alpha, "first_decision": first, "n": n0, "winner": fin.winner.id, "score": fin.winner.score,
