@@ -88,3 +88,32 @@ def test_damaged_or_foreign_files_say_so(tmp_path):
         load(tmp_path / "b.gz")
     with pytest.raises(RecordingError, match="damaged"):
         list(decode(Recording({}, [{"t": 0, "e": "p", "arm": "sr", "c": [[0, {"s": "?"}]], "l": {}}])))
+
+
+def test_cli_records_a_paper_scale_race_that_replays(tiny_lm_dir, tiny_reward_dir, tmp_path, capsys):
+    """`python -m specrej record`: SR opens with n=auto, Best-of-N at its own N, stopped once it matches."""
+    from specrej.cli import main
+
+    out = tmp_path / "rec.json.gz"
+    rc = main(["record", "--out", str(out), "--model", tiny_lm_dir, "--reward", f"hf:{tiny_reward_dir}",
+               "--prompt", PROMPT, "--arms", "bon:n=12", "sr:n=auto,first_decision=4", "--max-new-tokens", "10",
+               "--budget", "600", "--stop-when-matched", "--quiet"])
+    cap = capsys.readouterr()
+    printed = cap.out
+    assert rc == 0, cap.err[-2000:]
+    assert "recording written to" in printed and ("stopped once it matched" in printed or "never matched" in printed)
+    rec = load(out)
+    assert rec.meta["settings"]["arms"] == "bon:n=12 sr:n=auto,first_decision=4"
+    assert rec.meta["prompt"] == PROMPT and "recorded:" in rec.label()
+    events = list(replay(rec, speed=math.inf))
+    fins = {e.arm: e for e in events if isinstance(e, Finished)}
+    assert set(fins) == {"bon", "sr"} and fins["bon"].match is not None
+    assert len(fins["sr"].candidates) > 12 // 2     # n=auto: the rows that fill 600 slots at 4 tokens
+
+
+def test_cli_n_auto_flag(capsys):
+    from specrej.cli import build_parser
+
+    assert build_parser().parse_args(["--n", "auto"]).n == "auto"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--n", "lots"])
