@@ -4,7 +4,8 @@ A public Space gets pasted junk, huge numbers and requests for models it should 
 ``Limits`` caps what one request may ask for; ``ModelPolicy`` says which models may be loaded
 at all. Both read environment variables so a private deployment can lift them:
 
-  SPECREJ_MAX_PROMPT_CHARS  (default 2000)   SPECREJ_MAX_N               (default 64)
+  SPECREJ_MAX_PROMPT_CHARS  (default 2000)   SPECREJ_MAX_N               (default 128)
+  SPECREJ_MAX_AUTO_N        (default 512: rows n='auto' may open with, budget / first decision)
   SPECREJ_MAX_NEW_TOKENS    (default 256)    SPECREJ_MAX_BUDGET          (default 65536 KV slots)
   SPECREJ_MAX_RUN_SECONDS   (default 300)    SPECREJ_ALLOWED_MODELS      (comma-separated specs)
   SPECREJ_ALLOW_REMOTE_CODE (default 0)      SPECREJ_ALLOW_CUSTOM_MODELS (default 0)
@@ -15,7 +16,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .config import RunConfig, env_int
+from .config import AUTO, RunConfig, env_int
 
 
 class LimitError(ValueError):
@@ -33,13 +34,14 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 @dataclass(frozen=True)
 class Limits:
     max_prompt_chars: int = 2000
-    max_n: int = 64
+    max_n: int = 128
+    max_auto_n: int = 512
     max_new_tokens: int = 256
     max_budget: int = 65536
     max_run_seconds: int = 300
 
     ENV = {
-        "max_prompt_chars": "SPECREJ_MAX_PROMPT_CHARS", "max_n": "SPECREJ_MAX_N",
+        "max_prompt_chars": "SPECREJ_MAX_PROMPT_CHARS", "max_n": "SPECREJ_MAX_N", "max_auto_n": "SPECREJ_MAX_AUTO_N",
         "max_new_tokens": "SPECREJ_MAX_NEW_TOKENS", "max_budget": "SPECREJ_MAX_BUDGET",
         "max_run_seconds": "SPECREJ_MAX_RUN_SECONDS",
     }
@@ -54,7 +56,8 @@ class Limits:
         """Raise LimitError naming the limit (and its environment variable) that cfg exceeds."""
         over = [
             ("prompt", len(cfg.prompt), self.max_prompt_chars, "max_prompt_chars", "characters"),
-            ("N", cfg.n, self.max_n, "max_n", "candidates"),
+            ("N", cfg.n, self.max_n, "max_n", "candidates") if cfg.n != AUTO else
+            ("auto N (budget / first decision)", auto_rows_bound(cfg), self.max_auto_n, "max_auto_n", "rows"),
             ("max new tokens", cfg.max_new_tokens, self.max_new_tokens, "max_new_tokens", "tokens"),
             ("memory budget", cfg.budget or 0, self.max_budget, "max_budget", "KV slots"),
         ]
@@ -92,6 +95,13 @@ class ModelPolicy:
             raise PolicyError(f"model {spec[:80]!r} is not on this deployment's allowlist "
                               "(SPECREJ_ALLOWED_MODELS).")
         return spec
+
+
+def auto_rows_bound(cfg: RunConfig) -> int:
+    """The most rows n='auto' can open with (the prompt's own slots would only lower it)."""
+    from .budget import AUTO_MAX_ROWS
+
+    return AUTO_MAX_ROWS if cfg.budget is None else min(AUTO_MAX_ROWS, cfg.budget // cfg.first_decision)
 
 
 def smaller_budget(cfg: RunConfig, used_budget: int) -> RunConfig:
