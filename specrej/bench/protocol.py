@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import torch
 
+from ..compare import decision_rank, live_at_decision
 from ..config import AUTO, RunConfig
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, speedups
 from ..engine import Engine, Sampling
 from ..events import Finished, Round
-from ..methods import best_of_n, speculative_rejection
-from ..metrics import spearman
+from ..methods import best_of_n, run_to_completion, speculative_rejection
 from .simulate import auto_rows, rows_per_pass
 
 
@@ -91,7 +91,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     P = len(lm.render(row["prompt"]))
     ref_cfg = replace(base, prompt=row["prompt"], n=n_ref, progress_every=0,
                       budget=max(n_ref * (P + base.max_new_tokens), base.budget or 0))
-    bon = _last(best_of_n(lm, reward, ref_cfg))
+    bon = run_to_completion(best_of_n(lm, reward, ref_cfg))
     tick("reference")
     by_id = sorted(bon.candidates, key=lambda c: c.id)
     scores = [c.score for c in by_id]
@@ -120,27 +120,9 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
             "winner_text": fin.winner.text, "rounds": fin.rounds, "ledger": fin.ledger.to_dict(),
             "steps": max(c.tokens for c in fin.candidates),
             "kept_bon_winner": status.get(bon.winner.id) == "finished",
-            "decisions": [_correlation(r, finals) for r in rounds]})
+            "decisions": [asdict(decision_rank(r, finals)) for r in rounds if live_at_decision(r)]})
         tick(f"sr a={alpha:g} T={first}")
     return record
-
-
-def _correlation(r: Round, finals: dict[int, float]) -> dict:
-    """Spearman of partial vs final reward at a decision, over the live rows the reference covers."""
-    from ..compare import live_at_decision
-
-    live = [c for c in live_at_decision(r) if c.id in finals]
-    rho = spearman([c.score for c in live], [finals[c.id] for c in live]) if len(live) > 2 else None
-    return {"index": r.index, "position": r.position, "n_live": len(live), "n_kept": r.n_kept,
-            "forced": r.forced, "spearman": rho}
-
-
-def _last(events) -> Finished:
-    fin = None
-    for fin in events:
-        pass
-    assert isinstance(fin, Finished)
-    return fin
 
 
 # ---------------------------------------------------------------------------------- aggregate

@@ -30,7 +30,7 @@ def collect_main(args) -> None:
     from ..config import RunConfig
     from ..models import load_generator
     from .coupled import collect, save_runs
-    from .efficiency import load_prompts
+    from .prompts import load_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)

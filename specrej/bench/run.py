@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     from ..config import RunConfig
     from ..models import load_generator
     from ..rewards import load_reward
-    from .efficiency import load_prompts
+    from .prompts import load_prompts
     from .engine_speed import engine_section
     from .protocol import StepModel, aggregate, measure_pass, run_prompt, summary
     from .report import engine_table, paper_png, paper_table
