@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import precision
 from .config import RunConfig
 from .events import ARM_NAMES, Finished, Progress, Round, to_dict
 from .methods import METHODS, race
@@ -32,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preference", default=None, help="preference text for the preference reward")
     p.add_argument("--relevance", type=float, default=0.5, help="weight of prompt relevance in the preference reward")
     p.add_argument("--trust-remote-code", action="store_true", help="allow models that ship their own code")
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
+                   help="generator precision; auto: bf16 on CUDA, and on a CPU where a load-time probe finds it "
+                        "faster, else fp32 (default: SPECREJ_DTYPE, else auto)")
     p.add_argument("--json", type=Path, default=None, help="write the full event trace here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     helps = RunConfig.help()
@@ -88,11 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
         t0 = time.perf_counter()
-        lm = load_generator(args.model, trust_remote_code=args.trust_remote_code)
+        lm = load_generator(args.model, trust_remote_code=args.trust_remote_code, dtype=args.dtype)
         reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
                              preference=args.preference, relevance=args.relevance)
         if not args.quiet:
-            print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
+                  f"prompt cache {'shared' if lm.shares_prefix else 'copied'} across rows)", file=sys.stderr)
         trace, finished = [], {}
         for ev in race({arm: METHODS[arm](lm, reward, cfg) for arm in ARMS[args.method]}):
             trace.append(to_dict(ev))
@@ -107,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"config": dataclasses.asdict(cfg), "model": args.model,
+                                         "dtype": precision.short_name(lm.dtype),
+                                         "kv_sharing": "shared" if lm.shares_prefix else "copied",
                                          "reward": reward.name, "events": trace}, indent=1))
         print(f"\ntrace written to {args.json}")
     return 0

@@ -18,7 +18,8 @@ from typing import Iterator
 import torch
 
 from ..config import RunConfig
-from ..engine import Engine, Rows, Sampling, _grow_in_place
+from ..engine import Engine, Rows, Sampling
+from ..kvcache import grow_in_place
 from ..events import Event
 from ..methods import _Run, _sr_body, _timed
 from ..models import LM
@@ -72,7 +73,7 @@ class RefRows(Rows):
         out = lm.model(input_ids=ids, attention_mask=self.mask, position_ids=positions, use_cache=True,
                        logits_to_keep=1)
         self.cache, self.logits = out.past_key_values, out.logits[:, -1].float()
-        _grow_in_place(self.cache)               # the same cache growth as the engine's own rows
+        grow_in_place(self.cache)               # the same cache growth as the engine's own rows
         self.pos = self.mask.sum(-1)
         e.run.prompt_tokens += ids.numel()       # re-prefilled tokens, padding included
 
@@ -88,10 +89,13 @@ class RefEngine(Engine):
 
 
 class _RefRun(_Run):
+    allow_sharing = False   # the reference code keeps a copy of the prompt per row
+
     def prefill(self) -> None:
         cfg = self.cfg
         self.engine = RefEngine(self, self.lm, self.prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k),
-                                seed=cfg.seed, n_total=cfg.n, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
+                                seed=cfg.seed, n_total=cfg.n, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop,
+                                share_prefix=False, stats=self.reward.uses_token_stats)
         self.prompt_tokens += len(self.prompt_ids)
 
 
