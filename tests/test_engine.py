@@ -13,6 +13,7 @@ from specrej.engine import Engine, Sampling, coupled_uniforms, next_logits, samp
 from specrej.shared_prefix import SharedPrefixCache
 
 GREEDY, SAMPLED = Sampling(1.0, 1.0, 1), Sampling(0.9, 0.95, 40)
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 PROMPTS = ["Explain how a rainbow forms.", "Give me three tips for staying healthy.", "hi"]
 
 
@@ -106,14 +107,15 @@ def test_shared_prefix_attention_matches_the_plain_path(lm32):
     the same pass on per-row copies through transformers' own sdpa path."""
     model, p_ids = lm32.model, lm32.render(PROMPTS[0])
     with torch.inference_mode():
-        _, prefix = next_logits(lm32, torch.tensor([p_ids]), None)
+        dev = lm32.device
+        _, prefix = next_logits(lm32, torch.tensor([p_ids], device=dev), None)
         rows = 3
-        new = torch.tensor([[5, 9, 17], [40, 41, 42], [7, 7, 8]])                  # [rows, 3 new tokens]
+        new = torch.tensor([[5, 9, 17], [40, 41, 42], [7, 7, 8]], device=dev)     # [rows, 3 new tokens]
         shared = SharedPrefixCache(prefix, rows)
         got = model(input_ids=new[:, :1], past_key_values=shared, shared_prefix=shared).logits
         got2 = model(input_ids=new[:, 1:], past_key_values=shared, shared_prefix=shared).logits
         plain = DynamicCache(config=model.config)
-        full = torch.tensor([p_ids] * rows)
+        full = torch.tensor([p_ids] * rows, device=dev)
         ref = model(input_ids=torch.cat([full, new], 1), past_key_values=plain).logits[:, len(p_ids):]
     assert shared.get_seq_length() == len(p_ids) + 3 and shared.own_length() == 3
     assert torch.allclose(torch.cat([got, got2], 1), ref, atol=1e-5, rtol=1e-4)
@@ -153,3 +155,10 @@ def test_a_candidate_writes_the_same_tokens_in_any_batch(tiny_lm, prompt):
     for batch in ([0, 1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [1, 3, 5, 7, 9, 11], [10], [2, 11, 6]):
         part = decode(tiny_lm, prompt, batch, SAMPLED, share=tiny_lm.shares_prefix, n_total=n, max_new=24)
         assert part == {c: everyone[c] for c in batch}, f"{tiny_lm.dtype}: batch {batch} diverged"
+
+
+@cuda
+def test_on_cuda_the_engine_runs_bf16_with_the_prompt_shared(tiny_lm):
+    assert tiny_lm.device.type == "cuda" and tiny_lm.dtype == torch.bfloat16 and tiny_lm.shares_prefix
+    out = decode(tiny_lm, PROMPTS[0], [0, 1, 2, 3], SAMPLED, share=True, n_total=4, max_new=8, prune_at=3, keep=[1, 2])
+    assert sorted(out) == [1, 2] and all(0 < len(t) <= 8 for t in out.values())
