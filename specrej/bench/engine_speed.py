@@ -140,7 +140,7 @@ def run_engine(lm, prompt_ids: list[int], rows: int, length: int, sampling: Samp
     _reset_peak(device)
     _sync(device)
     t = time.perf_counter()
-    eng = Engine(lm, prompt_ids, sampling=sampling, seed=seed, n_total=rows, max_new_tokens=length)
+    eng = Engine(lm, prompt_ids, sampling=sampling, seed=seed, n_total=rows, max_new_tokens=length, stats=False)
     r = eng.start(list(range(rows)))
     tokens, peak = 0, cache_bytes(r.cache)
     while len(r):
