@@ -78,7 +78,7 @@ def engine_table(eng: dict) -> str:
                   f"{'GFLOP/s':>9}"]
         for s in sweep:
             lines.append(f"    {s['rows']:>6}{s['step_s'] * 1e3:>9.1f}{s['step_min_s'] * 1e3:>6.1f}-"
-                         f"{s['step_max_s'] * 1e3:<6.1f}{s['roofline_s'] * 1e3:>13.1f}{s['bound']:>9}"
+                         f"{s['step_max_s'] * 1e3:<6.1f}{s['roofline_s'] * 1e3:>13.2f}{s['bound']:>9}"
                          f"{s['vs_roofline']:>12.2f}{s['flops_per_s'] / 1e9:>9.1f}")
     else:
         lines += ["  one decoding step by batch size (FLOP/s = 2 x params x rows / step time):",
