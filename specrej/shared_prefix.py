@@ -5,8 +5,10 @@ and values once per layer (``[1, kv_heads, P, head_dim]``) and, per row, only th
 row generated (``[rows, kv_heads, g, head_dim]``, grown in place like ``engine.GrowingLayer``).
 Attention is split in two and merged by log-sum-exp:
 
-  prefix part:  every row's queries against the one prefix: one matmul with the rows folded
-                into the query axis (``[kv_heads, rows x groups x q, d] @ [kv_heads, d, P]``);
+  prefix part:  every row's queries against the one prefix: on CUDA one matmul with the rows
+                folded into the query axis (``[kv_heads, rows x groups x q, d] @ [kv_heads, d, P]``);
+                on a CPU a matmul broadcast over rows, so that a row's result does not depend on
+                the batch size (see ``shared_prefix_attention``);
   per-row part: each row's queries against its own generated tokens (causal within them);
   merge:        lse = logaddexp(lse_p, lse_r); out = o_p e^(lse_p - lse) + o_r e^(lse_r - lse).
 
@@ -103,14 +105,8 @@ def _row_causal_bias(q: int, g: int, device, groups: int) -> torch.Tensor:
 
 def _part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
           bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention of q [..., m, d] over k, v [..., n, d]; returns (output fp32, log-sum-exp fp32 [..., m, 1]).
-
-    On a CPU without a mask this is PyTorch's fused flash-attention kernel, which returns the
-    log-sum-exp too (one call instead of ~8 small ops; the step's attention is many tiny matrices).
-    """
-    if bias is None and q.device.type == "cpu" and q.dim() == 4:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, scale=scaling)
-        return out.float(), lse.unsqueeze(-1)
+    """Softmax attention of q [..., m, d] over k, v [..., n, d] (broadcast over leading axes);
+    returns (output fp32, log-sum-exp fp32 [..., m, 1])."""
     s = torch.matmul(q, k.transpose(-1, -2)).float() * scaling
     if bias is not None:
         s = s + bias
@@ -136,11 +132,18 @@ def shared_prefix_attention(module, query: torch.Tensor, key: torch.Tensor, valu
     groups = h // kvh
     # heads kv*groups + j share kv head kv (as repeat_kv lays them out): fold the groups into the query axis
     qg = query.reshape(b, kvh, groups * q, d)                              # [rows, kv_heads, groups x q, d]
-    # prefix part: the rows join the query axis too, one matmul against the single prefix
-    qp = qg.transpose(0, 1).reshape(1, kvh, b * groups * q, d)            # [1, kv_heads, rows x groups x q, d]
-    o_p, lse_p = _part(qp, layer.prefix_keys, layer.prefix_values, scaling)
-    o_p = o_p.view(kvh, b, groups * q, d).transpose(0, 1)                  # [rows, kv_heads, groups x q, d]
-    lse_p = lse_p.view(kvh, b, groups * q, 1).transpose(0, 1)
+    if query.device.type == "cuda":
+        # prefix part, Hydragen's way: the rows join the query axis, one matmul against the single prefix
+        qp = qg.transpose(0, 1).reshape(1, kvh, b * groups * q, d)        # [1, kv_heads, rows x groups x q, d]
+        o_p, lse_p = _part(qp, layer.prefix_keys, layer.prefix_values, scaling)
+        o_p = o_p.view(kvh, b, groups * q, d).transpose(0, 1)              # [rows, kv_heads, groups x q, d]
+        lse_p = lse_p.view(kvh, b, groups * q, 1).transpose(0, 1)
+    else:
+        # prefix part on a CPU: a matmul broadcast over rows (the same FLOPs, the one prefix stays in
+        # cache). Folding the rows into the query axis makes the GEMM's M = rows x groups, and the CPU
+        # kernels round differently for different M: a candidate's tokens then depended on how many
+        # rows shared its batch (coupling broke in bf16). Per row, M = groups x q, whatever the batch.
+        o_p, lse_p = _part(qg, layer.prefix_keys, layer.prefix_values, scaling)
     # per-row part: causal within the new tokens when several arrive at once
     bias = _row_causal_bias(q, g, query.device, groups) if q > 1 else None
     o_r, lse_r = _part(qg, key, value, scaling, bias)
