@@ -169,6 +169,8 @@ def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_fi
     assert eng["vs_generate"]["engine"]["tokens"] > 0 and eng["vs_generate"]["generate"]["tokens"] > 0
     assert eng["matmul"]["flops_per_s"] > 0 and [s["rows"] for s in eng["decode_sweep"]] == [1, 4]
     assert eng["bandwidth"]["bytes_per_s"] > 0 and eng["matmul"]["dtype"] == eng["dtype"]
+    c = eng["coupling"]
+    assert c["compared"] == sum(c["batches"]) and 0 <= c["diverged"] == len(c["diverged_at_tokens"]) <= c["compared"]
     for s in eng["decode_sweep"]:   # the roofline is the larger of the memory and compute bounds
         assert s["roofline_s"] == max(s["memory_s"], s["compute_s"]) and s["vs_roofline"] > 0
     ref = eng["vs_reference"]

@@ -12,6 +12,8 @@ re-prefill, and against this machine's roofline. All ratios come from one run.
   bytes are measured on the cache objects at every step (``max_memory_allocated`` on CUDA).
 - ``decode_sweep``: one decoding step at several batch sizes against its roofline: FLOP/s rises
   with rows while the step streams every weight once, which holds a small batch below the limit.
+- ``coupling_check``: whether a candidate writes the same tokens in batches of other sizes and
+  compositions, in the dtype in use (kernels may round differently for different row counts).
 - ``sr_vs_reference``: one Speculative Rejection run on the engine against the same run with
   the reference code's re-tokenise + re-prefill at every decision (``reference``), which also
   keeps a copy of the prompt per row. Decisions come every ``max_new_tokens // 3`` tokens in both,
@@ -240,6 +242,36 @@ def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling
     return out
 
 
+@torch.inference_mode()
+def _decode(lm, ids: list[int], cands: list[int], sampling: Sampling, seed: int, n_total: int, length: int) -> dict:
+    eng = Engine(lm, ids, sampling=sampling, seed=seed, n_total=n_total, max_new_tokens=length, stats=False)
+    rows, out = eng.start(cands), {}
+    while len(rows):
+        out.update({d.cand: d.tokens for d in rows.step()})
+    eng.release()
+    return out
+
+
+def coupling_check(lm, prompt: str, sampling: Sampling, seed: int, n: int = 32, length: int = 48) -> dict:
+    """Does candidate c write the same tokens whatever batch it is in? All n candidates decode together,
+    then again in batches of other sizes and compositions; count the candidates whose tokens differ
+    (the kernels may round differently for different row counts: see README, coupled randomness)."""
+    ids = lm.render(prompt)
+    everyone = _decode(lm, ids, list(range(n)), sampling, seed, n, length)
+    half = n // 2
+    batches = [list(range(half)), list(range(half, n)), list(range(1, n, 2)), [n // 3], sorted({3 % n, n - 2, n // 2})]
+    compared, diverged = 0, []
+    for batch in batches:
+        part = _decode(lm, ids, batch, sampling, seed, n, length)
+        for c in batch:
+            compared += 1
+            a, b = everyone[c], part[c]
+            if a != b:
+                diverged.append(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))
+    return {"n": n, "length": length, "batches": [len(b) for b in batches], "compared": compared,
+            "diverged": len(diverged), "diverged_at_tokens": sorted(diverged)}
+
+
 def _finished(events) -> Finished:
     fin = None
     for fin in events:
@@ -277,6 +309,8 @@ def engine_section(lm, reward, prompt: str, base: RunConfig, *, rows: int, lengt
     vs_gen = engine_vs_generate(lm, prompt, rows, length, sampling, base.seed, repeats, mm)
     log("decode step by batch size")
     sw = decode_sweep(lm, prompt, sweep, sampling=sampling, ticks=(mm.measure, bw.measure))
+    log("coupling: the same candidates in batches of other sizes")
+    coupling = coupling_check(lm, prompt, sampling, base.seed, n=rows, length=length)
     log("Speculative Rejection: engine vs reference-style re-prefill")
     vs_ref = sr_vs_reference(lm, reward, replace(base, prompt=prompt))
     mm.measure(1)
@@ -291,4 +325,5 @@ def engine_section(lm, reward, prompt: str, base: RunConfig, *, rows: int, lengt
         s["vs_roofline"] = s["step_s"] / s["roofline_s"]
     return {"device": str(lm.device), "threads": torch.get_num_threads(), "dtype": str(lm.dtype).replace("torch.", ""),
             "kv_sharing": "shared" if lm.shares_prefix else "copied", "weight_bytes": weight_bytes(lm),
-            "matmul": limit, "bandwidth": band, "vs_generate": vs_gen, "decode_sweep": sw, "vs_reference": vs_ref}
+            "matmul": limit, "bandwidth": band, "vs_generate": vs_gen, "decode_sweep": sw, "coupling": coupling,
+            "vs_reference": vs_ref}

@@ -84,6 +84,12 @@ def engine_table(eng: dict) -> str:
         lines += ["  one decoding step by batch size (FLOP/s = 2 x params x rows / step time):",
                   "    " + "  ".join(f"{s['rows']} rows {s['step_s'] * 1e3:.0f} ms {s['flops_per_s'] / 1e9:.1f} GF/s "
                                    f"({s['fraction_of_limit']:.0%})" for s in sweep)]
+    if "coupling" in eng:
+        c = eng["coupling"]
+        lines.append(f"  coupling: {c['diverged']} of {c['compared']} candidates wrote other tokens in batches of "
+                     f"{', '.join(map(str, c['batches']))} rows than with all {c['n']} ({c['length']} tokens)"
+                     + (f"; first differing token {', '.join(map(str, c['diverged_at_tokens']))}"
+                        if c["diverged"] else ""))
     lines.append(f"  Speculative Rejection (N={r['n']}, alpha={r['alpha']:g}, {r['max_new_tokens']} tokens"
                  + (f", a decision every {r['interval']} tokens" if "interval" in r else "")
                  + "): engine vs reference-style re-tokenise + re-prefill:")
