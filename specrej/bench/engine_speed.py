@@ -259,7 +259,8 @@ def coupling_check(lm, prompt: str, sampling: Sampling, seed: int, n: int = 32, 
     ids = lm.render(prompt)
     everyone = _decode(lm, ids, list(range(n)), sampling, seed, n, length)
     half = n // 2
-    batches = [list(range(half)), list(range(half, n)), list(range(1, n, 2)), [n // 3], sorted({3 % n, n - 2, n // 2})]
+    batches = [list(range(half)), list(range(half, n)), list(range(1, n, 2)), [n // 3],
+               sorted({3 % n, n - 2, n // 2})]
     compared, diverged = 0, []
     for batch in batches:
         part = _decode(lm, ids, batch, sampling, seed, n, length)
