@@ -139,10 +139,10 @@ def shared_prefix_attention(module, query: torch.Tensor, key: torch.Tensor, valu
         o_p = o_p.view(kvh, b, groups * q, d).transpose(0, 1)              # [rows, kv_heads, groups x q, d]
         lse_p = lse_p.view(kvh, b, groups * q, 1).transpose(0, 1)
     else:
-        # prefix part on a CPU: a matmul broadcast over rows (the same FLOPs, the one prefix stays in
-        # cache). Folding the rows into the query axis makes the GEMM's M = rows x groups, and the CPU
-        # kernels round differently for different M: a candidate's tokens then depended on how many
-        # rows shared its batch (coupling broke in bf16). Per row, M = groups x q, whatever the batch.
+        # prefix part on a CPU: a matmul broadcast over rows (the same FLOPs; the one prefix stays in
+        # cache). Folded, the GEMM's M would be rows x groups, and the CPU kernels round differently for
+        # different M, so a row's attention would depend on how many rows share its batch; per row,
+        # M = groups x q whatever the batch. (Other ops still round by batch size in bf16: README.)
         o_p, lse_p = _part(qg, layer.prefix_keys, layer.prefix_values, scaling)
     # per-row part: causal within the new tokens when several arrive at once
     bias = _row_causal_bias(q, g, query.device, groups) if q > 1 else None
