@@ -17,7 +17,7 @@ PROMPT = "Give me three tips for staying healthy."
 
 def test_race_stops_best_of_n_once_it_matches(tiny_lm, length_reward):
     P = len(tiny_lm.render(PROMPT))
-    shared = bool(getattr(tiny_lm, "shares_prefix", False))
+    shared = tiny_lm.shares_prefix
     budget = P + 16 * 8 if shared else 16 * (P + 8)      # Best-of-N runs many small passes
     cfg = RunConfig(prompt=PROMPT, n=16, alpha=0.5, max_new_tokens=24, budget=budget, seed=0, progress_every=2)
     full = run_to_completion(best_of_n(tiny_lm, length_reward, cfg))

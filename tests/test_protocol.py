@@ -14,7 +14,7 @@ PROMPT = "Give me three tips for staying healthy."
 def records(tiny_lm, length_reward):
     base = RunConfig(prompt="-", max_new_tokens=24, seed=2, progress_every=0)
     P = len(tiny_lm.render(PROMPT))
-    shared = bool(getattr(tiny_lm, "shares_prefix", False))
+    shared = tiny_lm.shares_prefix
     budget = (P + 24 * 6) if shared else 3 * (P + 24)
     rows = [{"id": f"p{i}", "kind": "", "prompt": p} for i, p in enumerate([PROMPT, "Explain how a rainbow forms."])]
     recs = [run_prompt(tiny_lm, length_reward, r, base, n_ref=16, points=[(0.5, 4), (0.8, 4)], budget=budget)
@@ -79,7 +79,7 @@ def test_n_auto_fills_the_budget_at_the_first_decision(tiny_lm, length_reward):
     from specrej.events import Round
 
     P = len(tiny_lm.render(PROMPT))
-    shared = bool(getattr(tiny_lm, "shares_prefix", False))
+    shared = tiny_lm.shares_prefix
     budget = P + 20 * 6 if shared else 20 * (P + 6)
     cfg = RunConfig(prompt=PROMPT, n="auto", first_decision=6, alpha=0.5, max_new_tokens=24, budget=budget,
                     progress_every=0)

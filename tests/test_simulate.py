@@ -19,7 +19,7 @@ def coupled(tiny_lm):
 @pytest.mark.parametrize("alpha,extra", [(0.5, 6), (0.8, 10), (0.3, 4)])
 def test_simulation_matches_the_real_method(tiny_lm, length_reward, coupled, alpha, extra):
     P = coupled.prompt_tokens
-    shared = bool(getattr(tiny_lm, "shares_prefix", False))
+    shared = tiny_lm.shares_prefix
     budget = P + 16 * extra if shared else 16 * (P + extra)
     cfg = RunConfig(prompt=PROMPT, n=16, alpha=alpha, max_new_tokens=24, budget=budget, seed=5, progress_every=0)
     events = list(speculative_rejection(tiny_lm, length_reward, cfg))

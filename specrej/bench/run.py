@@ -71,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="embedded", help="generator: embedded, a hub id, a folder or a .gguf file")
     p.add_argument("--reward", help="reward spec, as the library's load_reward takes it")
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
+                   help="generator precision (default: SPECREJ_DTYPE, else auto: bf16 where faster)")
     p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.png)")
     p.add_argument("--threads", type=int, help="torch threads per process (default: the idle cores / processes)")
     p.add_argument("--engine-rows", type=int, help="rows for the engine-speed comparison")
@@ -131,9 +133,8 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    lm = load_generator(args.model)
+    lm = load_generator(args.model, dtype=args.dtype)
     reward = load_reward(args.reward)
-    shared = bool(getattr(lm, "shares_prefix", False))
     base = RunConfig(prompt="-", n=args.n_ref, max_new_tokens=args.max_new_tokens, seed=args.seed,
                      budget=args.budget, progress_every=0)
     budget = args.budget
@@ -141,8 +142,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "reward": args.reward, "n_ref": args.n_ref, "points": [list(p) for p in points],
             "max_new_tokens": args.max_new_tokens, "budget": budget, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
-            "dtype": str(getattr(lm, "dtype", lm.model.dtype)).replace("torch.", ""),
-            "kv_sharing": "shared" if shared else "copied",
+            "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if lm.shares_prefix else "copied",
             "reward_params": reward.n_params, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "torch": torch.__version__, "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         for _, row in mine:   # fail before hours of work, with the fix in the message
             try:
                 check_fits(replace(base, prompt=row["prompt"], n=1), len(lm.render(row["prompt"])), budget,
-                           lm.max_positions)
+                           lm.max_positions, lm.shares_prefix)
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             if not passes:   # step times at the budgeted batch and at 1 row, once, on this process's first prompt
                 cfg = replace(base, prompt=row["prompt"])
                 for rows in sorted({1, rec["rows_per_pass"]}):
-                    passes.append(measure_pass(lm, cfg, rows))
+                    passes.append(measure_pass(lm, cfg, rows, stats=reward.uses_token_stats))
         bar.close()
         if world > 1:
             from accelerate.utils import gather_object

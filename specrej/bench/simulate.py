@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..budget import AUTO_MAX_ROWS, rows_that_fit
 from .coupled import CoupledRun, PrefixScorer
 
 
@@ -38,15 +39,12 @@ class SimResult:
 
 def auto_rows(budget: int, prompt_tokens: int, first_decision: int, shared: bool = True) -> int:
     """Rows that fill ``budget`` at ``first_decision`` generated tokens (the paper's first batch)."""
-    per_row = first_decision if shared else prompt_tokens + first_decision
-    free = budget - prompt_tokens if shared else budget
-    return max(1, free // per_row)
+    return max(1, min(AUTO_MAX_ROWS, rows_that_fit(budget, prompt_tokens, first_decision, shared)))
 
 
 def rows_per_pass(budget: int, prompt_tokens: int, max_new_tokens: int, shared: bool = True) -> int:
     """Best-of-N rows that fit at full length (the last token is never fed back)."""
-    full = max_new_tokens - 1
-    return max(1, (budget - prompt_tokens) // full if shared else budget // (prompt_tokens + full))
+    return max(1, rows_that_fit(budget, prompt_tokens, max_new_tokens - 1, shared))
 
 
 def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: float, n0: int,
