@@ -105,7 +105,7 @@ def test_stop_in_a_real_browser_and_run_again(browser, app_url):
         page.screenshot(path=str(ARTIFACTS / "stop-failed.png"), full_page=True)
         raise AssertionError(f"no 'Stopped' after Stop; status shows {shown!r} (screenshot stop-failed.png)")
     t0 = time.monotonic()
-    while ctx.active and time.monotonic() - t0 < 10:
+    while ctx.active and time.monotonic() - t0 < 60:   # a hang guard, not a speed limit
         time.sleep(0.05)
     assert not ctx.active, "Stop did not close the race"
     page.click("#run")
