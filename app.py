@@ -1,4 +1,4 @@
-"""specrej web app: Speculative Rejection racing Best-of-N, live in the browser.
+"""specrej web app: Speculative Rejection racing Best-of-N (and a second setting), live in the browser.
 
 Run ``python app.py`` and open the URL it prints. This file only assembles the page from
 ``components``, wires the events and sets the queue; it loads the shared models once (an
@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from components import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imported before torch
 
+import dataclasses
+import inspect
+
 import gradio as gr
 
 from components import charts, ui
+from components.autospec_tab import build_autospec_tab
 from components.context import PREFERENCE, AppContext
-from components.stream import RunRequest, frames, race_events
+from components.panels import STOPPED
+from components.stream import REQUEST_FIELDS, RunRequest, frames, race_events
 
 TITLE = "Speculative Rejection vs Best-of-N"
 THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")
@@ -28,16 +33,19 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Bl
     (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again"."""
     ctx = ctx or AppContext.from_env()
     with gr.Blocks(title=TITLE, delete_cache=(3600, 3600)) as demo:
-        page = ui.build_page(ctx)
+        with gr.Tab("Speculative Rejection race"):
+            page = ui.build_page(ctx)
+        with gr.Tab("Parallel sampling lab"):
+            build_autospec_tab()
         c, a = page.controls, page.arena
 
-        def run(prompt, model, reward, preference, n, alpha, budget, decision, interval, max_new_tokens,
-                temperature, top_p, seed, x_axis="flops"):
-            """Race Speculative Rejection against Best-of-N on one prompt; streams both arms."""
-            request = RunRequest(prompt, model, reward, preference, n, alpha, budget, decision, interval,
-                                 max_new_tokens, temperature, top_p, seed, x_axis)
+        def run(*values):
+            """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
+            request = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
             for frame in frames(ctx, request, events_fn=events_fn):
                 yield page.updates(frame)
+
+        run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
 
         race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
                     concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status])
@@ -56,10 +64,18 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Bl
                         queue=False, api_visibility="private")
         c.decision.change(lambda d: gr.Slider(visible=d == "interval"), c.decision, c.interval,
                           queue=False, api_visibility="private")
+        c.second.change(lambda on: gr.Row(visible=bool(on)), c.second, c.second_group, queue=False,
+                        api_visibility="private")
         a.x_axis.change(rerender_race, [page.view, a.x_axis], [a.race_plot], queue=False,
                         api_visibility="private")
     demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue)
     return demo
+
+
+def request_signature() -> inspect.Signature:
+    """``RunRequest``'s fields as keyword parameters with their defaults."""
+    return inspect.Signature([inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
+                              for f in dataclasses.fields(RunRequest)])
 
 
 def waiting():
@@ -68,8 +84,7 @@ def waiting():
 
 
 def stopped():
-    return gr.Markdown("**Stopped.** Both arms were cancelled and their memory freed. Press Run to start again.",
-                       elem_classes=["status-live"])
+    return gr.Markdown(STOPPED, elem_classes=["status-stopped"])
 
 
 def rerender_race(view, x_axis):

@@ -5,10 +5,16 @@ times a second on the same CPU that runs the models, and ``go.Figure`` validatio
 a chart; ``figure(spec)`` turns a spec into a validated ``go.Figure`` (the tests do), and
 ``as_plot(spec)`` hands it to ``gr.Plot`` without the round trip.
 
+Each arm gets the chart its registry entry names (``specrej.arms``): "pruning" (reward of
+every candidate over the tokens it wrote, with the prunes) or "final" (each candidate's final
+reward when complete); ``arm_chart`` picks it. The compute race has one line per arm.
+
 Rules (see GRADIO_NOTES "Plotly for a live chart"): a fixed number and order of traces per
 chart; many candidates packed into one line trace separated by ``None``; the candidate id and a
 text snippet in ``customdata`` for the hover; a constant ``uirevision`` so a viewer's zoom
-survives updates; fixed axis ranges, and both arm charts on the same axes.
+survives updates; fixed axis ranges, and every arm chart on the same axes. Backgrounds are white
+in both the light and the dark theme (a chart is a white card there), so the dark text stays
+readable.
 """
 from __future__ import annotations
 
@@ -16,9 +22,8 @@ import json
 
 from specrej import Candidate
 
-from .theme import (ARM_COLOURS, ARM_NAMES, FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER,
-                    hover_text)
-from .view import RunView
+from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text
+from .view import ArmView, RunView
 
 HEIGHT = 430
 X_AXES = {"flops": "compute spent (FLOPs)", "tokens": "tokens generated (all candidates)"}
@@ -63,7 +68,20 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(float(v), 4)
 
 
-# ---------------------------------------------------------------- Speculative Rejection
+# ---------------------------------------------------------------- per arm
+
+def arm_chart(view: RunView, arm_id: str) -> dict:
+    """The chart an arm's registry entry asks for."""
+    chart = view.arms[arm_id].chart
+    return pruning_chart(view, arm_id) if chart == "pruning" else final_chart(view, arm_id)
+
+
+def _reference(view: RunView, arm: ArmView, chart: str) -> ArmView | None:
+    """The first other arm with the given chart kind (None if there is none)."""
+    return next((a for a in view.arms.values() if a is not arm and a.chart == chart), None)
+
+
+# ---------------------------------------------------------------- pruning (Speculative Rejection)
 
 def _lines(cands: list[Candidate]) -> tuple[list, list, list]:
     xs, ys, cd = [], [], []
@@ -77,11 +95,14 @@ def _lines(cands: list[Candidate]) -> tuple[list, list, list]:
     return xs, ys, cd
 
 
-def sr_chart(view: RunView) -> dict:
+def pruning_chart(view: RunView, arm_id: str) -> dict:
     """Each candidate's reward over generated tokens: kept in colour, pruned grey ending in an x,
-    finished with a circle, each round's threshold dashed, the leader a star."""
-    arm, bon = view.arms["sr"], view.arms["bon"]
-    colour, y_range = ARM_COLOURS["sr"], view.padded_y()
+    finished with a circle, each round's threshold dashed, the leader a star. With an arm that
+    writes every candidate to the end (a "final" chart, Best-of-N), a dotted line from each x to
+    what that candidate became there."""
+    arm = view.arms[arm_id]
+    bon = _reference(view, arm, "final")
+    colour, y_range = arm.spec.colour, view.padded_y()
     cands = list(arm.candidates)
     alive = [c for c in cands if c.status != "pruned"]
     pruned = [c for c in cands if c.status == "pruned" and c.history]
@@ -101,7 +122,7 @@ def sr_chart(view: RunView) -> dict:
     px, py, pcd = _lines(pruned)
     # Coupled randomness: Best-of-N's finished candidate i is what a pruned candidate i would
     # have become. Dotted lines from the x to that final score (off by default: legend toggles).
-    bon_final = {c.id: c for c in bon.candidates if c.status == "finished"}
+    bon_final = {c.id: c for c in bon.candidates if c.status == "finished"} if bon is not None else {}
     cx, cy, ccd = [], [], []
     for c in pruned:
         f = bon_final.get(c.id)
@@ -147,17 +168,17 @@ def sr_chart(view: RunView) -> dict:
         {"type": "scatter", "mode": "lines", "name": "had it continued", "x": cx, "y": cy, "customdata": ccd,
          "line": {"color": PRUNED, "width": 1, "dash": "dot"}, "visible": "legendonly",
          "hovertemplate": "<b>#%{customdata[0]}</b> had it continued: %{y:.3f}<br>%{customdata[1]}"
-                          "<extra>from Best-of-N</extra>"},
+                          f"<extra>from {bon.spec.kind.name if bon else '-'}</extra>"},
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
-    layout = _layout("tokens generated", "reward", [-2, view.cfg.max_new_tokens + 4], y_range, revision="sr")
+    layout = _layout("tokens generated", "reward", [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     for m in arm.rounds:  # the decision tokens, as faint vertical lines
         layout["shapes"].append({"type": "line", "xref": "x", "yref": "paper", "x0": m.position, "x1": m.position,
                                  "y0": 0, "y1": 1, "line": {"color": "#C8C8C8", "width": 1}, "layer": "below"})
     if not any(c.history for c in cands):
         layout["annotations"].append(_note("partial answers are scored when memory fills<br>"
                                            "(the decision token), then the lowest are pruned"))
-    return _spec("sr", data, layout)
+    return _spec(arm_id, data, layout)
 
 
 def _spec(chart: str, data: list[dict], layout: dict) -> dict:
@@ -179,14 +200,16 @@ def _star(c: Candidate | None, name: str, *, partial: bool) -> dict:
                              "<extra></extra>"}
 
 
-# ---------------------------------------------------------------- Best-of-N
+# ---------------------------------------------------------------- final (Best-of-N)
 
-def bon_chart(view: RunView) -> dict:
-    """Best-of-N's candidates as they complete: final reward against length. Open circles mark
-    the candidates Speculative Rejection pruned (exact, thanks to coupled randomness)."""
-    arm, sr = view.arms["bon"], view.arms["sr"]
-    colour, y_range = ARM_COLOURS["bon"], view.padded_y()
-    sr_pruned = {c.id: c for c in sr.candidates if c.status == "pruned"}
+def final_chart(view: RunView, arm_id: str) -> dict:
+    """An arm's candidates as they complete: final reward against length. Open circles mark
+    the candidates the first pruning arm pruned (exact, thanks to coupled randomness)."""
+    arm = view.arms[arm_id]
+    sr = _reference(view, arm, "pruning")
+    colour, y_range = arm.spec.colour, view.padded_y()
+    sr_pruned = {c.id: c for c in sr.candidates if c.status == "pruned"} if sr is not None else {}
+    pruner = sr.spec.short if sr is not None else "-"
     done = [c for c in arm.candidates if c.status == "finished"]
     kept = [c for c in done if c.id not in sr_pruned]
     cut = [c for c in done if c.id in sr_pruned]
@@ -202,72 +225,74 @@ def bon_chart(view: RunView) -> dict:
         {"type": "scatter", "mode": "markers", "name": "finished", **pts(kept, lambda c: ""),
          "marker": {"symbol": "circle", "size": 9, "color": colour, "line": {"width": 1.5, "color": "white"}},
          "hovertemplate": hover},
-        {"type": "scatter", "mode": "markers", "name": "finished · pruned by Spec. Rejection",
-         **pts(cut, lambda c: f"SR pruned it in round {sr_pruned[c.id].round_pruned}"),
+        {"type": "scatter", "mode": "markers", "name": f"finished · pruned by {pruner}",
+         **pts(cut, lambda c: f"{pruner} pruned it in round {sr_pruned[c.id].round_pruned}"),
          "marker": {"symbol": "circle-open", "size": 10, "color": colour, "line": {"width": 2, "color": colour}},
          "hovertemplate": hover},
         _star(arm.leader() if done else None, "winner" if won else "leader", partial=False),
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
-    layout = _layout("tokens generated", "reward", [-2, view.cfg.max_new_tokens + 4], y_range, revision="bon")
+    layout = _layout("tokens generated", "reward", [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     if not done:
         layout["annotations"].append(_note("each answer is scored once, when it is complete"))
-    return _spec("bon", data, layout)
+    return _spec(arm_id, data, layout)
 
 
 # ---------------------------------------------------------------- the compute race
 
 def race_chart(view: RunView, x_axis: str | None = None) -> dict:
-    """Best reward of a finished answer against compute spent, one step line per arm (Best-of-N
-    first), and a dotted line where each arm is now."""
+    """Best reward of a finished answer against compute spent, one step line per arm (the
+    baseline first and widest, so every line stays visible), and a dotted line where each arm is now."""
     x_axis = x_axis or view.x_axis
     if x_axis not in X_AXES:
         x_axis = "flops"
     y_range = view.padded_y()
     data, ends = [], {}
-    width = {"bon": 5, "sr": 2.5}  # Speculative Rejection drawn last and thinner: both stay visible
-    for a in ("bon", "sr"):
+
+    def at(p):
+        return p.flops if x_axis == "flops" else p.tokens
+
+    for i, arm in enumerate(view.arms.values()):
         xs, ys, last = [], [], None
-        for p in view.arms[a].curve:
-            x = p.flops if x_axis == "flops" else p.tokens
+        for p in arm.curve:
             if p.best is not None and p.best != last:
-                xs.append(x), ys.append(_r(p.best))
+                xs.append(at(p)), ys.append(_r(p.best))
                 last = p.best
-        curve = view.arms[a].curve
-        if curve and last is not None:  # extend the step to where the arm is now
-            p = curve[-1]
-            xs.append(p.flops if x_axis == "flops" else p.tokens), ys.append(_r(last))
+        if arm.curve and last is not None:  # extend the step to where the arm is now
+            xs.append(at(arm.curve[-1])), ys.append(_r(last))
         if xs:
-            ends[a] = (xs[-1], ys[-1])
-        data.append({"type": "scatter", "mode": "lines+markers", "name": ARM_NAMES[a], "x": xs, "y": ys,
-                     "line": {"color": ARM_COLOURS[a], "width": width[a], "shape": "hv"},
-                     "marker": {"size": 8 if a == "bon" else 6, "color": ARM_COLOURS[a]},
-                     "opacity": 0.75 if a == "bon" else 1.0,
+            ends[arm.arm] = (xs[-1], ys[-1])
+        base = i == 0
+        data.append({"type": "scatter", "mode": "lines+markers", "name": arm.spec.label, "x": xs, "y": ys,
+                     "line": {"color": arm.spec.colour, "width": 5 if base else 2.5, "shape": "hv"},
+                     "marker": {"size": 8 if base else 6, "color": arm.spec.colour},
+                     "opacity": 0.75 if base else 1.0,
                      "hovertemplate": "%{fullData.name}<br>best reward %{y:.3f}<br>after %{x:.3s}"
                                       + (" FLOPs" if x_axis == "flops" else " tokens") + "<extra></extra>"})
-    for a in ("bon", "sr"):
-        curve = view.arms[a].curve
-        x = None
-        if curve and view.arms[a].finished is None:
-            x = curve[-1].flops if x_axis == "flops" else curve[-1].tokens
-        data.append(_cursor(x, y_range, ARM_COLOURS[a], f"{ARM_NAMES[a]} now"))
+    for arm in view.arms.values():
+        x = at(arm.curve[-1]) if arm.curve and arm.finished is None else None
+        data.append(_cursor(x, y_range, arm.spec.colour, f"{arm.spec.label} now"))
     layout = _layout(X_AXES[x_axis], "best reward so far", None, y_range, revision="race")
     layout["xaxis"]["tickformat"] = ".2s"
     layout["xaxis"]["exponentformat"] = "SI"
-    sr, bon = view.arms["sr"], view.arms["bon"]
-    if sr.finished is not None and bon.finished is not None and "sr" in ends:
-        if x_axis == "flops":
-            frac = sr.finished.ledger.flops / max(bon.finished.ledger.flops, 1e-9)
-            text = f"Speculative Rejection done<br>at {frac:.0%} of Best-of-N's FLOPs"
-        else:
-            frac = sr.finished.ledger.generated_tokens / max(bon.finished.ledger.generated_tokens, 1)
-            text = f"Speculative Rejection done<br>at {frac:.0%} of Best-of-N's tokens"
-        x, y = ends["sr"]
-        layout["annotations"].append({"x": x, "y": y, "xref": "x", "yref": "y", "text": text, "showarrow": True,
-                                      "arrowhead": 2, "ax": 36, "ay": 58, "align": "left",
-                                      "font": {"size": 13, "color": ARM_COLOURS["sr"]},
-                                      "bgcolor": "rgba(255,255,255,0.85)"})
-    if not any(p.best is not None for a in ("sr", "bon") for p in view.arms[a].curve):
+    base = view.arms[view.baseline]
+    if base.finished is not None:
+        for k, arm in enumerate(a for a in view.arms.values() if a is not base):
+            if arm.finished is None or arm.arm not in ends:
+                continue
+            if x_axis == "flops":
+                frac = arm.finished.ledger.flops / max(base.finished.ledger.flops, 1e-9)
+                what = "FLOPs"
+            else:
+                frac = arm.finished.ledger.generated_tokens / max(base.finished.ledger.generated_tokens, 1)
+                what = "tokens"
+            x, y = ends[arm.arm]
+            layout["annotations"].append({
+                "x": x, "y": y, "xref": "x", "yref": "y", "showarrow": True, "arrowhead": 2,
+                "text": f"{arm.spec.label} done<br>at {frac:.0%} of {base.spec.label}'s {what}",
+                "ax": 36, "ay": 58 + 44 * k, "align": "left", "font": {"size": 13, "color": arm.spec.colour},
+                "bgcolor": "rgba(255,255,255,0.85)"})
+    if not any(p.best is not None for a in view.arms.values() for p in a.curve):
         layout["annotations"].append(_note("a line starts when an arm has a finished answer"))
     return _spec("race", data, layout)
 

@@ -13,6 +13,9 @@ Environment:
   SPECREJ_REWARD       default reward: ``embedded``/``preference[:text]``, ``sentiment``,
                        ``confidence``, ``self-certainty``, or a reward model (``hf:<id or folder>``)
                        which the UI then offers as an extra choice
+  SPECREJ_ARMS         the arms every run races, as arm specs separated by spaces (default
+                       ``bon sr``: Best-of-N and Speculative Rejection; ``specrej.arms``); the page
+                       can add a second Speculative Rejection setting, up to three arms in all
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 20)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
                        (``specrej.limits``): slider ranges, per-run checks, a run-time cap
@@ -21,7 +24,6 @@ Environment:
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import tempfile
@@ -29,19 +31,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specrej import load_generator, load_reward
+from specrej.arms import DEFAULT_ARMS, parse_arms
+from specrej.config import env_int
 from specrej.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
-from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID
+from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, REWARDS, offered_kinds
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
-PREFERENCE, SENTIMENT, CONFIDENCE, SELF_CERTAINTY = "preference", "sentiment", "confidence", "self-certainty"
+PREFERENCE = "preference"
 MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
-REWARD_LABELS = {
-    PREFERENCE: "Preference (describe the answer you want)",
-    SENTIMENT: "Sentiment (positive wording, VADER lexicon)",
-    CONFIDENCE: "Confidence (the generator's own log-probability)",
-    SELF_CERTAINTY: "Self-certainty (the generator's own certainty)",
-}
+
+
+def reward_kind_label(key: str) -> str:
+    """A reward kind's label from the library's registry (the key itself if it has none)."""
+    cls = REWARDS.get(key)
+    return cls.label if cls is not None else key
 
 
 def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = False):
@@ -75,13 +79,6 @@ def load_examples() -> tuple[str, ...]:
         return ("Give me three tips for staying healthy.",)
 
 
-def _env_int(env, name: str, default: int, lo: int = 1) -> int:
-    try:
-        return max(lo, int(env.get(name, default)))
-    except (TypeError, ValueError):
-        return default
-
-
 @dataclass
 class AppContext:
     models: tuple[tuple[str, str], ...]    # (label, spec)
@@ -100,6 +97,7 @@ class AppContext:
     active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)
     limits: Limits = field(default_factory=Limits)
     policy: ModelPolicy = field(default_factory=ModelPolicy)
+    arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "AppContext":
@@ -113,20 +111,18 @@ class AppContext:
         specs = list(dict.fromkeys(specs))
         models = tuple((model_label(s), s) for s in specs)
 
-        kinds = [PREFERENCE, SENTIMENT, CONFIDENCE, SELF_CERTAINTY]
         if not _has_embedder():  # the library then loads the same embedder from the Hub
             notes.append(f"The embedding model wheel is not installed: the preference reward uses "
                          f"{EMBEDDER_HUB_ID} from the Hub.")
-        if importlib.util.find_spec("vaderSentiment") is None:
-            kinds.remove(SENTIMENT)
-        rewards = [(REWARD_LABELS[k], k) for k in kinds]
+        rewards = offered_kinds()    # the library's registry: (label, kind)
+        kinds = {k for _, k in rewards}
         preference = DEFAULT_PREFERENCE
         spec = env.get("SPECREJ_REWARD", "").strip() or "embedded"
         kind, _, arg = spec.partition(":")
         if kind in ("embedded", PREFERENCE):
             default = PREFERENCE
             preference = arg.strip() or DEFAULT_PREFERENCE
-        elif kind in (SENTIMENT, CONFIDENCE, SELF_CERTAINTY):
+        elif kind in kinds:
             default = kind
         else:  # a reward model: hf:<id or folder>, or a bare id / folder
             default = MODEL_REWARD + spec
@@ -136,8 +132,9 @@ class AppContext:
                                        if k.startswith(MODEL_REWARD))
         kw = dict(models=models, rewards=tuple(rewards), default_model=specs[0], default_reward=default,
                   default_preference=preference, notes=tuple(notes),
-                  concurrency=_env_int(env, "SPECREJ_CONCURRENCY", 2 if on_gpu else 1),
-                  max_queue=_env_int(env, "SPECREJ_MAX_QUEUE", 20),
+                  concurrency=env_int("SPECREJ_CONCURRENCY", 2 if on_gpu else 1, env=env),
+                  max_queue=env_int("SPECREJ_MAX_QUEUE", 20, env=env),
+                  arms=tuple(a.spec for a in parse_arms(env.get("SPECREJ_ARMS", "").split() or DEFAULT_ARMS)),
                   archive_dir=env.get("SPECREJ_TRACE_DIR", "").strip() or None,
                   limits=Limits.from_env(env), policy=ModelPolicy.from_env(env, offered=offered))
         kw.update(overrides)
@@ -169,10 +166,6 @@ class AppContext:
             self.policy.check(_reward_model(spec))
             return model, spec
         return model, reward
-
-    def labels(self, model_spec: str, reward_spec: str) -> tuple[str, str]:
-        return model_label(model_spec), reward_spec if not reward_spec.startswith("hf:") else \
-            _reward_model_label(reward_spec)
 
     def warm(self) -> None:
         """Load the default models now so the first Run starts at once."""

@@ -21,4 +21,3 @@ except ImportError:
         return fn
 
 ZERO_GPU = bool(os.environ.get("SPACES_ZERO_GPU"))
-ON_SPACES = os.environ.get("SYSTEM") == "spaces" or bool(os.environ.get("SPACE_ID"))

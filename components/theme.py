@@ -1,16 +1,17 @@
 """Colours and number formats shared by charts and panels.
 
-Colours are Okabe-Ito (distinguishable with the common colour-vision deficiencies); meaning is
-never carried by colour alone: pruned candidates are also grey *and* end in an x, finished ones
-carry a circle, leaders a star, the threshold is dashed.
+The arms' own colours live in their registry entries (``specrej.arms``). Colours are Okabe-Ito
+(distinguishable with the common colour-vision deficiencies); meaning is never carried by colour
+alone: pruned candidates are also grey *and* end in an x, finished ones carry a circle, leaders a
+star, the threshold is dashed.
 """
 from __future__ import annotations
 
 import html
 import re
 
-ARM_NAMES = {"sr": "Speculative Rejection", "bon": "Best-of-N"}
-ARM_COLOURS = {"sr": "#D55E00", "bon": "#0072B2"}   # vermillion, blue
+from specrej.compare import fmt_flops  # noqa: F401  (one formatter for the CLI and the app)
+
 WINNER = "#009E73"       # bluish green: the leader / winner star
 PRUNED = "#A0A0A0"       # grey lines of rejected candidates
 PRUNED_MARK = "#6B6B6B"  # the x where a candidate was rejected
@@ -20,29 +21,12 @@ TEXT = "#1F2328"
 FONT = "Inter, 'Source Sans Pro', system-ui, -apple-system, 'Segoe UI', sans-serif"
 
 
-def fmt_flops(x: float) -> str:
-    """1.23e11 -> '123 GFLOP'."""
-    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if abs(x) >= scale:
-            v = x / scale
-            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
-    return f"{x:.0f} FLOP"
-
-
 def fmt_s(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
 
 
 def fmt_score(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
-
-
-def fmt_ratio(x: float | None) -> str:
-    if x is None:
-        return "–"
-    if x < 0.1:
-        return f"{x:.2g}×"
-    return f"{x:.1f}×" if x < 10 else f"{x:.0f}×"
 
 
 def snippet(text: str, limit: int = 90, *, tail: bool = False) -> str:

@@ -1,5 +1,8 @@
 """UI builders: each ``build_*()`` returns a small dataclass of named Gradio components, and
-``Page.updates(frame)`` maps a ``Frame`` onto them (by name, never by position)."""
+``Page.updates(frame)`` maps a ``Frame`` onto them (by name, never by position).
+
+Gradio components are static, so the arena has ``MAX_SLOTS`` (3) arm slots, a chart and a
+leader each; a run shows one slot per arm, in ``RunView.display_order``, and hides the rest."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,9 +15,10 @@ from specrej import RunConfig
 
 from . import charts
 from .context import ASSETS, PREFERENCE, AppContext
-from .panels import SUMMARY_PLACEHOLDER, TABLE_HEADERS, TABLE_TYPES, status_markdown
-from .stream import KEEP, Frame
-from .theme import ARM_NAMES
+from .frames import KEEP, Frame, slots, table_value
+from .panels import SUMMARY_PLACEHOLDER, status_markdown
+from .stream import MAX_ARMS, REQUEST_FIELDS
+from .view import RunView
 
 PAPER = "https://arxiv.org/abs/2410.20290"
 HELP = RunConfig.help()
@@ -43,6 +47,9 @@ def css_path() -> Path:
 
 @dataclass
 class Controls:
+    """The inputs, named as ``RunRequest``'s fields (``stream.REQUEST_FIELDS``) except the
+    buttons; ``by_name()`` maps those names onto the components."""
+
     prompt: gr.Textbox
     run: gr.Button
     stop: gr.Button
@@ -58,11 +65,13 @@ class Controls:
     temperature: gr.Slider
     top_p: gr.Slider
     seed: gr.Number
+    second: gr.Checkbox
+    second_alpha: gr.Slider
+    second_decision: gr.Radio
+    second_group: gr.Row
 
-    def run_inputs(self) -> list:
-        """In the order of the run handler's parameters (the API's parameters)."""
-        return [self.prompt, self.model, self.reward, self.preference, self.n, self.alpha, self.budget,
-                self.decision, self.interval, self.max_new_tokens, self.temperature, self.top_p, self.seed]
+    def by_name(self) -> dict[str, gr.components.Component]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def build_controls(ctx: AppContext) -> Controls:
@@ -101,6 +110,15 @@ def build_controls(ctx: AppContext) -> Controls:
             interval = gr.Slider(1, 256, value=DEFAULTS["interval"], step=1, label="k (tokens between decisions)",
                                  info=HELP["interval"], visible=DEFAULTS["decision"] == "interval",
                                  elem_id="interval")
+        with gr.Row(elem_id="second-row"):
+            second = gr.Checkbox(value=False, label="Compare a second setting",
+                                 info="Race a second Speculative Rejection setting (its own alpha and decision "
+                                      "rule) against the same Best-of-N: three arms.", elem_id="second", scale=1)
+            with gr.Row(visible=False, elem_id="second-settings") as second_group:
+                second_alpha = gr.Slider(0.0, 0.95, value=0.9, step=0.05, label="second alpha",
+                                         info="The rejection rate of the second setting.", elem_id="second_alpha")
+                second_decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="second setting decides",
+                                           elem_id="second_decision")
         with gr.Row():
             max_new_tokens = gr.Slider(1, ctx.limits.max_new_tokens, step=1, label="Max new tokens",
                                        value=min(DEFAULTS["max_new_tokens"], ctx.limits.max_new_tokens),
@@ -112,36 +130,52 @@ def build_controls(ctx: AppContext) -> Controls:
             seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="Seed", info=HELP["seed"],
                              elem_id="seed")
     return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
-                    max_new_tokens, temperature, top_p, seed)
+                    max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group)
 
 
 # ---------------------------------------------------------------- the race
 
+MAX_SLOTS = MAX_ARMS
+
+
+@dataclass
+class Slot:
+    """One arm's column: its chart and its leader (hidden when the run has fewer arms)."""
+
+    column: gr.Column
+    plot: gr.Plot
+    leader: gr.Textbox
+
+
 @dataclass
 class Arena:
     status: gr.Markdown
-    sr_plot: gr.Plot
-    bon_plot: gr.Plot
-    sr_leader: gr.Textbox
-    bon_leader: gr.Textbox
+    slots: list[Slot]
     race_plot: gr.Plot
     x_axis: gr.Radio
     summary: gr.Markdown
 
 
+def _colour_class(colour: str) -> str:
+    """The CSS class that colours a leader's label in its arm's colour (assets/style.css)."""
+    return "arm-c-" + colour.lstrip("#").lower()
+
+
 def build_arena() -> Arena:
-    status = gr.Markdown(status_markdown(None), elem_id="status")
-    with gr.Row(equal_height=True):
-        with gr.Column(elem_classes=["arm", "arm-sr"]):
-            sr_plot = gr.Plot(label=f"{ARM_NAMES['sr']}: reward of each candidate as it is written",
-                              elem_id="sr-plot")
-            sr_leader = gr.Textbox(label=f"{ARM_NAMES['sr']} · leader", lines=5, max_lines=8, interactive=False,
-                                   elem_id="sr-leader", elem_classes=["leader"])
-        with gr.Column(elem_classes=["arm", "arm-bon"]):
-            bon_plot = gr.Plot(label=f"{ARM_NAMES['bon']}: reward of each candidate when complete",
-                               elem_id="bon-plot")
-            bon_leader = gr.Textbox(label=f"{ARM_NAMES['bon']} · leader", lines=5, max_lines=8, interactive=False,
-                                    elem_id="bon-leader", elem_classes=["leader"])
+    status = gr.Markdown(status_markdown(None), elem_id="status", elem_classes=["status-idle"])
+    # The default run's arms lay out the first slots; a run with other arms relabels them.
+    view = RunView(RunConfig(prompt="-"))
+    order = slots(view)
+    out = []
+    with gr.Row(equal_height=True, elem_id="arms"):
+        for i in range(MAX_SLOTS):
+            arm_id, label, colour = order[i] if i < len(order) else ("", "", "")
+            with gr.Column(visible=i < len(order), elem_classes=["arm"], elem_id=f"slot-{i}") as column:
+                plot = gr.Plot(label=label, elem_id=f"plot-{i}")
+                leader = gr.Textbox(label=f"{view.arms[arm_id].spec.label} · leader" if arm_id else "leader",
+                                    lines=5, max_lines=8, interactive=False, elem_id=f"leader-{i}",
+                                    elem_classes=["leader"] + ([_colour_class(colour)] if colour else []))
+            out.append(Slot(column, plot, leader))
     with gr.Row():
         with gr.Column(scale=3):
             race_plot = gr.Plot(label="Compute race: best reward of a finished answer vs compute spent",
@@ -149,7 +183,7 @@ def build_arena() -> Arena:
             x_axis = gr.Radio(X_AXES, value="flops", label="Compute axis", elem_id="x-axis")
         with gr.Column(scale=2):
             summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
-    return Arena(status, sr_plot, bon_plot, sr_leader, bon_leader, race_plot, x_axis, summary)
+    return Arena(status, out, race_plot, x_axis, summary)
 
 
 # ---------------------------------------------------------------- results
@@ -162,14 +196,16 @@ class Results:
     summary_json: gr.JSON
 
 
+TABLE_LABEL = ("All candidates (click a header to sort). Coupled randomness: candidate i writes the same text in "
+               "every method, so Best-of-N's score is what a pruned one would have scored had it continued.")
+
+
 def build_results() -> Results:
     with gr.Column(visible=False, elem_id="results") as group:
-        table = gr.Dataframe(headers=TABLE_HEADERS, datatype=TABLE_TYPES,
-                             label="All candidates (click a header to sort). Coupled randomness: candidate i "
-                                   "writes the same text in both methods, so Best-of-N's score is what a pruned "
-                                   "one would have scored had it continued.",
-                             interactive=False, wrap=True, max_height=420,
-                             column_widths=["5%", "10%", "8%", "9%", "7%", "10%", "6%", "45%"], elem_id="candidates")
+        empty = table_value(RunView(RunConfig(prompt="-", n=1)))
+        table = gr.Dataframe(headers=empty["headers"], datatype=empty["datatype"], label=TABLE_LABEL,
+                             interactive=False, wrap=True, max_height=420, column_widths=empty["column_widths"],
+                             elem_id="candidates")
         with gr.Row():
             trace_file = gr.File(label="Run trace (JSON)", interactive=False, elem_id="trace", scale=1)
             with gr.Column(scale=2):
@@ -193,12 +229,17 @@ class Page:
     view: gr.State
 
     def run_inputs(self) -> list:
-        return self.controls.run_inputs() + [self.arena.x_axis]
+        """The run handler's inputs, in ``RunRequest``'s field order (the API's parameters)."""
+        named = {**self.controls.by_name(), "x_axis": self.arena.x_axis}
+        return [named[name] for name in REQUEST_FIELDS]
 
     def outputs(self) -> list:
+        """The status, each slot's chart and leader, the race, the results; then what the API does
+        not return (the session state and the layout)."""
         a, r = self.arena, self.results
-        return [a.status, a.sr_plot, a.bon_plot, a.race_plot, a.sr_leader, a.bon_leader, a.summary, r.table,
-                r.trace_file, r.summary_json, self.view, r.group]
+        return ([a.status] + [c for s in a.slots for c in (s.plot, s.leader)]
+                + [a.race_plot, a.summary, r.table, r.trace_file, r.summary_json, self.view, r.group]
+                + [s.column for s in a.slots])
 
     def updates(self, frame: Frame) -> dict:
         """A frame as {component: new value}; ``gr.skip()`` where the frame keeps a field."""
@@ -210,24 +251,37 @@ class Page:
         def plot(spec):
             return None if spec is None else charts.as_plot(spec)
 
-        def leader(pair):
-            return gr.Textbox(value=pair[1], label=pair[0])
+        def table(value):
+            if not value:
+                return gr.Dataframe(value=None)
+            return gr.Dataframe(value={"headers": value["headers"], "data": value["data"]},
+                                headers=value["headers"], datatype=value["datatype"],
+                                column_widths=value["column_widths"])
 
-        def rows(rs):
-            return rs or []
-
-        def status(text):
-            kind = "error" if text.startswith("**Can't run") else "done" if text.startswith("**Done") else "live"
-            return gr.Markdown(value=text, elem_classes=[f"status-{kind}"])
-
-        return {
-            a.status: val(frame.status, status), a.sr_plot: val(frame.sr_plot, plot), a.bon_plot: val(frame.bon_plot, plot),
-            a.race_plot: val(frame.race_plot, plot), a.sr_leader: val(frame.sr_leader, leader),
-            a.bon_leader: val(frame.bon_leader, leader), a.summary: val(frame.summary),
-            r.table: val(frame.table, rows), r.trace_file: val(frame.trace_path),
+        out = {
+            a.status: gr.skip() if frame.status is KEEP else gr.Markdown(
+                value=frame.status, elem_classes=[f"status-{frame.status_kind if frame.status_kind is not KEEP else 'live'}"]),
+            a.race_plot: val(frame.race_plot, plot), a.summary: val(frame.summary),
+            r.table: val(frame.table, table), r.trace_file: val(frame.trace_path),
             r.summary_json: val(frame.summary_json), self.view: val(frame.view),
             r.group: val(frame.results_visible, lambda v: gr.Column(visible=v)),
         }
+        layout = frame.slots
+        for i, s in enumerate(a.slots):
+            here = layout is not KEEP and i < len(layout)
+            out[s.column] = gr.skip() if layout is KEEP else gr.Column(visible=here)
+            plots, leaders = frame.arm_plots, frame.arm_leaders
+            if plots is KEEP or i >= len(plots):
+                out[s.plot] = gr.Plot(label=layout[i][1]) if here else gr.skip()
+            else:
+                out[s.plot] = gr.Plot(value=plot(plots[i]), label=layout[i][1]) if here else plot(plots[i])
+            if leaders is KEEP or i >= len(leaders):
+                out[s.leader] = gr.skip()
+            else:
+                label, text = leaders[i]
+                classes = ["leader"] + ([_colour_class(layout[i][2])] if here else [])
+                out[s.leader] = gr.Textbox(value=text, label=label, **({"elem_classes": classes} if here else {}))
+        return out
 
 
 def build_page(ctx: AppContext) -> Page:

@@ -1,12 +1,9 @@
 """The memory budget, in KV-cache token slots (rows x length), and what fits in it."""
 from __future__ import annotations
 
-import math
-import os
-
 import torch
 
-from .config import RunConfig
+from .config import RunConfig, env_int
 from .models import LM
 
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
@@ -25,13 +22,7 @@ def resolve_budget(cfg: RunConfig, lm: LM) -> int:
     if lm.device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(lm.device)
         return int(free * GPU_FRACTION) // lm.kv_bytes_per_slot
-    raw = os.environ.get(CPU_BUDGET_ENV, str(DEFAULT_CPU_BUDGET))
-    try:
-        value = int(raw)
-        assert value > 0
-    except (ValueError, AssertionError):
-        raise BudgetError(f"{CPU_BUDGET_ENV}={raw!r} must be a positive integer of KV-cache slots.") from None
-    return value
+    return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 
 def check_fits(cfg: RunConfig, prompt_len: int, budget: int, max_positions: int | None) -> None:
@@ -54,7 +45,3 @@ def check_fits(cfg: RunConfig, prompt_len: int, budget: int, max_positions: int 
 def rows_per_pass(cfg: RunConfig, prompt_len: int, budget: int) -> int:
     """Best-of-N rows that fit at full length at once."""
     return max(1, min(cfg.n, budget // (prompt_len + cfg.max_new_tokens - 1)))
-
-
-def passes(cfg: RunConfig, prompt_len: int, budget: int) -> int:
-    return math.ceil(cfg.n / rows_per_pass(cfg, prompt_len, budget))

@@ -1,7 +1,10 @@
-"""``python -m specrej``: run Best-of-N, Speculative Rejection or both on one prompt.
+"""``python -m specrej``: race Best-of-N, Speculative Rejection or any arms on one prompt.
 
-Prints progress to stderr, a readable summary to stdout, and (with ``--json``) the full event
-trace. Every RunConfig field is a flag; its help text comes from the dataclass.
+``--arms bon sr:alpha=0.5 sr:alpha=0.9`` races three arms (``specrej.arms``: ``method[:key=value,...]``);
+``--method both`` (the default) is ``--arms bon sr``. The first arm is the baseline the others
+are compared with (``specrej.compare``). Prints progress to stderr, a readable summary to stdout,
+and (with ``--json``) the full event trace. Every RunConfig field is a flag; its help text comes
+from the dataclass.
 """
 from __future__ import annotations
 
@@ -12,19 +15,26 @@ import sys
 import time
 from pathlib import Path
 
+from .arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms, race_arms
+from .compare import Comparison, Tally, fmt_flops
 from .config import RunConfig
-from .events import ARM_NAMES, Finished, Progress, Round, to_dict
-from .methods import METHODS, race
+from .events import Finished, Progress, Round, to_dict
 from .models import load_generator
 from .rewards import load_reward
 
-ARMS = {"sr": ["sr"], "bon": ["bon"], "both": ["sr", "bon"]}
+METHOD_ARMS = {"sr": ("sr",), "bon": ("bon",), "both": DEFAULT_ARMS}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specrej", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--method", choices=list(ARMS), default="both", help="which method(s) to run")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--method", choices=list(METHOD_ARMS), default="both", help="which method(s) to run")
+    which.add_argument("--arms", nargs="+", metavar="ARM", default=None,
+                       help="arms to race, each method[:key=value,...], e.g. bon sr:alpha=0.5 "
+                            "sr:alpha=0.9,decision=interval,interval=16; the first is the baseline. Methods: "
+                            + "; ".join(f"{k} ({v.name}: {', '.join(v.options) or 'no settings'})"
+                                        for k, v in REGISTRY.items()))
     p.add_argument("--model", default="embedded", help="generator: 'embedded', a hub id, a folder or a .gguf file")
     p.add_argument("--reward", default="embedded",
                    help="reward: embedded | preference[:text] | sentiment | confidence | self-certainty | "
@@ -48,38 +58,55 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fmt_flops(x: float) -> str:
-    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
-        if x >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f} FLOP"
+def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
+    led, w = f.ledger, f.winner
+    return [
+        f"== {arm.label} [{arm.id}] ({arm.kind.rounds(f.rounds)})",
+        f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
+        "   " + w.text.strip().replace("\n", "\n   "),
+        f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
+        f"{fmt_flops(led.flops)}; {led.wall_s:.1f} s; peak KV {led.peak_kv_slots} of {led.budget} slots",
+        "",
+    ]
 
 
-def summary(finished: dict[str, Finished]) -> str:
+def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison) -> list[str]:
+    if c.kept_baseline_winner is None:
+        kept = f"{base.label}'s winner #{c.baseline_winner} is not among its candidates"
+    elif c.kept_baseline_winner:
+        kept = f"kept {base.label}'s winner #{c.baseline_winner}"
+    else:
+        kept = f"pruned {base.label}'s winner #{c.baseline_winner} in round {c.baseline_winner_round_pruned}"
+    lines = [
+        f"== {arm.label} against {base.label}",
+        f"   reward:           {c.reward:.4f} vs {c.baseline_reward:.4f} "
+        f"({'same winner' if c.same_winner else 'different winners'}; {kept})",
+        f"   generated tokens: {c.tokens.words()}",
+        f"   FLOPs:            {c.flops.words()}",
+        f"   wall time:        {c.wall.words()}",
+    ]
+    if c.curve_given:
+        lines.append("   baseline matched: " + (f"after {fmt_flops(c.baseline_matched_flops)}"
+                                                if c.baseline_matched_flops is not None else "never"))
+    for d in c.decisions:
+        rho = "undefined" if d.spearman is None else f"{d.spearman:.2f}"
+        lines.append(f"   decision {d.index} at token {d.position}: Spearman(partial, final) {rho} "
+                     f"over {d.n_live} candidates")
+    lines.append("")
+    return lines
+
+
+def summary(arms: tuple[ArmSpec, ...], tally: Tally) -> str:
+    """Each arm's winner and ledger, then each challenger against the first arm."""
     lines = []
-    for arm, f in finished.items():
-        led = f.ledger
-        lines += [
-            f"== {ARM_NAMES[arm]} ({f.rounds} {'rounds' if arm == 'sr' else 'passes'})",
-            f"   winner #{f.winner.id}  reward {f.winner.score:.4f}  ({f.winner.tokens} tokens, {f.winner.finish_reason})",
-            "   " + f.winner.text.strip().replace("\n", "\n   "),
-            f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
-            f"{_fmt_flops(led.flops)}; {led.wall_s:.1f} s; peak KV {led.peak_kv_slots} slots",
-            "",
-        ]
-    if set(finished) == {"sr", "bon"}:
-        sr, bon = finished["sr"], finished["bon"]
-        pruned = next(c for c in sr.candidates if c.id == bon.winner.id)
-        lines += [
-            "== Speed-up of Speculative Rejection over Best-of-N (same N, same budget)",
-            f"   generated tokens: {bon.ledger.generated_tokens / max(sr.ledger.generated_tokens, 1):.2f}x fewer",
-            f"   FLOPs:            {bon.ledger.flops / max(sr.ledger.flops, 1):.2f}x fewer",
-            f"   wall time:        {bon.ledger.wall_s / max(sr.ledger.wall_s, 1e-9):.2f}x faster",
-            f"   reward:           {sr.winner.score:.4f} vs {bon.winner.score:.4f} "
-            f"({'same winner' if sr.winner.id == bon.winner.id else 'different winners'}; Best-of-N's winner "
-            f"#{bon.winner.id} was {'pruned by Speculative Rejection' if pruned.status == 'pruned' else 'kept'})",
-        ]
-    return "\n".join(lines)
+    for arm in arms:
+        if arm.id in tally.finished:
+            lines += _arm_lines(arm, tally.finished[arm.id])
+    by_id = {a.id: a for a in arms}
+    base = arms[0]
+    for arm_id, c in tally.compare_all(base.id).items():
+        lines += _comparison_lines(by_id[arm_id], base, c)
+    return "\n".join(lines).rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,36 +114,42 @@ def main(argv: list[str] | None = None) -> int:
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     try:
         cfg = RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
+        arms = parse_arms(args.arms or METHOD_ARMS[args.method])
+        for arm in arms:
+            arm.config(cfg)  # every arm's settings are valid before the models load
         t0 = time.perf_counter()
         lm = load_generator(args.model, trust_remote_code=args.trust_remote_code)
         reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
                              preference=args.preference, relevance=args.relevance)
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        trace, finished = [], {}
-        for ev in race({arm: METHODS[arm](lm, reward, cfg) for arm in ARMS[args.method]}):
+        trace, tally = [], Tally()
+        for ev in race_arms(lm, reward, cfg, arms):
             trace.append(to_dict(ev))
-            if isinstance(ev, Finished):
-                finished[ev.arm] = ev
+            tally.add(ev)
             if not args.quiet and isinstance(ev, (Round, Progress, Finished)):
-                print(_progress_line(ev), file=sys.stderr)
+                print(_progress_line(ev, {a.id: a for a in arms}), file=sys.stderr)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(summary(finished))
+    print(summary(arms, tally))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"config": dataclasses.asdict(cfg), "model": args.model,
-                                         "reward": reward.name, "events": trace}, indent=1))
+        args.json.write_text(json.dumps({
+            "config": dataclasses.asdict(cfg), "model": args.model, "reward": reward.name,
+            "arms": [{"id": a.id, "spec": a.spec, "method": a.method, "label": a.label,
+                      "config": dataclasses.asdict(a.config(cfg))} for a in arms],
+            "comparison": {k: c.to_dict() for k, c in tally.compare_all(arms[0].id).items()},
+            "events": trace}, indent=1))
         print(f"\ntrace written to {args.json}")
     return 0
 
 
-def _progress_line(ev) -> str:
+def _progress_line(ev, arms: dict[str, ArmSpec]) -> str:
     led = ev.ledger
     head = f"[{ev.arm:>3}] {led.wall_s:6.1f}s {led.generated_tokens:6d} tok"
     if isinstance(ev, Round):
-        what = "decision" if ev.arm == "sr" else "pass"
+        what = arms[ev.arm].kind.round_word
         thr = f", threshold {ev.threshold:.3f}" if ev.threshold is not None else ""
         return f"{head}  {what} {ev.index} at token {ev.position}: kept {ev.n_kept}, pruned {ev.n_pruned}{thr}"
     if isinstance(ev, Finished):

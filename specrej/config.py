@@ -8,7 +8,9 @@ Checks that need the model (the prompt's token count against the memory budget) 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, fields
+from typing import Mapping
 
 DECISIONS = ("budget", "interval")
 
@@ -94,3 +96,20 @@ def _int(cfg, name: str, lo: int, hint: str) -> None:
         setattr(cfg, name, v)
     if not isinstance(v, int) or isinstance(v, bool) or v < lo:
         raise ValueError(f"{name}={v!r} is not allowed: {hint}.")
+
+
+def env_int(name: str, default: int, *, env: Mapping[str, str] | None = None, lo: int = 1,
+            error: type[ValueError] = ValueError) -> int:
+    """The integer environment variable ``name`` (``default`` when unset or blank); a value that is
+    not an integer >= ``lo`` raises ``error`` naming the variable, never silently clamps."""
+    env = os.environ if env is None else env
+    raw = env.get(name)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = None
+    if value is None or value < lo:
+        raise error(f"{name}={raw!r} must be an integer >= {lo}.")
+    return value

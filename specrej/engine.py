@@ -146,7 +146,7 @@ class GrowingLayer(DynamicLayer):
         self._view()
 
 
-def _grow_in_place(cache) -> None:
+def grow_in_place(cache) -> None:
     """Swap every plain ``DynamicLayer`` of ``cache`` for a ``GrowingLayer`` holding the same tensors."""
     for i, layer in enumerate(cache.layers):
         if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.numel():
@@ -177,12 +177,18 @@ def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, o
 
 
 class Engine:
-    """One prompt, prefilled once; hands out batches of rows (``Rows``)."""
+    """One prompt, prefilled once; hands out batches of rows (``Rows``).
+
+    ``stats=False`` skips the per-step token statistics (for rewards that do not read them).
+    ``extra_prefill_tokens`` counts tokens prefilled again after the prompt (an engine that
+    re-prefills, such as the bench's reference-style one, adds to it; the ledger charges them)."""
+
+    extra_prefill_tokens = 0
 
     @torch.inference_mode()
     def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
-                 n_total: int, max_new_tokens: int, stop: tuple[str, ...] = ()):
-        self.lm, self.sampling, self.seed = lm, sampling, seed
+                 n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (), stats: bool = True):
+        self.lm, self.sampling, self.seed, self.stats = lm, sampling, seed, stats
         self.n_total, self.max_new_tokens, self.stop = n_total, max_new_tokens, stop
         self.prompt_len = len(prompt_ids)
         # 1. prefill once, batch size 1
@@ -195,7 +201,7 @@ class Engine:
         # 2. copy the prompt's cache to every row of this pass
         cache = copy.deepcopy(self.prompt_cache)
         cache.batch_repeat_interleave(len(cand_ids))
-        _grow_in_place(cache)
+        grow_in_place(cache)
         logits = self.prompt_logits.expand(len(cand_ids), -1).clone()
         return Rows(self, list(cand_ids), cache, logits)
 
@@ -240,13 +246,14 @@ class Rows:
         ids_t = torch.tensor(self.ids)
         u = coupled_uniforms(e.seed, self.generated, ids_t, e.n_total)
         tok = sample(self.logits, u, e.sampling)                  # [rows]
-        # statistics for the confidence rewards, from logits we already have; two reductions
-        # instead of a full [rows, vocab] log_softmax: log p(tok) = logit(tok) - logsumexp, and
-        # KL(uniform || p) = logsumexp - mean(logits) - log(vocab)
-        logits = self.logits.float()                              # [rows, vocab]
-        lse = logits.logsumexp(-1)                                # [rows]
-        self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
-        self.sc_sum += (lse - logits.mean(-1) - e.log_vocab).double().cpu()
+        if e.stats:
+            # statistics for the confidence rewards, from logits we already have; two reductions
+            # instead of a full [rows, vocab] log_softmax: log p(tok) = logit(tok) - logsumexp, and
+            # KL(uniform || p) = logsumexp - mean(logits) - log(vocab)
+            logits = self.logits.float()                          # [rows, vocab]
+            lse = logits.logsumexp(-1)                            # [rows]
+            self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
+            self.sc_sum += (lse - logits.mean(-1) - e.log_vocab).double().cpu()
         self.generated += 1
         tok_list = tok.tolist()
         done: list[Done] = []

@@ -9,8 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Union
 
-Arm = Literal["bon", "sr"]
-ARM_NAMES = {"bon": "Best-of-N", "sr": "Speculative Rejection"}
+# An arm's id: "bon", "sr", "sr2", ... (``specrej.arms``); the registry there names and colours it.
+Arm = str
 
 # waiting: Best-of-N candidate whose pass has not started; live: decoding;
 # kept: survived the round just taken; pruned: rejected (or a finished one outranked);
@@ -31,6 +31,7 @@ class Ledger:
     wall_s: float = 0.0
     peak_kv_slots: int = 0      # most KV-cache token slots (rows x length) held at once
     peak_memory_bytes: int = 0  # peak KV-cache bytes on CPU; peak allocated on CUDA
+    budget: int = 0             # the resolved memory budget in KV-cache slots this arm obeyed
 
     @property
     def flops(self) -> float:

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .config import RunConfig
+from .config import RunConfig, env_int
 
 
 class LimitError(ValueError):
@@ -24,19 +24,6 @@ class LimitError(ValueError):
 
 class PolicyError(PermissionError):
     """A model this deployment may not load."""
-
-
-def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise LimitError(f"{name}={raw!r} must be a positive integer.") from None
-    if value < 1:
-        raise LimitError(f"{name}={raw!r} must be a positive integer.")
-    return value
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -61,7 +48,7 @@ class Limits:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
         env = os.environ if env is None else env
         base = cls()
-        return replace(base, **{f: _int_env(env, var, getattr(base, f)) for f, var in cls.ENV.items()})
+        return replace(base, **{f: env_int(var, getattr(base, f), env=env, error=LimitError) for f, var in cls.ENV.items()})
 
     def check(self, cfg: RunConfig) -> None:
         """Raise LimitError naming the limit (and its environment variable) that cfg exceeds."""

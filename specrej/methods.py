@@ -13,6 +13,9 @@ them together with finished candidates still in contention; keep the top
 ``max(1, round((1 - alpha) * n))``; free the rejected rows; repeat. If the kept live rows still
 cannot fit the next token, memory forces more pruning (the round says ``forced``).
 ``keep_finished=True`` keeps finished candidates out of the ranking: they always stay.
+
+Both take an optional ``engine`` factory (default ``Engine``): the public seam through which the
+bench runs the same method on a differently built engine (``bench/reference.py``).
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from .engine import Done, Engine, Rows, Sampling
 from .events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
 from .models import LM
 from .rewards import Reward, TokenStats, checked
+
+EngineFactory = Callable[..., Engine]
 
 
 @dataclass
@@ -49,8 +54,10 @@ class _Rec:
 class _Run:
     """State of one arm: candidates, the engine, the ledger and its clock."""
 
-    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig):
-        self.arm, self.lm, self.reward, self.cfg = arm, lm, reward, cfg
+    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: EngineFactory = Engine):
+        self.arm, self.lm, self.reward, self.cfg, self.engine_factory = arm, lm, reward, cfg, engine
+        # rewards that never read the engine's token statistics spare it computing them
+        self.stats = bool(getattr(reward, "uses_token_stats", True))
         self.prompt_ids = lm.render(cfg.prompt)
         self.budget = resolve_budget(cfg, lm)
         check_fits(cfg, len(self.prompt_ids), self.budget, lm.max_positions)
@@ -77,12 +84,13 @@ class _Run:
             peak_bytes = torch.cuda.max_memory_allocated(self.lm.device)
         else:
             peak_bytes = self.peak_slots * self.lm.kv_bytes_per_slot
+        prompt = self.prompt_tokens + (self.engine.extra_prefill_tokens if self.engine is not None else 0)
         return Ledger(
-            prompt_tokens=self.prompt_tokens, generated_tokens=self.generated, reward_tokens=self.reward_tokens,
-            generator_flops=2.0 * n_gen * (self.prompt_tokens + self.generated),
+            prompt_tokens=prompt, generated_tokens=self.generated, reward_tokens=self.reward_tokens,
+            generator_flops=2.0 * n_gen * (prompt + self.generated),
             reward_flops=2.0 * self.reward.n_params * self.reward_tokens,
             wall_s=self.wall + time.perf_counter() - self._resumed,
-            peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes),
+            peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
@@ -91,8 +99,10 @@ class _Run:
     # -- engine
     def prefill(self) -> None:
         cfg = self.cfg
-        self.engine = Engine(self.lm, self.prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k),
-                             seed=cfg.seed, n_total=cfg.n, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
+        self.engine = self.engine_factory(self.lm, self.prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p,
+                                                                                      cfg.top_k),
+                                          seed=cfg.seed, n_total=cfg.n, max_new_tokens=cfg.max_new_tokens,
+                                          stop=cfg.stop, stats=self.stats)
         self.prompt_tokens += len(self.prompt_ids)
 
     def start(self, ids: list[int]) -> Rows:
@@ -122,7 +132,7 @@ class _Run:
         """Score every live row's partial response; returns scores in row order."""
         self.refresh_texts()
         rows = self.rows
-        stats = [TokenStats(*rows.stats(i)) for i in range(len(rows))]
+        stats = [TokenStats(*rows.stats(i)) for i in range(len(rows))] if self.stats else None
         recs = [self.recs[c] for c in rows.ids]
         return self._apply_scores(recs, stats)
 
@@ -133,9 +143,10 @@ class _Run:
             rec.tokens, rec.text = list(d.tokens), self.lm.decode(d.tokens)
             rec.status, rec.finish_reason = "finished", d.reason
             recs.append(rec)
-        self._apply_scores(recs, [TokenStats(d.mean_logprob, d.mean_self_certainty) for d in done_list])
+        stats = [TokenStats(d.mean_logprob, d.mean_self_certainty) for d in done_list] if self.stats else None
+        self._apply_scores(recs, stats)
 
-    def _apply_scores(self, recs: list[_Rec], stats: list[TokenStats]) -> list[float]:
+    def _apply_scores(self, recs: list[_Rec], stats: list[TokenStats] | None) -> list[float]:
         out = checked(self.reward, self.cfg.prompt, [r.text for r in recs], stats)
         self.reward_tokens += out.tokens_read
         for rec, s in zip(recs, out.scores):
@@ -252,14 +263,15 @@ def _decide(run: _Run, index: int, per_row: int) -> Round:
     return event
 
 
-def best_of_n(lm: LM, reward: Reward, cfg: RunConfig) -> Iterator[Event]:
+def best_of_n(lm: LM, reward: Reward, cfg: RunConfig, *, engine: EngineFactory = Engine) -> Iterator[Event]:
     """Sample N full responses (in passes of the rows that fit), score each, return the best."""
-    return _timed(lambda: _Run("bon", lm, reward, cfg), _bon_body)
+    return _timed(lambda: _Run("bon", lm, reward, cfg, engine), _bon_body)
 
 
-def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig) -> Iterator[Event]:
+def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *,
+                          engine: EngineFactory = Engine) -> Iterator[Event]:
     """Start with N rows; at each decision keep the top round((1 - alpha) * n) by partial reward."""
-    return _timed(lambda: _Run("sr", lm, reward, cfg), _sr_body)
+    return _timed(lambda: _Run("sr", lm, reward, cfg, engine), _sr_body)
 
 
 METHODS: dict[str, Callable[[LM, Reward, RunConfig], Iterator[Event]]] = {

@@ -55,7 +55,7 @@ class Scored:
 class Reward(Protocol):
     name: str
     n_params: int  # parameters of the model it runs (0 if none): FLOPs = 2 x n_params x tokens_read
-    uses_token_stats: bool
+    uses_token_stats: bool  # False: the engine skips the per-step statistics for it
 
     def score(self, prompt: str, responses: Sequence[str],
               stats: Sequence[TokenStats] | None = None) -> Scored: ...
@@ -91,7 +91,14 @@ def _first_device(model) -> torch.device:
 class HFRewardModel:
     """A Hugging Face sequence-classification reward model; score = logit 0."""
 
+    kind, label, offered, requires = "hf", "Reward model", False, None  # offered only when a deployment names one
     uses_token_stats = False
+
+    @classmethod
+    def from_spec(cls, arg: str, **kw) -> "HFRewardModel":
+        if not arg:
+            raise RewardError("hf: needs a model, e.g. 'hf:Skywork/Skywork-Reward-V2-Qwen3-0.6B' or a folder.")
+        return cls(arg, trust_remote_code=kw.get("trust_remote_code", False))
 
     def __init__(self, source: str, *, trust_remote_code: bool = False, batch_size: int = 16,
                  max_length: int = 4096):
@@ -178,7 +185,12 @@ class _Embedder:
 class PreferenceReward:
     """cos(response, preference) + relevance * cos(response, prompt)."""
 
+    kind, label, offered, requires = "preference", "Preference (describe the answer you want)", True, None
     uses_token_stats = False
+
+    @classmethod
+    def from_spec(cls, arg: str, **kw) -> "PreferenceReward":
+        return cls(arg or kw.get("preference") or DEFAULT_PREFERENCE, relevance=kw.get("relevance", 0.5))
 
     def __init__(self, preference: str = DEFAULT_PREFERENCE, *, relevance: float = 0.5,
                  embedder: str | None = None):
@@ -215,6 +227,11 @@ class SentimentReward:
     """VADER compound sentiment in [-1, 1]; a lexicon, no model."""
 
     name, n_params, uses_token_stats = "sentiment", 0, False
+    kind, label, offered, requires = "sentiment", "Sentiment (positive wording, VADER lexicon)", True, "vaderSentiment"
+
+    @classmethod
+    def from_spec(cls, arg: str, **kw) -> "SentimentReward":
+        return cls()
 
     def __init__(self):
         from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
@@ -226,9 +243,15 @@ class SentimentReward:
 
 
 class ConfidenceReward:
-    """The generator's own confidence, from the engine's per-candidate statistics."""
+    """The generator's own confidence: its mean token log-probability, from the engine's
+    per-candidate statistics (no extra forward pass)."""
 
     n_params, uses_token_stats = 0, True
+    kind, label, offered, requires = "confidence", "Confidence (the generator's own log-probability)", True, None
+
+    @classmethod
+    def from_spec(cls, arg: str, **kw) -> "ConfidenceReward":
+        return cls(cls.kind)
 
     def __init__(self, kind: str = "confidence"):
         if kind not in ("confidence", "self-certainty"):
@@ -240,6 +263,12 @@ class ConfidenceReward:
             raise RewardError(f"the {self.name} reward needs the engine's token statistics.")
         pick = (lambda s: s.mean_logprob) if self.name == "confidence" else (lambda s: s.mean_self_certainty)
         return Scored([pick(s) for s in stats], 0)
+
+
+class SelfCertaintyReward(ConfidenceReward):
+    """The generator's own certainty: mean KL(uniform || p) over the steps."""
+
+    kind, label = "self-certainty", "Self-certainty (the generator's own certainty)"
 
 
 class CallableReward:
@@ -254,24 +283,19 @@ class CallableReward:
         return Scored(list(self.fn(prompt, list(responses))), 0)
 
 
-def _hf(arg: str, **kw) -> Reward:
-    if not arg:
-        raise RewardError("hf: needs a model, e.g. 'hf:Skywork/Skywork-Reward-V2-Qwen3-0.6B' or a folder.")
-    return HFRewardModel(arg, trust_remote_code=kw.get("trust_remote_code", False))
+# The registry: each kind's class carries its key (``kind``), its label, whether a UI may offer it
+# as a plain choice (``offered``) and the module it needs (``requires``). A new kind is one class here.
+REWARDS: dict[str, type] = {cls.kind: cls for cls in (
+    PreferenceReward, SentimentReward, ConfidenceReward, SelfCertaintyReward, HFRewardModel)}
+EMBEDDED_KIND = "preference"   # what the spec "embedded" means: the preference reward on the embedded embedder
 
 
-def _preference(arg: str, **kw) -> Reward:
-    return PreferenceReward(arg or kw.get("preference") or DEFAULT_PREFERENCE, relevance=kw.get("relevance", 0.5))
+def offered_kinds() -> list[tuple[str, str]]:
+    """(label, kind) of every kind a UI may offer, whose required module is installed."""
+    import importlib.util
 
-
-REWARDS: dict[str, Callable[..., Reward]] = {
-    "embedded": lambda arg, **kw: _preference("", **kw),
-    "preference": _preference,
-    "sentiment": lambda arg, **kw: SentimentReward(),
-    "confidence": lambda arg, **kw: ConfidenceReward("confidence"),
-    "self-certainty": lambda arg, **kw: ConfidenceReward("self-certainty"),
-    "hf": _hf,
-}
+    return [(cls.label, k) for k, cls in REWARDS.items()
+            if cls.offered and (cls.requires is None or importlib.util.find_spec(cls.requires) is not None)]
 
 _lock = threading.Lock()
 _loaded: dict[tuple, Reward] = {}
@@ -283,18 +307,21 @@ def load_reward(spec: str | Callable = "embedded", *, trust_remote_code: bool = 
     if callable(spec):
         return CallableReward(spec)
     if not isinstance(spec, str) or not spec.strip():
-        raise RewardError("reward spec is empty: use one of " + ", ".join(REWARDS) + ", or a folder/hub id.")
+        raise RewardError("reward spec is empty: use one of embedded, " + ", ".join(REWARDS)
+                          + ", or a folder/hub id.")
     spec = spec.strip()
     kind, _, arg = spec.partition(":")
+    if kind == "embedded":
+        kind, arg = EMBEDDED_KIND, ""
     if kind not in REWARDS:
         if Path(spec).is_dir() or (spec.count("/") == 1 and " " not in spec and not spec.startswith(".")):
             kind, arg = "hf", spec
         else:
-            raise RewardError(f"unknown reward {spec!r}: use one of {', '.join(REWARDS)} "
+            raise RewardError(f"unknown reward {spec!r}: use one of embedded, {', '.join(REWARDS)} "
                               "(hf:<hub id or folder>), or a folder / hub id of a reward model.")
     key = (kind, arg, trust_remote_code, preference, relevance)
     with _lock:
         if key not in _loaded:
-            _loaded[key] = REWARDS[kind](arg, trust_remote_code=trust_remote_code,
-                                         preference=preference, relevance=relevance)
+            _loaded[key] = REWARDS[kind].from_spec(arg, trust_remote_code=trust_remote_code,
+                                                   preference=preference, relevance=relevance)
         return _loaded[key]

@@ -28,6 +28,10 @@ CHAT_TEMPLATE = (
 )
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: model-heavy (the embedded models); deselect with -m 'not slow'")
+
+
 def build_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -134,3 +138,14 @@ def serve(ctx):
         yield demo, Client(url, verbose=False, analytics_enabled=False), url
     finally:
         demo.close()
+
+
+API_OUTPUTS = ["status", "plot0", "leader0", "plot1", "leader1", "plot2", "leader2", "race", "summary", "table",
+               "trace", "summary_json"]
+
+
+def api_outputs(values) -> dict:
+    """One /run update (as gradio_client returns it) by name: the status, each arm slot's chart and
+    leader (in the page's order), the race chart, the summary, the table, the trace and the JSON."""
+    assert len(values) == len(API_OUTPUTS), len(values)
+    return dict(zip(API_OUTPUTS, values))

@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from conftest import run_request, serve, tiny_app_context
+from conftest import api_outputs, run_request, serve, tiny_app_context
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -82,15 +82,18 @@ def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
     view = last.view
     assert view.done and view.state == "done"
     assert view.arms["sr"].rounds, "the tiny budget must force at least one decision"
-    for spec in (charts.sr_chart(view), charts.bon_chart(view), charts.race_chart(view),
+    for spec in (charts.arm_chart(view, "sr"), charts.arm_chart(view, "bon"), charts.race_chart(view),
                  charts.race_chart(view, "tokens")):
         charts.figure(spec)  # plotly validates every attribute
+    # the page's slots: Speculative Rejection left, Best-of-N right, as before
+    assert [arm for arm, _, _ in first.slots] == ["sr", "bon"] and len(first.arm_plots) == 2
     # fixed trace count and order between the first and the last frame
-    for key in ("sr_plot", "bon_plot", "race_plot"):
-        assert [t["uid"] for t in getattr(first, key)["data"]] == [t["uid"] for t in getattr(last, key)["data"]]
-    rows = last.table
-    assert len(rows) == 8 and all(len(r) == len(panels.TABLE_HEADERS) for r in rows)
+    for a, b in zip(first.arm_plots + [first.race_plot], last.arm_plots + [last.race_plot]):
+        assert [t["uid"] for t in a["data"]] == [t["uid"] for t in b["data"]]
+    rows = last.table["data"]
+    assert len(rows) == 8 and all(len(r) == len(last.table["headers"]) == 8 for r in rows)
     assert "Speed-up" in last.summary and "prune Best-of-N's winner" in last.summary
+    assert last.status_kind == "done" and first.status_kind == "live"
     assert all(f.trace_path is KEEP for f in out[1:-1])
     assert not ctx.active
 
@@ -126,7 +129,7 @@ def test_the_deployment_limits_apply(ctx):
 def test_an_unexpected_error_is_shown_not_raised(ctx):
     from components.stream import frames
 
-    def broken(*_):
+    def broken(*_, **__):
         yield from ()
         raise RuntimeError("boom")
 
@@ -168,6 +171,8 @@ def api_kwargs(ctx, **overrides):
 
 def n_points(plot) -> int:
     """Data points (not the "now" cursors) in a gr.Plot value as gradio_client returns it."""
+    if isinstance(plot, dict) and plot.get("__type__") == "update":  # a new label with the chart
+        plot = plot.get("value")
     if not plot:
         return 0
     fig = json.loads(plot["plot"]) if isinstance(plot, dict) and "plot" in plot else plot
@@ -191,12 +196,13 @@ def test_run_streams_growing_charts_and_the_trace_agrees(served, ctx):
     updates = collect(job)
     assert job.status().success, job.status()
     assert len(updates) >= 3
-    status, sr_plot, bon_plot, race_plot, sr_leader, bon_leader, summary, table, trace, summary_json = updates[-1]
-    points = [n_points(u[1]) + n_points(u[2]) for u in updates]
+    last = api_outputs(updates[-1])
+    summary, table, trace, summary_json = last["summary"], last["table"], last["trace"], last["summary_json"]
+    points = [n_points(u[1]) + n_points(u[3]) for u in updates]
     assert points[-1] > points[0] and max(points) == points[-1], points
-    assert "Done" in text(status) and "Speed-up" in summary
-    for leader, arm in ((sr_leader, "sr"), (bon_leader, "bon")):  # a Textbox update: new label and text
-        assert "winner" in leader["label"] and leader["value"], leader
+    assert "Done" in text(last["status"]) and "Speed-up" in summary
+    for leader, name in ((last["leader0"], "Speculative Rejection"), (last["leader1"], "Best-of-N")):
+        assert "winner" in leader["label"] and name in leader["label"] and leader["value"], leader  # a Textbox update
 
     with open(trace, encoding="utf-8") as fh:
         data = json.load(fh)
@@ -212,16 +218,21 @@ def test_run_streams_growing_charts_and_the_trace_agrees(served, ctx):
     # the winners shown in the summary table are the trace's
     assert f"#{finished['sr']['winner']['id']}" in summary and f"#{finished['bon']['winner']['id']}" in summary
     # the candidates table: one row per candidate, and the BoN winner's final score is the best
-    rows = table["data"] if isinstance(table, dict) else table
+    if table.get("__type__") == "update":   # new headers with the rows
+        assert table["headers"][5] == "final score had it continued (BoN)"
+        table = table["value"]
+    rows = table["data"]
     assert len(rows) == SMALL["n"]
     bon_scores = {r[0]: r[5] for r in rows}
     assert bon_scores[finished["bon"]["winner"]["id"]] == pytest.approx(max(bon_scores.values()), abs=1e-4)
-    comparison = summary_json["comparison"]
-    assert comparison["compute_ratio"] == pytest.approx(finished["bon"]["ledger"]["flops"] /
-                                                        finished["sr"]["ledger"]["flops"])
+    comparison = summary_json["comparison"]["sr"]     # Speculative Rejection against the baseline
+    assert summary_json["baseline"] == "bon"
+    assert comparison["flops"]["value"] == pytest.approx(finished["bon"]["ledger"]["flops"] /
+                                                         finished["sr"]["ledger"]["flops"])
     bon_winner = finished["bon"]["winner"]["id"]
     sr_twin = next(c for c in finished["sr"]["candidates"] if c["id"] == bon_winner)
-    assert comparison["bon_winner_pruned_by_sr"] == (sr_twin["status"] == "pruned")
+    assert comparison["kept_baseline_winner"] == (sr_twin["status"] != "pruned")
+    assert comparison["flops"]["words"] in summary
 
 
 def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx, monkeypatch):
@@ -280,3 +291,56 @@ def test_bad_input_through_the_api_returns_the_message(served, ctx):
     # still usable
     out = client.predict(**api_kwargs(ctx), api_name="/run")
     assert "Done" in text(out[0])
+
+
+# ---------------------------------------------------------------- any arms
+
+@pytest.fixture
+def third_method(monkeypatch):
+    """A tiny third method (Best-of-1), registered in METHODS and the registry: nothing else."""
+    from specrej import best_of_n, methods
+    from specrej.arms import REGISTRY, ArmKind
+
+    monkeypatch.setitem(methods.METHODS, "first", lambda lm, reward, cfg: best_of_n(lm, reward,
+                                                                                    dataclasses.replace(cfg, n=1)))
+    monkeypatch.setitem(REGISTRY, "first", ArmKind("first", "First answer", ("#009E73",), "final", (), "pass"))
+
+
+def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
+    from components.context import AppContext
+    from components.stream import frames
+
+    assert AppContext.from_env({"SPECREJ_ARMS": "bon sr first"}).arms == ("bon", "sr", "first")
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        AppContext.from_env({"SPECREJ_ARMS": "bon nope"})
+    three = dataclasses.replace(ctx, arms=("bon", "sr", "first"), active=set())
+    out = list(frames(three, request(three)))
+    first, last = out[0], out[-1]
+    assert last.view.state == "done", last.status
+    assert [arm for arm, _, _ in first.slots] == ["sr", "bon", "first"]
+    assert "First answer" in first.slots[2][1] and len(last.arm_plots) == 3
+    assert "First answer" in last.arm_leaders[2][0] and "winner" in last.arm_leaders[2][0]
+    assert any("First answer" in t["name"] for t in last.race_plot["data"])
+    assert "final score had it continued (First answer)" in last.table["headers"]
+    assert "First answer" in last.status and "First answer" in last.summary
+    assert set(last.summary_json["comparison"]) == {"sr", "first"}
+    data = json.loads(open(last.trace_path, encoding="utf-8").read())
+    assert {e["arm"] for e in data["events"] if e["event"] == "finished"} == {"bon", "sr", "first"}
+    # and a second Speculative Rejection setting would make four: refused with a message
+    out = list(frames(three, request(three, second=True)))
+    assert len(out) == 1 and "at most 3" in out[0].status
+
+
+def test_a_second_setting_races_three_arms(ctx):
+    from components.stream import frames
+
+    out = list(frames(ctx, request(ctx, second=True, second_alpha=0.8, second_decision="interval")))
+    last = out[-1]
+    assert last.view.state == "done", last.status
+    labels = [label for _, label, _ in out[0].slots]
+    assert labels[0].startswith("Speculative Rejection (alpha=0.5, decision=budget)")
+    assert labels[1].startswith("Speculative Rejection (alpha=0.8, decision=interval)")
+    assert labels[2].startswith("Best-of-N")
+    assert last.view.arms["sr2"].round_events and set(last.summary_json["comparison"]) == {"sr", "sr2"}
+    assert last.summary.count("Speed-up") == 2 and len([t for t in last.race_plot["data"]
+                                                        if t["mode"] == "lines+markers"]) == 3

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from specrej import Candidate, Ledger, Round, RunConfig, best_of_n, run_to_completion, speculative_rejection
-from specrej.bench import aggregate, bok_compute, decision_correlation, load_prompts, main
-from specrej.bench.efficiency import live_at_decision
+from specrej.bench import aggregate, bok_compute, load_prompts, main
+from specrej.compare import decision_rank, live_at_decision
 from specrej.bench.reference import speculative_rejection_reference_style
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,11 +100,12 @@ def test_decision_correlation_uses_only_rows_live_at_that_decision():
     )
     r = Round("sr", 1, 16, cands, 0.5, 3, 2, False, Ledger())
     assert [c.id for c in live_at_decision(r)] == [0, 1, 2]
-    final = [1.0, 0.0, 0.5, 9.0, 9.0, 9.0]
-    out = decision_correlation(r, final)
-    assert out["spearman"] == pytest.approx(1.0) and out["n_live"] == 3 and out["position"] == 16
-    assert decision_correlation(r, [0.0, 1.0, 0.5, 0, 0, 0])["spearman"] == pytest.approx(-1.0)
-    assert decision_correlation(r, [0.5, 0.0, 1.0, 0, 0, 0])["spearman"] == pytest.approx(0.5)
+    final = dict(enumerate([1.0, 0.0, 0.5, 9.0, 9.0, 9.0]))
+    out = decision_rank(r, final)
+    assert out.spearman == pytest.approx(1.0) and out.n_live == 3 and out.position == 16
+    assert decision_rank(r, dict(enumerate([0.0, 1.0, 0.5, 0, 0, 0]))).spearman == pytest.approx(-1.0)
+    assert decision_rank(r, dict(enumerate([0.5, 0.0, 1.0, 0, 0, 0]))).spearman == pytest.approx(0.5)
+    assert decision_rank(r, {0: 1.0, 1: 0.0}).n_live == 2   # only candidates the baseline finished
 
 
 def test_load_prompts_by_name_and_from_files(tmp_path):

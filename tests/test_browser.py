@@ -1,6 +1,7 @@
 """The app in a real headless Chromium (Debian's ``/usr/bin/chromium`` driven by the ``playwright``
 pip package; never ``playwright install``): type a prompt, press Run, wait for both charts and the
-winners, and save a screenshot under ``tests/artifacts/`` (the path is printed). The app runs
+winners; race three arms (a second Speculative Rejection setting) in the light and the dark
+theme; save screenshots under ``tests/artifacts/`` (the paths are printed). The app runs
 in-process on the tiny test models.
 
 Also a tool: ``python tests/test_browser.py URL [OUT_PREFIX]`` screenshots a running app mid-race
@@ -72,23 +73,121 @@ def test_run_in_a_real_browser_shows_both_charts_and_the_winners(browser, app_ur
     page = open_page(browser, url)
     page.fill("#prompt textarea", "Explain how a rainbow forms.")
     page.click("#run")
-    page.wait_for_selector("#sr-plot [data-testid=plotly]")
-    page.wait_for_selector("#bon-plot [data-testid=plotly]")
+    page.wait_for_selector("#plot-0 [data-testid=plotly]")
+    page.wait_for_selector("#plot-1 [data-testid=plotly]")
     page.wait_for_selector("#summary table", timeout=120_000)  # the winners, side by side
     page.wait_for_function("document.querySelector('#status').innerText.includes('Done')")
     time.sleep(0.5)  # let Plotly finish drawing the last frame
-    assert plotted_traces(page, "sr-plot") >= 2       # kept lines, pruned, finished, winner ...
-    assert plotted_traces(page, "bon-plot") >= 2      # finished answers and the winner
+    assert plotted_traces(page, "plot-0") >= 2       # Speculative Rejection: kept lines, pruned, finished, winner ...
+    assert plotted_traces(page, "plot-1") >= 2       # Best-of-N: finished answers and the winner
     assert plotted_traces(page, "race-plot") >= 2     # one line per arm
+    assert not page.is_visible("#slot-2")            # two arms: the third slot stays hidden
     summary = page.inner_text("#summary")
     assert "Speculative Rejection" in summary and "Best-of-N" in summary and "winner" in summary
-    for leader in ("#sr-leader", "#bon-leader"):
-        assert "winner #" in page.inner_text(leader)
+    for leader, name in (("#leader-0", "Speculative Rejection"), ("#leader-1", "Best-of-N")):
+        assert "winner #" in page.inner_text(leader) and name in page.inner_text(leader)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / "browser-run.png"
     page.screenshot(path=str(path), full_page=True)
     print(f"\nscreenshot: {path}")
     page.close()
+
+
+def three_arms(page, *, n: int, budget: int, max_new_tokens: int, second_alpha: float) -> None:
+    """Open the settings, set N, the budget and the length, and turn on a second setting."""
+    page.click("#settings")
+    page.wait_for_selector("#n input[type=number]", state="visible")
+    time.sleep(0.5)  # the accordion's sliders settle after they mount
+    for sel, value in (("#n input[type=number]", n), ("#budget input", budget),
+                       ("#max_new_tokens input[type=number]", max_new_tokens)):
+        for _ in range(5):  # a value typed while a slider mounts can be reset: type until it stays
+            page.fill(sel, str(value))
+            page.locator(sel).press("Enter")
+            time.sleep(0.2)
+            if page.input_value(sel) == str(value):
+                break
+        assert page.input_value(sel) == str(value), (sel, page.input_value(sel))
+    page.check("#second input[type=checkbox]")
+    page.wait_for_selector("#second_alpha", state="visible")
+    page.fill("#second_alpha input[type=number]", str(second_alpha))
+    page.locator("#second_alpha input[type=number]").press("Enter")
+
+
+def race_lines(page) -> list[str]:
+    """Names of the race chart's lines that have data."""
+    return page.evaluate(
+        """() => { const el = document.querySelector('#race-plot .js-plotly-plot');
+                   return el.data.filter(t => t.mode === 'lines+markers' && (t.y || []).length).map(t => t.name); }""")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_three_arms_race_in_a_real_browser(browser, app_url, theme):
+    """Best-of-N against two Speculative Rejection settings: three charts, three race lines, a table
+    column per arm; readable in the light and the dark theme (a screenshot of each)."""
+    url, ctx = app_url
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = open_page(browser, url + ("?__theme=dark" if theme == "dark" else ""))
+    if theme == "dark":
+        assert page.evaluate("document.body.classList.contains('dark') || "
+                             "!!document.querySelector('.gradio-container.dark, .dark')")
+    page.fill("#prompt textarea", "Give me three tips for staying healthy.")
+    three_arms(page, n=8, budget=420, max_new_tokens=24, second_alpha=0.8)  # 8 rows overflow 420 slots early
+    page.click("#run")
+    try:
+        page.wait_for_selector("#summary table", timeout=120_000)
+        page.wait_for_function("document.querySelector('#status').innerText.includes('Done')")
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / f"three-arms-{theme}-failed.png"), full_page=True)
+        raise AssertionError(f"no result; status shows {page.inner_text('#status')!r}") from None
+    time.sleep(0.8)  # let Plotly finish drawing the last frame
+    for i in range(3):
+        assert page.is_visible(f"#slot-{i}") and plotted_traces(page, f"plot-{i}") >= 2, i
+    lines = race_lines(page)
+    assert len(lines) == 3 and "Best-of-N" in lines, lines
+    assert any("alpha=0.8" in n for n in lines) and any("alpha=0.5" in n for n in lines), lines
+    headers = page.eval_on_selector_all("#candidates thead th", "ths => ths.map(t => t.innerText)")
+    assert sum("round pruned" in h for h in headers) == 2 and any("BoN rank" in h for h in headers), headers
+    summary = page.inner_text("#summary")
+    assert summary.count("Speed-up") == 2 and "alpha=0.8" in summary
+    # readable: the status box's text differs clearly from what is behind it, in either theme
+    fg, layers = page.evaluate(BEHIND, "#status p")
+    assert contrast(fg, layers) > 4.5, (theme, fg, layers)
+    fg, layers = page.evaluate(BEHIND, "#summary td")
+    assert contrast(fg, layers) > 4.5, (theme, fg, layers)
+    path = ARTIFACTS / f"browser-three-arms-{theme}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"\nscreenshot: {path}")
+    page.close()
+
+
+# An element's text colour and the background colours from it up to the page (nearest first).
+BEHIND = """sel => { let el = document.querySelector(sel); const fg = getComputedStyle(el).color; const layers = [];
+                      for (; el; el = el.parentElement) { layers.push(getComputedStyle(el).backgroundColor); }
+                      layers.push(document.documentElement.classList.contains('dark') ? 'rgb(0, 0, 0)'
+                                  : 'rgb(255, 255, 255)');
+                      return [fg, layers]; }"""
+
+
+def contrast(fg: str, layers: list[str]) -> float:
+    """WCAG contrast ratio of a CSS text colour against its (possibly translucent) backgrounds."""
+    def rgba(c):
+        nums = [float(x) for x in c[c.index("(") + 1:c.index(")")].replace("/", ",").replace(" ", ",").split(",") if x]
+        return nums + [1.0] * (4 - len(nums))
+
+    # composite the backgrounds from the page up to the element
+    bg = [255.0, 255.0, 255.0]
+    for layer in reversed(layers):
+        c = rgba(layer)
+        bg = [c[i] * c[3] + bg[i] * (1 - c[3]) for i in range(3)]
+
+    def lum(c):
+        def ch(v):
+            v /= 255
+            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+        return 0.2126 * ch(c[0]) + 0.7152 * ch(c[1]) + 0.0722 * ch(c[2])
+
+    hi, lo = sorted([lum(rgba(fg)), lum(bg)], reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
 
 
 def test_stop_in_a_real_browser_and_run_again(browser, app_url):
@@ -115,8 +214,9 @@ def test_stop_in_a_real_browser_and_run_again(browser, app_url):
     page.close()
 
 
-def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0) -> None:
-    """Screenshot a running app: before, mid-race (after the first decision) and at the end."""
+def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0, three: dict | None = None) -> None:
+    """Screenshot a running app: before, mid-race (after the first decision) and at the end;
+    ``three``: race three arms with these settings (``three_arms``)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -125,6 +225,10 @@ def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0) -> No
         page.set_default_timeout(900_000)
         page.goto(url)
         page.wait_for_selector("#run")
+        if three:
+            three_arms(page, **three)
+            page.get_by_text("Settings: the defaults just work").click()  # close it: the race is the picture
+            time.sleep(0.5)
         page.screenshot(path=f"{prefix}-start.png", full_page=True)
         t0 = time.monotonic()
         page.click("#run")
@@ -137,10 +241,24 @@ def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0) -> No
         page.screenshot(path=f"{prefix}-end.png", full_page=True)
         page.screenshot(path=f"{prefix}-end-top.png", full_page=False, clip={"x": 0, "y": 0, "width": 1400,
                                                                               "height": 1500})
-        print(f"done at {time.monotonic() - t0:.0f} s: {prefix}-end.png", flush=True)
+        top = page.locator("#status").bounding_box()
+        bottom = page.locator("#summary").bounding_box()
+        race = page.locator("#x-axis").bounding_box()
+        y1 = max(bottom["y"] + bottom["height"], race["y"] + race["height"])
+        page.screenshot(path=f"{prefix}-arena.png", full_page=True,
+                        clip={"x": 0, "y": top["y"] - 12, "width": VIEWPORT["width"], "height": y1 - top["y"] + 24})
+        print(f"done at {time.monotonic() - t0:.0f} s: {prefix}-end.png, {prefix}-arena.png", flush=True)
         b.close()
 
 
 if __name__ == "__main__":
+    # python tests/test_browser.py URL [OUT_PREFIX] [--three N BUDGET MAX_NEW_TOKENS SECOND_ALPHA]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    screenshots(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else str(ARTIFACTS / "app"))
+    args = sys.argv[1:]
+    three = None
+    if "--three" in args:
+        k = args.index("--three")
+        n, budget, tokens, alpha2 = args[k + 1:k + 5]
+        three = dict(n=int(n), budget=int(budget), max_new_tokens=int(tokens), second_alpha=float(alpha2))
+        args = args[:k] + args[k + 5:]
+    screenshots(args[0], args[1] if len(args) > 1 else str(ARTIFACTS / "app"), three=three)

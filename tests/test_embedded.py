@@ -1,4 +1,6 @@
-"""End to end on the embedded real models (SmolLM2-135M-Instruct from GGUF, all-MiniLM-L6-v2)."""
+"""End to end on the embedded real models (SmolLM2-135M-Instruct from GGUF, all-MiniLM-L6-v2).
+
+Model-heavy: marked ``slow`` (``pytest -m "not slow"`` leaves them out)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +10,8 @@ import pytest
 
 from specrej import RunConfig, best_of_n, load_generator, load_reward, run_to_completion, speculative_rejection
 from specrej.cli import main
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +47,21 @@ def test_cli_prints_winners_and_writes_a_trace(embedded, tmp_path, capsys):
     finished = [e for e in trace["events"] if e["event"] == "finished"]
     assert {e["arm"] for e in finished} == {"sr", "bon"}
     assert trace["config"]["n"] == 4
+
+
+def test_cli_races_three_arms_on_the_embedded_models(embedded, tmp_path, capsys):
+    out = tmp_path / "three.json"
+    code = main(["--prompt", "Give me three tips for staying healthy.", "--arms", "bon", "sr:alpha=0.5",
+                 "sr:alpha=0.9", "--n", "6", "--max-new-tokens", "16", "--budget", "300", "--json", str(out),
+                 "--quiet"])
+    text = capsys.readouterr().out
+    assert code == 0
+    for head in ("== Best-of-N [bon]", "== Speculative Rejection (alpha=0.5) [sr]",
+                 "== Speculative Rejection (alpha=0.9) [sr2]", "(alpha=0.9) against Best-of-N"):
+        assert head in text, text
+    trace = json.loads(out.read_text())
+    assert {e["arm"] for e in trace["events"] if e["event"] == "finished"} == {"bon", "sr", "sr2"}
+    assert [a["config"]["alpha"] for a in trace["arms"]][1:] == [0.5, 0.9]
 
 
 def test_cli_bad_input_is_a_clear_error(capsys):

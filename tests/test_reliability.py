@@ -18,7 +18,7 @@ import time
 import weakref
 
 import pytest
-from conftest import launch_local, run_request, serve, tiny_app_context
+from conftest import api_outputs, launch_local, run_request, serve, tiny_app_context
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -131,8 +131,9 @@ def test_a_failing_reward_ends_the_run_with_a_message_and_keeps_the_charts(ctx, 
     assert last.status.startswith("**Can't run") or "went wrong" in last.status
     assert ("reward server unreachable" if fault == "raises" else "non-finite") in last.status
     # what was already shown stays: the failure frame touches only the status, the trace and the state
-    for key in ("sr_plot", "bon_plot", "race_plot", "sr_leader", "bon_leader", "summary", "table"):
+    for key in ("arm_plots", "race_plot", "arm_leaders", "summary", "table"):
         assert getattr(last, key) is KEEP, key
+    assert last.status_kind == "error"
     data = json.loads(open(last.trace_path, encoding="utf-8").read())
     assert data["state"] == "failed" and data["message"] and data["events"]
     assert not ctx.active and all_released(engines)
@@ -260,7 +261,7 @@ def _fake_view(texts):
 
     cfg = RunConfig(prompt=texts[0], n=len(texts), max_new_tokens=4)
     view = RunView(cfg, model_label="m", reward_label="r")
-    for arm in ("sr", "bon"):
+    for arm in ("bon", "sr"):
         cands = tuple(Candidate(i, t, 4, "finished", 1.0 + i, ((4, 1.0 + i),), None, "eos")
                       for i, t in enumerate(texts))
         view.apply(Finished(arm, cands[-1], cands, 1, Ledger(1, 4, 0, 10.0, 0.0, 0.1, 8, 64)))
@@ -274,12 +275,13 @@ def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
     view = _fake_view(INJECTIONS)
     for page in (panels.status_markdown(view), panels.summary_markdown(view)):  # Markdown
         assert "<script" not in page and "<img" not in page and "![x](" not in page
-    for spec in (charts.sr_chart(view), charts.bon_chart(view), charts.race_chart(view)):
+    for spec in (charts.arm_chart(view, "sr"), charts.arm_chart(view, "bon"), charts.race_chart(view)):
         page = json.dumps(spec)  # plotly hover labels read a little HTML (not Markdown)
         assert "<script" not in page and "<img" not in page
-    assert "&lt;script&gt;" in json.dumps(charts.sr_chart(view))
+    assert "&lt;script&gt;" in json.dumps(charts.arm_chart(view, "sr"))
     # the table's text column is plain text (not markdown/html), the leaders are plain Textboxes
-    assert panels.TABLE_TYPES[-1] == "str" and panels.candidate_rows(view)[0][-1].startswith("<script>")
+    headers, types, _, rows = panels.candidate_table(view)
+    assert types[-1] == "str" and rows[0][-1].startswith("<script>")
     label, text = panels.leader(view, "bon")
     assert "<" not in label and text == INJECTIONS[-1]
     # a message quoting what the user sent is escaped in the status line (Markdown)
@@ -360,16 +362,19 @@ def fuzz_ctx(ctx):
        preference=HOSTILE, n=NUMBERS, alpha=NUMBERS, budget=NUMBERS, decision=st.one_of(
            st.sampled_from(["budget", "interval"]), HOSTILE), interval=NUMBERS, max_new_tokens=NUMBERS,
        temperature=NUMBERS, top_p=NUMBERS, seed=NUMBERS, x_axis=st.one_of(st.sampled_from(["flops", "tokens"]),
-                                                                          HOSTILE))
+                                                                          HOSTILE),
+       second=st.one_of(st.booleans(), NUMBERS), second_alpha=NUMBERS)
 def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, reward, preference, n, alpha, budget,
                                                     decision, interval, max_new_tokens, temperature, top_p, seed,
-                                                    x_axis):
+                                                    x_axis, second, second_alpha):
     from components.stream import RunRequest, frames
 
     ctx = fuzz_ctx
-    req = RunRequest(prompt, ctx.default_model if model == "DEFAULT" else model,
-                     ctx.default_reward if reward == "DEFAULT" else reward, preference, n, alpha, budget, decision,
-                     interval, max_new_tokens, temperature, top_p, seed, x_axis)
+    req = RunRequest(prompt=prompt, model=ctx.default_model if model == "DEFAULT" else model,
+                     reward=ctx.default_reward if reward == "DEFAULT" else reward, preference=preference, n=n,
+                     alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
+                     temperature=temperature, top_p=top_p, seed=seed, x_axis=x_axis, second=second,
+                     second_alpha=second_alpha)
     out = list(frames(ctx, req))  # never raises
     FIGURES["inputs_fuzzed_in_process"] += 1
     last = out[-1].status
@@ -446,8 +451,8 @@ def test_eight_clients_at_once_get_their_own_results_and_memory_returns(served, 
     assert all(j.done() for j in jobs), "not every client finished in time"
     seen_ids = set()
     for i, j in enumerate(jobs):
-        out = j.outputs()[-1]
-        status, summary_json, trace = text(out[0]), out[9], out[8]
+        out = api_outputs(j.outputs()[-1])
+        status, summary_json, trace = text(out["status"]), out["summary_json"], out["trace"]
         assert "Done" in status, status
         assert summary_json["prompt"] == prompts[i] and summary_json["config"]["seed"] == 100 + i
         data = json.loads(open(trace, encoding="utf-8").read())
@@ -593,8 +598,7 @@ def test_a_closed_tab_cancels_its_run(served, ctx, engines, monkeypatch):
     assert wait_for(lambda: not ctx.active, 10)
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
     kw = api_kwargs(ctx, **dict(DECIDING, n=16, budget=0, max_new_tokens=200))
-    order = ["prompt", "model", "reward", "preference", "n", "alpha", "budget", "decision", "interval",
-             "max_new_tokens", "temperature", "top_p", "seed", "x_axis"]
+    from components.stream import REQUEST_FIELDS as order
     session = "closedtab" + str(os.getpid())
     base = url.rstrip("/") + "/gradio_api"
     with httpx.Client(timeout=10) as http:

@@ -18,7 +18,7 @@ Coupled randomness makes candidate i write the same text in every run, so:
   the Best-of-k curve) over the method's; a lower bound when the method beats the largest N;
 - how often Speculative Rejection kept the Best-of-N winner, and the Spearman correlation of
   the partial reward at each decision with the same candidate's final reward (from the
-  Best-of-N run).
+  Best-of-N run), both by ``specrej.compare`` (the rule the CLI and the app use too).
 
 Engine speed (``engine_speed``): tokens/s against ``transformers`` ``generate`` on the same model,
 batch, length and sampling; a Speculative Rejection run against the same run done the reference
@@ -29,7 +29,7 @@ Outputs (``--out``, default ``bench_out/``): the tables on stdout, ``bench.json`
 number, ``bench.html`` (interactive Plotly) and ``bench.png`` (matplotlib) of improvement score
 against relative compute.
 """
-from .efficiency import aggregate, bok_compute, decision_correlation, load_prompts, run_prompt
+from .efficiency import aggregate, bok_compute, load_prompts, run_prompt
 from .run import main
 
-__all__ = ["aggregate", "bok_compute", "decision_correlation", "load_prompts", "run_prompt", "main"]
+__all__ = ["aggregate", "bok_compute", "load_prompts", "run_prompt", "main"]

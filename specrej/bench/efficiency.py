@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
+from ..compare import Tally, compare
 from ..config import RunConfig
-from ..events import Finished, Round
-from ..methods import best_of_n, speculative_rejection
-from ..metrics import improvement_score, relative_compute, spearman, speedup
+from ..methods import best_of_n, run_to_completion, speculative_rejection
+from ..metrics import improvement_score, relative_compute, speedup
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "prompts"
 
@@ -57,59 +57,33 @@ def load_prompts(spec: str) -> list[dict]:
 # ---------------------------------------------------------------------------------- one prompt
 def run_prompt(lm, reward, row: dict, base: RunConfig, ns: list[int], alphas: list[float],
                tick: Callable[[str], None] = lambda label: None) -> dict:
-    """Best-of-max(ns) and Speculative Rejection at each alpha on one prompt; JSON-ready record."""
+    """Best-of-max(ns) and Speculative Rejection at each alpha on one prompt; JSON-ready record.
+    The per-alpha numbers (kept winner, Spearman at each decision) come from ``compare``."""
     n_max = max(ns)
     cfg = replace(base, prompt=row["prompt"], n=n_max, progress_every=0)
-    bon = _last(best_of_n(lm, reward, cfg))
+    bon = run_to_completion(best_of_n(lm, reward, cfg))
     tick("bon")
     by_id = sorted(bon.candidates, key=lambda c: c.id)
-    scores = [c.score for c in by_id]
     record = {
         **row, "prompt_tokens": bon.ledger.prompt_tokens,
-        "bon": {"scores": scores, "tokens": [c.tokens for c in by_id], "winner": bon.winner.id,
+        "bon": {"scores": [c.score for c in by_id], "tokens": [c.tokens for c in by_id], "winner": bon.winner.id,
                 "winner_text": bon.winner.text, "passes": bon.rounds, "ledger": bon.ledger.to_dict()},
         "sr": [],
     }
     for alpha in alphas:
-        rounds: list[Round] = []
-        fin = None
+        tally = Tally()
         for ev in speculative_rejection(lm, reward, replace(cfg, alpha=alpha)):
-            if isinstance(ev, Round):
-                rounds.append(ev)
-            elif isinstance(ev, Finished):
-                fin = ev
-        final_status = {c.id: c.status for c in fin.candidates}
+            tally.add(ev)
+        fin = tally.finished["sr"]
+        cmp = compare(fin, bon, rounds=tally.rounds.get("sr", ()))
         record["sr"].append({
             "alpha": alpha, "winner": fin.winner.id, "score": fin.winner.score, "winner_text": fin.winner.text,
             "rounds": fin.rounds, "ledger": fin.ledger.to_dict(),
-            "kept_bon_winner": final_status[bon.winner.id] == "finished",
-            "decisions": [decision_correlation(r, scores) for r in rounds],
+            "kept_bon_winner": bool(cmp.kept_baseline_winner),
+            "decisions": [asdict(d) for d in cmp.decisions],
         })
         tick(f"sr {alpha:g}")
     return record
-
-
-def _last(events) -> Finished:
-    fin = None
-    for fin in events:
-        pass
-    assert isinstance(fin, Finished)
-    return fin
-
-
-def live_at_decision(r: Round) -> list:
-    """Candidates that were decoding when decision ``r`` was taken (their score is partial)."""
-    return [c for c in r.candidates if c.finish_reason is None
-            and (c.status == "kept" or (c.status == "pruned" and c.round_pruned == r.index))]
-
-
-def decision_correlation(r: Round, final_scores: list[float]) -> dict:
-    """Spearman of the partial rewards at a decision against the same candidates' final rewards
-    (from the Best-of-N run: coupled randomness makes them the same texts)."""
-    live = live_at_decision(r)
-    rho = spearman([c.score for c in live], [final_scores[c.id] for c in live]) if len(live) > 1 else None
-    return {"index": r.index, "position": r.position, "n_live": len(live), "n_kept": r.n_kept,
-            "forced": r.forced, "spearman": rho}
 
 
 # ---------------------------------------------------------------------------------- accounting

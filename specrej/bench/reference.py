@@ -3,10 +3,11 @@
 The reference implementation keeps no KV cache across a decision: it decodes the survivors to
 text, re-tokenises prompt + response, left-pads the batch and prefills it again before
 decoding on. Here that is ``RefRows.keep``: the same rows, sampling, coupled randomness, budget
-rule and decision code (``methods._sr_body`` runs unchanged), except that every prune throws the
-cache away and re-prefills the survivors (with an attention mask and per-row positions, as
-padded batches need). Re-prefilled tokens, padding included (it is computed), go into the
-ledger's ``prompt_tokens`` and so into its FLOPs.
+rule and decision code (``speculative_rejection`` runs unchanged, given ``RefEngine`` through its
+public ``engine=`` seam), except that every prune throws the cache away and re-prefills the
+survivors (with an attention mask and per-row positions, as padded batches need). Re-prefilled
+tokens, padding included (it is computed), go into ``Engine.extra_prefill_tokens``, which the
+ledger adds to ``prompt_tokens`` and so to its FLOPs.
 
 Re-tokenising a decoded response does not always give back the sampled ids, so the two runs
 can drift apart after a decision; the bench reports whether they chose the same winner.
@@ -18,9 +19,9 @@ from typing import Iterator
 import torch
 
 from ..config import RunConfig
-from ..engine import Engine, Rows, Sampling, _grow_in_place
+from ..engine import Engine, Rows, grow_in_place
 from ..events import Event
-from ..methods import _Run, _sr_body, _timed
+from ..methods import speculative_rejection
 from ..models import LM
 from ..rewards import Reward
 
@@ -72,29 +73,22 @@ class RefRows(Rows):
         out = lm.model(input_ids=ids, attention_mask=self.mask, position_ids=positions, use_cache=True,
                        logits_to_keep=1)
         self.cache, self.logits = out.past_key_values, out.logits[:, -1].float()
-        _grow_in_place(self.cache)               # the same cache growth as the engine's own rows
+        grow_in_place(self.cache)               # the same cache growth as the engine's own rows
         self.pos = self.mask.sum(-1)
-        e.run.prompt_tokens += ids.numel()       # re-prefilled tokens, padding included
+        e.extra_prefill_tokens += ids.numel()    # re-prefilled tokens, padding included
 
 
 class RefEngine(Engine):
-    def __init__(self, run: "_RefRun", *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.run = run
-        self.prompt_ids = run.prompt_ids
+    """The engine whose rows re-prefill at every decision."""
+
+    def __init__(self, lm: LM, prompt_ids: list[int], **kwargs):
+        super().__init__(lm, prompt_ids, **kwargs)
+        self.prompt_ids = list(prompt_ids)
 
     def start(self, cand_ids: list[int]) -> Rows:
         return RefRows(self, super().start(cand_ids))
 
 
-class _RefRun(_Run):
-    def prefill(self) -> None:
-        cfg = self.cfg
-        self.engine = RefEngine(self, self.lm, self.prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k),
-                                seed=cfg.seed, n_total=cfg.n, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
-        self.prompt_tokens += len(self.prompt_ids)
-
-
 def speculative_rejection_reference_style(lm: LM, reward: Reward, cfg: RunConfig) -> Iterator[Event]:
     """``speculative_rejection`` with the reference code's re-tokenise + re-prefill at every decision."""
-    return _timed(lambda: _RefRun("sr", lm, reward, cfg), _sr_body)
+    return speculative_rejection(lm, reward, cfg, engine=RefEngine)

@@ -1,0 +1,87 @@
+"""Frame builders: a ``RunView`` in, one streamed update (``Frame``, plain data) out.
+
+A frame names what changes by field, per arm in the page's order (``RunView.display_order``):
+one chart and one leader per arm slot, the race chart, the status line and its kind, and the
+results. ``KEEP`` leaves a component as it is; ``None`` clears it. ``ui.Page.updates`` maps a
+frame onto the components; nothing here knows Gradio.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import charts, panels
+from .view import RunView
+
+KEEP: Any = object()  # a Frame field left as it is ("skip")
+
+
+@dataclass
+class Frame:
+    """One streamed update; ``KEEP`` leaves a component as it is, ``None`` clears it."""
+
+    status: Any = KEEP
+    status_kind: Any = KEEP    # idle | live | done | error | stopped (the status line's style)
+    slots: Any = KEEP          # [(arm id, chart label, leader colour)] in page order: set when a run starts
+    arm_plots: Any = KEEP      # chart specs (dicts), one per slot
+    arm_leaders: Any = KEEP    # (label, text), one per slot
+    race_plot: Any = KEEP
+    summary: Any = KEEP        # markdown
+    table: Any = KEEP          # {"headers", "datatype", "column_widths", "data"}
+    trace_path: Any = KEEP
+    summary_json: Any = KEEP
+    view: Any = KEEP           # the RunView, kept in the session's gr.State
+    results_visible: Any = KEEP  # the table, the trace and the JSON appear with the result
+
+
+CHART_LABELS = {"pruning": "reward of each candidate as it is written",
+                "final": "reward of each candidate when complete"}
+
+
+def slots(view: RunView) -> list[tuple[str, str, str]]:
+    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[a.chart]}", a.spec.colour) for a in view.display_order()]
+
+
+def error_frame(message: str) -> Frame:
+    """Bad input: the message, nothing starts."""
+    return Frame(status=panels.error_markdown(message), status_kind="error")
+
+
+def live_frame(view: RunView, *, starting: bool = False) -> Frame:
+    order = view.display_order()
+    return Frame(status=panels.status_markdown(view, starting=starting),
+                 status_kind=panels.status_kind(view, starting=starting),
+                 arm_plots=[charts.arm_chart(view, a.arm) for a in order],
+                 arm_leaders=[panels.leader(view, a.arm) for a in order],
+                 race_plot=charts.race_chart(view))
+
+
+def start_frame(view: RunView) -> Frame:
+    """A run (or its retry) starts: the slots are laid out for its arms, the results cleared."""
+    f = live_frame(view, starting=True)
+    f.slots, f.summary, f.table, f.trace_path, f.summary_json = slots(view), panels.SUMMARY_PLACEHOLDER, None, None, None
+    f.view, f.results_visible = view, False
+    return f
+
+
+def table_value(view: RunView) -> dict:
+    headers, types, widths, rows = panels.candidate_table(view)
+    return {"headers": headers, "datatype": types, "column_widths": widths, "data": rows}
+
+
+def final_frame(view: RunView) -> Frame:
+    f = live_frame(view)
+    f.summary, f.table = panels.summary_markdown(view), table_value(view)
+    f.trace_path, f.summary_json, f.view = view.trace_path, panels.summary_dict(view), view
+    f.results_visible = True
+    return f
+
+
+def failure_frame(view: RunView) -> Frame:
+    """The status line says what happened; the charts and leaders keep what was already shown;
+    the trace (marked failed), if written, can be downloaded."""
+    f = Frame(status=panels.status_markdown(view), status_kind=panels.status_kind(view), view=view,
+              summary_json=panels.summary_dict(view))
+    if view.trace_path:
+        f.trace_path, f.results_visible = view.trace_path, True
+    return f

@@ -1,0 +1,216 @@
+"""Arms: which methods race, and with which settings.
+
+An arm spec is ``method[:key=value,...]``: ``bon``, ``sr:alpha=0.5``,
+``sr:alpha=0.9,decision=interval,interval=16``. The keys are ``RunConfig`` fields the method
+accepts (its registry entry's ``options``); an arm's config is ``replace(base, **overrides)``,
+validated by ``RunConfig``. Parse errors name the bad key or value.
+
+``REGISTRY`` is the one place that says how a method is shown: display name, colours, the kind
+of chart that suits it ("pruning": reward over tokens with the prunes; "final": final reward when
+complete) and what its rounds are called. The function itself is ``methods.METHODS[key]``. A new
+method is one function in ``METHODS`` plus one ``ArmKind`` here (``register``); the CLI, the
+app, the trace and the comparison iterate over a run's arms and need no other edit.
+
+Each arm gets a stable id: the method key for its first arm, then ``sr2``, ``sr3`` ... Events
+carry that id in their ``arm`` field (``ArmSpec.events`` relabels the method's stream).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from .config import RunConfig
+from .events import Event
+from .methods import METHODS, race
+
+CHART_KINDS = ("pruning", "final")
+
+
+class ArmSpecError(ValueError):
+    """An arm spec that names an unknown method, key or value."""
+
+
+@dataclass(frozen=True)
+class ArmKind:
+    """How a method in ``METHODS`` is shown (plain data)."""
+
+    key: str                    # its key in METHODS
+    name: str                   # display name
+    colours: tuple[str, ...]    # hex colours: the first arm of this kind gets the first, and so on
+    chart: str                  # "pruning" | "final"
+    options: tuple[str, ...]    # RunConfig fields an arm spec of this method may set
+    round_word: str = "round"   # what one of its Round events is: "decision", "pass"
+    short: str = ""             # for narrow places (table headers): "SR", "BoN"; default: the name
+
+    def __post_init__(self) -> None:
+        if self.chart not in CHART_KINDS:
+            raise ValueError(f"chart={self.chart!r}: use one of {', '.join(CHART_KINDS)}.")
+        unknown = set(self.options) - {f.name for f in dataclasses.fields(RunConfig)}
+        if unknown:
+            raise ValueError(f"options {sorted(unknown)} are not RunConfig fields.")
+        if not self.colours:
+            raise ValueError("an arm kind needs at least one colour.")
+
+    @property
+    def method(self):
+        return METHODS[self.key]
+
+    def rounds(self, k: int) -> str:
+        """'1 decision', '3 decisions', '2 passes'."""
+        word = self.round_word
+        return f"{k} {word}" + ("" if k == 1 else "es" if word.endswith("s") else "s")
+
+
+REGISTRY: dict[str, ArmKind] = {}
+
+
+def register(kind: ArmKind) -> ArmKind:
+    """Add (or replace) a registry entry; its method must already be in ``METHODS``."""
+    if kind.key not in METHODS:
+        raise ValueError(f"register {kind.key!r} in specrej.methods.METHODS first.")
+    REGISTRY[kind.key] = kind
+    return kind
+
+
+# Okabe-Ito colours (distinguishable with the common colour-vision deficiencies)
+register(ArmKind("bon", "Best-of-N", ("#0072B2", "#56B4E9"), "final", ("n",), "pass", "BoN"))
+register(ArmKind("sr", "Speculative Rejection", ("#D55E00", "#CC79A7", "#E69F00"), "pruning",
+                 ("n", "alpha", "decision", "interval", "keep_finished"), "decision", "SR"))
+
+DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    method: str
+    overrides: tuple[tuple[str, object], ...] = ()
+    id: str = ""
+    colour: str = ""
+
+    @property
+    def kind(self) -> ArmKind:
+        return REGISTRY[self.method]
+
+    @property
+    def spec(self) -> str:
+        """The spec as one writes it: ``sr:alpha=0.9``."""
+        return self.method + (":" + ",".join(f"{k}={_show(v)}" for k, v in self.overrides) if self.overrides else "")
+
+    @property
+    def label(self) -> str:
+        """Display name with the settings it changes: ``Speculative Rejection (alpha=0.9)``."""
+        extra = ", ".join(f"{k}={_show(v)}" for k, v in self.overrides)
+        return self.kind.name + (f" ({extra})" if extra else "")
+
+    @property
+    def short(self) -> str:
+        """Short label: ``SR alpha=0.9``."""
+        extra = " ".join(f"{k}={_show(v)}" for k, v in self.overrides)
+        return (self.kind.short or self.kind.name) + (f" {extra}" if extra else "")
+
+    def config(self, base: RunConfig) -> RunConfig:
+        """The base config with this arm's overrides, validated (ArmSpecError naming the arm)."""
+        try:
+            return dataclasses.replace(base, **dict(self.overrides))
+        except ValueError as e:
+            raise ArmSpecError(f"arm {self.spec!r}: {e}") from None
+
+    def events(self, lm, reward, base: RunConfig) -> Iterator[Event]:
+        """The method's event stream on this arm's config, every event carrying this arm's id."""
+        stream = self.kind.method(lm, reward, self.config(base))
+        return _relabel(stream, self.id)
+
+
+def _relabel(stream: Iterator[Event], arm: str) -> Iterator[Event]:
+    try:
+        for event in stream:
+            yield event if event.arm == arm else dataclasses.replace(event, arm=arm)
+    finally:
+        stream.close()
+
+
+def _show(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _convert(text: str, key: str, raw: str):
+    """``raw`` as the type of RunConfig's ``key`` (its default's type)."""
+    default = next(f.default for f in dataclasses.fields(RunConfig) if f.name == key)
+    value = raw.strip()
+    if not value:
+        raise ArmSpecError(f"arm {text!r}: {key} has no value; write {key}=<value>.")
+    if isinstance(default, bool):
+        if value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+        raise ArmSpecError(f"arm {text!r}: {key}={value!r} is not true or false.")
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except ValueError:
+            raise ArmSpecError(f"arm {text!r}: {key}={value!r} is not an integer.") from None
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except ValueError:
+            raise ArmSpecError(f"arm {text!r}: {key}={value!r} is not a number.") from None
+    return value
+
+
+def parse_arm(text: str) -> ArmSpec:
+    """``method[:key=value,...]`` -> an ArmSpec without id or colour (``parse_arms`` assigns them)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ArmSpecError("an arm spec is empty: write a method such as 'bon' or 'sr:alpha=0.9'.")
+    text = text.strip()
+    method, colon, rest = text.partition(":")
+    method = method.strip()
+    if method not in REGISTRY:
+        raise ArmSpecError(f"arm {text!r}: unknown method {method!r}; choose one of {', '.join(REGISTRY)}.")
+    kind = REGISTRY[method]
+    overrides: dict[str, object] = {}
+    for part in (p for p in rest.split(",") if p.strip()) if rest else ():
+        key, eq, raw = part.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ArmSpecError(f"arm {text!r}: {part.strip()!r} is not key=value.")
+        if key not in kind.options:
+            raise ArmSpecError(f"arm {text!r}: {kind.name} does not take {key!r}; it takes "
+                               f"{', '.join(kind.options) or 'no settings'}.")
+        if key in overrides:
+            raise ArmSpecError(f"arm {text!r}: {key} is set twice.")
+        overrides[key] = _convert(text, key, raw)
+    if colon and not overrides:
+        raise ArmSpecError(f"arm {text!r}: nothing after ':'; write key=value pairs or just {method!r}.")
+    return ArmSpec(method, tuple(overrides.items()))
+
+
+def parse_arms(specs: Sequence[str | ArmSpec] = DEFAULT_ARMS) -> tuple[ArmSpec, ...]:
+    """Parse specs (strings or ArmSpecs) and give each arm its id and colour, in order."""
+    if isinstance(specs, str):
+        specs = [specs]
+    if not specs:
+        raise ArmSpecError("no arms: name at least one, e.g. 'bon sr'.")
+    seen: dict[str, int] = {}
+    out = []
+    for s in specs:
+        arm = parse_arm(s) if isinstance(s, str) else s
+        k = seen[arm.method] = seen.get(arm.method, 0) + 1
+        colours = arm.kind.colours
+        out.append(dataclasses.replace(arm, id=arm.method if k == 1 else f"{arm.method}{k}",
+                                       colour=colours[(k - 1) % len(colours)]))
+    return tuple(out)
+
+
+def race_arms(lm, reward, base: RunConfig, arms: Sequence[str | ArmSpec] = DEFAULT_ARMS) -> Iterator[Event]:
+    """Every arm's events, interleaved at equal compute (``methods.race``). Each arm's config is
+    validated before any model work."""
+    arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
+    streams = {}
+    for arm in arms:
+        arm.config(base)  # raises ArmSpecError before any arm starts
+    for arm in arms:
+        streams[arm.id] = arm.events(lm, reward, base)
+    return race(streams)
