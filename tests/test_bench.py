@@ -200,8 +200,8 @@ def test_accelerate_launch_shards_prompts_over_two_processes(tiny_lm_dir, tiny_r
     # accelerate is a requirement: its launcher runs from this interpreter (never skipped for PATH)
     out = tmp_path / "dist"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "specrej.bench", "--no-engine",
-           "--threads", "1", *_tiny_args(tiny_lm_dir, tiny_reward_dir, prompt_file, out)]
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "specrej.bench",
+           "--no-engine", "--threads", "1", *_tiny_args(tiny_lm_dir, tiny_reward_dir, prompt_file, out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

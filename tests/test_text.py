@@ -34,7 +34,8 @@ def test_a_lone_surrogate_in_the_preference_is_a_reward_error_before_loading_a_m
         load_reward(f"preference:{bad}")
 
 
-@pytest.mark.parametrize("good", ["", "plain", "naïve café", "🙂 emoji", "\x00\x1b[31m", "\u202e\ufeff", "𝔘𝔫𝔦"])
+@pytest.mark.parametrize("good", ["", "plain", "naïve café", "🙂 emoji", "\x00\x1b[31m", "\u202e\ufeff",
+                                  "𝔘𝔫𝔦"])
 def test_valid_text_passes(good):
     check_text("prompt", good)
 
