@@ -20,9 +20,15 @@ PROMPTS = ["Give me three tips for staying healthy.", "hi", "Write a haiku about
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 
 
+def slots(rows: int, p: int, generated: int) -> int:
+    """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed.
+    The one place this file states how the engine counts (each row holds its own prompt)."""
+    return rows * (p + generated)
+
+
 def lowest_budget(p: int, n: int, m: int) -> int:
     """The smallest budget check_fits accepts: one row at full length, and all n rows for a few tokens."""
-    return max(p + m - 1, n * (p + min(FEW_TOKENS, m)))
+    return max(slots(1, p, m - 1), slots(n, p, min(FEW_TOKENS, m)))
 
 
 @pytest.fixture
@@ -57,14 +63,14 @@ def test_best_of_n_passes_fit_the_budget_and_are_as_large_as_fit(tiny_lm, length
         return
     peak_slots.clear()
     events = list(best_of_n(tiny_lm, length_reward, cfg))
-    full_row = p + max_new_tokens - 1
+    full = max_new_tokens - 1   # tokens fed to a row at full length (its last token is never fed)
     sizes = [e.n_kept for e in events if isinstance(e, Round)]
     assert sum(sizes) == n
     assert max(peak_slots) <= budget and events[-1].ledger.peak_kv_slots <= budget
     # every pass but the last is as large as fits: all N rows, or one more at full length would overflow
     for rows in sizes[:-1] or sizes:
-        assert rows * full_row <= budget or rows == 1
-        assert rows == n or (rows + 1) * full_row > budget, (rows, budget, full_row)
+        assert slots(rows, p, full) <= budget or rows == 1
+        assert rows == n or slots(rows + 1, p, full) > budget, (rows, budget, slots(rows + 1, p, full))
 
 
 @SETTINGS
@@ -86,9 +92,7 @@ def test_speculative_rejection_never_holds_more_than_the_budget(tiny_lm, length_
 def test_check_fits_refuses_exactly_one_slot_below_what_a_run_needs(tiny_lm, n, max_new_tokens):
     p = len(tiny_lm.render(PROMPTS[0]))
     cfg = RunConfig(prompt=PROMPTS[0], n=n, max_new_tokens=max_new_tokens)
-    full_row = p + max_new_tokens - 1
-    few = n * (p + min(FEW_TOKENS, max_new_tokens))
-    low = max(full_row, few)
+    low = lowest_budget(p, n, max_new_tokens)
     check_fits(cfg, p, low, None)                      # exactly enough: runs
     check_fits(cfg, p, low + 1, None)
     with pytest.raises(BudgetError) as e:               # one slot short: refused, and told the fix

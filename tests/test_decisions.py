@@ -12,6 +12,12 @@ from specrej import CallableReward, Round, RunConfig, best_of_n, run_to_completi
 PROMPT = "Give me three tips for staying healthy."
 
 
+def slots(rows: int, p: int, generated: int) -> int:
+    """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed
+    (the one place this file states how the engine counts: each row holds its own prompt)."""
+    return rows * (p + generated)
+
+
 def rounds_of(lm, reward, cfg) -> tuple[list[Round], object]:
     events = list(speculative_rejection(lm, reward, cfg))
     return [e for e in events if isinstance(e, Round)], events[-1]
@@ -26,7 +32,7 @@ def pool_at(r: Round) -> list:
 def test_memory_forces_pruning_of_the_lowest_and_only_when_the_kept_rows_cannot_fit(tiny_lm, length_reward,
                                                                                      alpha, n):
     p = len(tiny_lm.render(PROMPT))
-    budget = n * (p + 6)   # memory is full after ~6 tokens: the decision token
+    budget = slots(n, p, 6)   # memory is full after ~6 tokens: the decision token
     cfg = RunConfig(prompt=PROMPT, n=n, alpha=alpha, max_new_tokens=30, budget=budget, seed=5, progress_every=0)
     rounds, finished = rounds_of(tiny_lm, length_reward, cfg)
     assert rounds
@@ -36,13 +42,13 @@ def test_memory_forces_pruning_of_the_lowest_and_only_when_the_kept_rows_cannot_
         pruned_now = [c for c in r.candidates if c.status == "pruned" and c.round_pruned == r.index]
         kept_live = [c for c in r.candidates if c.status == "kept"]
         assert r.n_pruned == len(pruned_now) and r.n_kept == len(pool) - len(pruned_now)
-        per_row = p + r.position + 1          # slots one row needs after the next step
+        after = r.position + 1          # tokens fed once the next step is through
+        fits = slots(len(kept_live), p, after) <= budget
         if r.forced:   # more than alpha asked, exactly down to the rows that fit
             assert len(pruned_now) > asked
-            assert len(kept_live) * per_row <= budget < (len(kept_live) + 1) * per_row
+            assert fits and slots(len(kept_live) + 1, p, after) > budget
         else:
-            assert len(pruned_now) == asked
-            assert len(kept_live) * per_row <= budget
+            assert len(pruned_now) == asked and fits
         # the pruned are the lowest-scoring: none beats a kept candidate
         if pruned_now:
             assert max(c.score for c in pruned_now) <= r.threshold == min(
