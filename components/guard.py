@@ -35,6 +35,7 @@ MAX_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_CLIENT"
 DEFAULT_MAX_RUNS = 2
 TEXT_FIELDS = ("prompt", "model", "reward", "preference", "decision", "second_decision", "x_axis")
 IN_FLIGHT_S = 10.0   # an admitted run shows up in Gradio's queue within milliseconds; forget it after this
+CANCEL_BODY_LIMIT = 4096
 
 
 # ---------------------------------------------------------------- request values
@@ -180,8 +181,12 @@ class Guard:
             runs = [r for r in self._runs.values() if r.session == session]
             for r in runs:
                 r.cancelled = True
+            now = time.monotonic()
+            for s, t in list(self._early.items()):   # sessions whose run never came: forget them
+                if now - t > IN_FLIGHT_S:
+                    del self._early[s]
             if not runs:
-                self._early[session] = time.monotonic()
+                self._early[session] = now
 
     def on_start(self, request) -> Callable[[], bool]:
         """A run starts; returns whether its client has cancelled it (asked at every event)."""
@@ -230,26 +235,22 @@ class ApiGate:
                                                + ", ".join(f"/{n}" for n in sorted(self.guard.public_api))})
         if not path.endswith("/gradio_api/cancel"):
             return await self.app(scope, receive, send)
-        chunks, more = [], True
-        while more:
+        read, size, more = [], 0, True
+        while more and size <= CANCEL_BODY_LIMIT:   # a cancel is a few dozen bytes: read no more than this
             message = await receive()
+            read.append(message)
             if message["type"] != "http.request":
                 break
-            chunks.append(message.get("body", b""))
+            size += len(message.get("body", b""))
             more = message.get("more_body", False)
-        body = b"".join(chunks)
-        try:
-            self.guard.note_cancel(json.loads(body or b"{}"))
-        except ValueError:
-            pass
-        replayed = False
+        if not more and size <= CANCEL_BODY_LIMIT:
+            try:
+                self.guard.note_cancel(json.loads(b"".join(m.get("body", b"") for m in read) or b"{}"))
+            except ValueError:
+                pass
 
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        async def replay():   # hand Gradio the messages already read, then the rest
+            return read.pop(0) if read else await receive()
 
         return await self.app(scope, replay, send)
 

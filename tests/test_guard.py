@@ -101,6 +101,52 @@ def test_an_id_less_cancel_stops_the_runs_of_its_session_or_refuses_its_next_joi
     assert join("u", host="10.0.0.3")[1] is None
 
 
+def test_early_cancels_of_sessions_that_never_join_are_forgotten(monkeypatch):
+    from components import guard as guard_mod
+
+    g = guard_mod.Guard(race_fns=frozenset({4}))
+    clock = {"t": 1000.0}
+    monkeypatch.setattr(guard_mod.time, "monotonic", lambda: clock["t"])
+    for i in range(1000):   # a flood of id-less cancels for made-up sessions
+        g.note_cancel({"fn_index": 4, "session_hash": f"junk{i}", "event_id": None})
+    clock["t"] += guard_mod.IN_FLIGHT_S + 1
+    g.note_cancel({"fn_index": 4, "session_hash": "last", "event_id": None})
+    assert set(g._early) == {"last"}
+
+
+def test_the_gate_reads_a_cancel_body_of_a_few_bytes_only_and_passes_every_byte_on():
+    import asyncio
+
+    from components.guard import CANCEL_BODY_LIMIT, ApiGate, Guard
+
+    def deliver(chunks):
+        g = Guard(race_fns=frozenset({4}))
+        got: list = []
+
+        async def app(scope, receive, send):
+            while True:
+                m = await receive()
+                got.append(m.get("body", b""))
+                if not m.get("more_body"):
+                    break
+
+        messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+
+        async def receive():
+            return messages.pop(0)
+
+        scope = {"type": "http", "method": "POST", "path": "/gradio_api/cancel"}
+        asyncio.run(ApiGate(app, g)(scope, receive, None))
+        return g, b"".join(got)
+
+    body = json.dumps({"fn_index": 4, "session_hash": "s", "event_id": None}).encode()
+    g, passed = deliver([body[:10], body[10:]])
+    assert passed == body and "s" in g._early
+    huge = [b"x" * 1000] * (CANCEL_BODY_LIMIT // 1000 + 5)
+    g, passed = deliver(huge)
+    assert passed == b"".join(huge) and not g._early
+
+
 def test_the_cap_counts_runs_on_their_way_into_the_queue():
     from types import SimpleNamespace as NS
 
