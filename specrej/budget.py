@@ -25,7 +25,21 @@ def resolve_budget(cfg: RunConfig, lm: LM) -> int:
     return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 
-def check_fits(cfg: RunConfig, prompt_len: int, budget: int, max_positions: int | None) -> None:
+def slots(rows: int, prompt_len: int, generated: int, shared: bool) -> int:
+    """KV-cache slots of ``rows`` rows that hold ``generated`` tokens each: the prompt once when it
+    is shared across rows (``lm.shares_prefix``), once per row when each row has a copy."""
+    return (prompt_len + rows * generated) if shared else rows * (prompt_len + generated)
+
+
+def rows_that_fit(budget: int, prompt_len: int, generated: int, shared: bool) -> int:
+    """Most rows of ``generated`` tokens each that fit the budget (0 if not even the prompt fits)."""
+    if shared:
+        return max(0, budget - prompt_len) // max(generated, 1)
+    return budget // (prompt_len + generated)
+
+
+def check_fits(cfg: RunConfig, prompt_len: int, budget: int, max_positions: int | None,
+               shared: bool = False) -> None:
     """Raise BudgetError, naming the fix, when the run cannot fit the budget."""
     full = prompt_len + cfg.max_new_tokens - 1   # a row at full length (its last token is never fed)
     if max_positions and prompt_len + cfg.max_new_tokens > max_positions:
@@ -35,13 +49,14 @@ def check_fits(cfg: RunConfig, prompt_len: int, budget: int, max_positions: int 
         raise BudgetError(f"budget of {budget} KV slots cannot hold even one candidate at full length "
                           f"({prompt_len} prompt + {cfg.max_new_tokens} new tokens): raise the budget to at "
                           f"least {full} or lower max_new_tokens.")
-    need = cfg.n * (prompt_len + min(FEW_TOKENS, cfg.max_new_tokens))
+    few = min(FEW_TOKENS, cfg.max_new_tokens)
+    need = slots(cfg.n, prompt_len, few, shared)
     if need > budget:
         raise BudgetError(f"budget of {budget} KV slots cannot fit N={cfg.n} rows of this prompt ({prompt_len} "
                           f"tokens) for even {FEW_TOKENS} tokens: raise the budget to at least {need} or lower "
-                          f"N to {max(1, budget // (prompt_len + FEW_TOKENS))}.")
+                          f"N to {max(1, rows_that_fit(budget, prompt_len, few, shared))}.")
 
 
-def rows_per_pass(cfg: RunConfig, prompt_len: int, budget: int) -> int:
+def rows_per_pass(cfg: RunConfig, prompt_len: int, budget: int, shared: bool = False) -> int:
     """Best-of-N rows that fit at full length at once."""
-    return max(1, min(cfg.n, budget // (prompt_len + cfg.max_new_tokens - 1)))
+    return max(1, min(cfg.n, rows_that_fit(budget, prompt_len, cfg.max_new_tokens - 1, shared)))

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import precision
 from .arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms, race_arms
 from .compare import Comparison, Tally, fmt_flops
 from .config import RunConfig
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preference", default=None, help="preference text for the preference reward")
     p.add_argument("--relevance", type=float, default=0.5, help="weight of prompt relevance in the preference reward")
     p.add_argument("--trust-remote-code", action="store_true", help="allow models that ship their own code")
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
+                   help="generator precision; auto: bf16 on CUDA, and on a CPU where a load-time probe finds it "
+                        "faster, else fp32 (default: SPECREJ_DTYPE, else auto)")
     p.add_argument("--json", type=Path, default=None, help="write the full event trace here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     helps = RunConfig.help()
@@ -118,11 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         for arm in arms:
             arm.config(cfg)  # every arm's settings are valid before the models load
         t0 = time.perf_counter()
-        lm = load_generator(args.model, trust_remote_code=args.trust_remote_code)
+        lm = load_generator(args.model, trust_remote_code=args.trust_remote_code, dtype=args.dtype)
         reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
                              preference=args.preference, relevance=args.relevance)
         if not args.quiet:
-            print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
+                  f"prompt cache {'shared' if lm.shares_prefix else 'copied'} across rows)", file=sys.stderr)
         trace, tally = [], Tally()
         for ev in race_arms(lm, reward, cfg, arms):
             trace.append(to_dict(ev))
@@ -137,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "config": dataclasses.asdict(cfg), "model": args.model, "reward": reward.name,
+            "dtype": precision.short_name(lm.dtype), "kv_sharing": "shared" if lm.shares_prefix else "copied",
             "arms": [{"id": a.id, "spec": a.spec, "method": a.method, "label": a.label,
                       "config": dataclasses.asdict(a.config(cfg))} for a in arms],
             "comparison": {k: c.to_dict() for k, c in tally.compare_all(arms[0].id).items()},

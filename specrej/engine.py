@@ -6,9 +6,11 @@ except to check stop strings.
 
 Phases (numbered in the code):
   1. prefill the prompt once, at batch size 1;
-  2. copy that cache to every row of a pass (``start``): all rows share the prompt, so they
-     always have equal length: no padding, no attention mask;
-     the copy's layers become ``GrowingLayer``s, which append in place instead of ``torch.cat``;
+  2. hand that cache to every row of a pass (``start``): all rows share the prompt, so they
+     always have equal length: no padding, no attention mask. Where the model allows it
+     (``lm.shares_prefix``), the prompt's cache is stored once and rows hold only their own
+     tokens (``shared_prefix.SharedPrefixCache``); elsewhere each row gets a copy. Either way the
+     rows' layers append in place instead of ``torch.cat`` (``kvcache.GrowingLayer``);
   3. decode: every ``step`` samples one token for every live row, moves rows that end (EOS,
      a stop string, ``max_new_tokens``) out of the batch, and runs one forward pass for the rest;
   4. prune: ``keep(indices)`` drops rows from the KV cache by index. Survivors are never
@@ -25,9 +27,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import DynamicLayer
-
+from .kvcache import grow_in_place
 from .models import LM
+from .shared_prefix import SharedPrefixCache
 
 
 @dataclass(frozen=True)
@@ -79,80 +81,6 @@ def sample(logits: torch.Tensor, u: torch.Tensor, s: Sampling) -> torch.Tensor:
     return idx.gather(-1, j).squeeze(-1)
 
 
-class GrowingLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys and values are views into buffers with spare room.
-
-    Why: ``DynamicLayer.update`` appends with ``torch.cat``, copying the whole cache every step
-    (at 32 rows and ~130 tokens that is ~380 MB of memory traffic per step, as much as the
-    weights). Here a step writes one token in place and the buffers grow by ``CHUNK`` tokens
-    only when full, so the copy happens once per ``CHUNK`` steps. Spare room costs at most
-    ``CHUNK`` slots per row beyond what the methods' budget counts.
-    """
-
-    _layer_type = None   # never register in transformers' layer-type mapping
-    CHUNK = 16
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-        super().__init__()
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-        self._k, self._v, self._len = keys, values, keys.shape[-2]   # buffers: [rows, heads, cap, dim]
-        self._view()
-
-    def _view(self) -> None:
-        self.keys, self.values = self._k[..., :self._len, :], self._v[..., :self._len, :]
-
-    def _reserve(self, extra: int) -> None:
-        if self._len + extra <= self._k.shape[-2]:
-            return
-        cap = self._len + extra + self.CHUNK
-        for name in ("_k", "_v"):
-            old = getattr(self, name)
-            new = old.new_empty(*old.shape[:-2], cap, old.shape[-1])
-            new[..., :self._len, :] = old[..., :self._len, :]
-            setattr(self, name, new)
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        n = key_states.shape[-2]
-        self._reserve(n)
-        self._k[..., self._len:self._len + n, :] = key_states
-        self._v[..., self._len:self._len + n, :] = value_states
-        self._len += n
-        self._view()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self._len
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove < 0:
-            self._len = max(0, self._len + tokens_to_remove)
-            self._view()
-        elif tokens_to_remove > 0:
-            super().crop(tokens_to_remove)   # raises, as DynamicLayer does
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._k, self._v = self._k.repeat_interleave(repeats, 0), self._v.repeat_interleave(repeats, 0)
-        self._view()
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._k, self._v = self._k[indices], self._v[indices]
-        self._view()
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self.batch_select_indices(beam_idx.to(self._k.device))
-
-    def reset(self) -> None:
-        self._len = 0
-        self._view()
-
-
-def grow_in_place(cache) -> None:
-    """Swap every plain ``DynamicLayer`` of ``cache`` for a ``GrowingLayer`` holding the same tensors."""
-    for i, layer in enumerate(cache.layers):
-        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.numel():
-            cache.layers[i] = GrowingLayer(layer.keys, layer.values)
-
-
 # Causal LMs whose logits are exactly ``lm_head(last_hidden_state)`` (no softcapping or scaling).
 _PLAIN_HEAD = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 
@@ -167,12 +95,14 @@ def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, o
     """
     model = lm.model
     head = model.get_output_embeddings()
+    # a shared-prefix cache goes to the attention function too (it reads the prompt's part there)
+    extra = {"shared_prefix": cache} if isinstance(cache, SharedPrefixCache) else {}
     if (lm.device.type == "cpu" and type(model).__name__ in _PLAIN_HEAD
             and isinstance(head, torch.nn.Linear) and head.bias is None):
-        out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True, **extra)
         h = out.last_hidden_state[:, -1]                          # [rows, hidden]
         return torch.mm(head.weight, h.t()).t().float(), out.past_key_values
-    out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
     return out.logits[:, -1].float(), out.past_key_values
 
 
@@ -187,9 +117,17 @@ class Engine:
 
     @torch.inference_mode()
     def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
-                 n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (), stats: bool = True):
-        self.lm, self.sampling, self.seed, self.stats = lm, sampling, seed, stats
+                 n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (),
+                 share_prefix: bool | None = None, stats: bool = True):
+        """``share_prefix``: store the prompt's cache once (default: whenever ``lm.shares_prefix``).
+        ``stats``: keep the per-row token statistics (mean log-probability, self-certainty) that
+        the confidence rewards read; off, ``Done`` and ``Rows.stats`` report NaN."""
+        self.lm, self.sampling, self.seed = lm, sampling, seed
         self.n_total, self.max_new_tokens, self.stop = n_total, max_new_tokens, stop
+        self.share_prefix = lm.shares_prefix if share_prefix is None else bool(share_prefix)
+        if self.share_prefix and not lm.shares_prefix:
+            raise ValueError(f"model {lm.name!r} cannot share the prompt's cache across rows")
+        self.stats = stats
         self.prompt_len = len(prompt_ids)
         # 1. prefill once, batch size 1
         ids = torch.tensor([prompt_ids], device=lm.device)
@@ -197,11 +135,18 @@ class Engine:
         self.log_vocab = math.log(self.prompt_logits.shape[-1])
         self._stop_tail = max((len(s) for s in stop), default=0) + 2
 
+    @property
+    def kv_sharing(self) -> str:
+        return "shared" if self.share_prefix else "copied"
+
     def start(self, cand_ids: list[int]) -> "Rows":
-        # 2. copy the prompt's cache to every row of this pass
-        cache = copy.deepcopy(self.prompt_cache)
-        cache.batch_repeat_interleave(len(cand_ids))
-        grow_in_place(cache)
+        # 2. share the prompt's cache with every row of this pass (or copy it to each)
+        if self.share_prefix:
+            cache = SharedPrefixCache(self.prompt_cache, len(cand_ids))
+        else:
+            cache = copy.deepcopy(self.prompt_cache)
+            cache.batch_repeat_interleave(len(cand_ids))
+            grow_in_place(cache)
         logits = self.prompt_logits.expand(len(cand_ids), -1).clone()
         return Rows(self, list(cand_ids), cache, logits)
 
@@ -225,16 +170,28 @@ class Rows:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def shared_slots(self) -> int:
+        """Slots held once for all rows: the prompt when it is shared, else 0."""
+        return self.engine.prompt_len if self.engine.share_prefix else 0
+
     def slots(self) -> int:
-        """KV-cache token slots held now."""
-        return len(self.ids) * (self.engine.prompt_len + self.generated)
+        """KV-cache token slots held now (the shared prompt counted once)."""
+        if not self.ids:
+            return 0
+        own = self.generated if self.engine.share_prefix else self.engine.prompt_len + self.generated
+        return self.shared_slots + len(self.ids) * own
 
     def slots_per_row_after_step(self) -> int:
-        """Slots one row holds after the next step (the last token is never fed back)."""
+        """Slots one row holds on its own after the next step (the last token is never fed back);
+        the shared prompt (``shared_slots``) is not included."""
         g = self.generated + 1
-        return self.engine.prompt_len + (g if g < self.engine.max_new_tokens else g - 1)
+        own = g if g < self.engine.max_new_tokens else g - 1
+        return own if self.engine.share_prefix else self.engine.prompt_len + own
 
     def stats(self, i: int) -> tuple[float, float]:
+        if not self.engine.stats:
+            return math.nan, math.nan
         g = max(self.generated, 1)
         return float(self.lp_sum[i]) / g, float(self.sc_sum[i]) / g
 
@@ -247,13 +204,7 @@ class Rows:
         u = coupled_uniforms(e.seed, self.generated, ids_t, e.n_total)
         tok = sample(self.logits, u, e.sampling)                  # [rows]
         if e.stats:
-            # statistics for the confidence rewards, from logits we already have; two reductions
-            # instead of a full [rows, vocab] log_softmax: log p(tok) = logit(tok) - logsumexp, and
-            # KL(uniform || p) = logsumexp - mean(logits) - log(vocab)
-            logits = self.logits.float()                          # [rows, vocab]
-            lse = logits.logsumexp(-1)                            # [rows]
-            self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
-            self.sc_sum += (lse - logits.mean(-1) - e.log_vocab).double().cpu()
+            self._accumulate_stats(tok)
         self.generated += 1
         tok_list = tok.tolist()
         done: list[Done] = []
@@ -278,6 +229,15 @@ class Rows:
         if alive:
             self._forward(tok)
         return done
+
+    def _accumulate_stats(self, tok: torch.Tensor) -> None:
+        """Statistics for the confidence rewards, from logits we already have; two reductions
+        instead of a full [rows, vocab] log_softmax: log p(tok) = logit(tok) - logsumexp, and
+        KL(uniform || p) = logsumexp - mean(logits) - log(vocab)."""
+        logits = self.logits                                      # [rows, vocab] fp32
+        lse = logits.logsumexp(-1)                                # [rows]
+        self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
+        self.sc_sum += (lse - logits.mean(-1) - self.engine.log_vocab).double().cpu()
 
     def _forward(self, tok: torch.Tensor) -> None:
         """Feed one token per row (tok: [rows]) and keep the next-token logits."""

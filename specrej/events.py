@@ -32,6 +32,8 @@ class Ledger:
     peak_kv_slots: int = 0      # most KV-cache token slots (rows x length) held at once
     peak_memory_bytes: int = 0  # peak KV-cache bytes on CPU; peak allocated on CUDA
     budget: int = 0             # the resolved memory budget in KV-cache slots this arm obeyed
+    dtype: str = "float32"      # the generator's dtype ("bfloat16", "float32")
+    kv_sharing: str = "copied"  # "shared": the prompt's KV cache stored once; "copied": once per row
 
     @property
     def flops(self) -> float:

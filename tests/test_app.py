@@ -20,9 +20,9 @@ pytest.importorskip("gradio_client")
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 TIMEOUT_S = 60
 PROMPT = "Give me three tips for staying healthy."
-# A tiny run that must make at least one Speculative Rejection decision: 8 rows of the tiny
-# model's ~40-token prompt overflow a 420-slot budget after a few tokens.
-SMALL = dict(n=8, alpha=0.5, budget=420, decision="budget", interval=16, max_new_tokens=24,
+# A tiny run that must make at least one Speculative Rejection decision: the tiny model's ~40-token
+# prompt (stored once) and 8 rows overflow a 100-slot budget after a few tokens.
+SMALL = dict(n=8, alpha=0.5, budget=100, decision="budget", interval=16, max_new_tokens=24,
              temperature=0.9, top_p=0.95, seed=3)
 
 

@@ -138,9 +138,10 @@ def prompt_file(tmp_path_factory):
 
 
 def _tiny_args(tiny_lm_dir, tiny_reward_dir, prompt_file, out):
-    # budget 380: 8 rows fill it after a handful of tokens, so Speculative Rejection decides
+    # budget 100: the ~40-token prompt once, then 8 rows fill it after a handful of tokens, so
+    # Speculative Rejection decides
     return ["--model", tiny_lm_dir, "--reward", tiny_reward_dir, "--prompts", prompt_file, "--ns", "2,4,8",
-            "--alphas", "0.5,0.75", "--max-new-tokens", "12", "--budget", "380", "--out", str(out)]
+            "--alphas", "0.5,0.75", "--max-new-tokens", "12", "--budget", "100", "--out", str(out)]
 
 
 def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_file, tmp_path, capsys):
@@ -168,6 +169,11 @@ def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_fi
     eng = result["engine"]
     assert eng["vs_generate"]["engine"]["tokens"] > 0 and eng["vs_generate"]["generate"]["tokens"] > 0
     assert eng["matmul"]["flops_per_s"] > 0 and [s["rows"] for s in eng["decode_sweep"]] == [1, 4]
+    assert eng["bandwidth"]["bytes_per_s"] > 0 and eng["matmul"]["dtype"] == eng["dtype"]
+    c = eng["coupling"]
+    assert c["compared"] == sum(c["batches"]) and 0 <= c["diverged"] == len(c["diverged_at_tokens"]) <= c["compared"]
+    for s in eng["decode_sweep"]:   # the roofline is the larger of the memory and compute bounds
+        assert s["roofline_s"] == max(s["memory_s"], s["compute_s"]) and s["vs_roofline"] > 0
     ref = eng["vs_reference"]
     assert ref["reference_style"]["ledger"]["prompt_tokens"] > ref["engine"]["ledger"]["prompt_tokens"]
 
@@ -183,7 +189,7 @@ def test_best_of_k_is_the_prefix_of_best_of_n(tiny_lm, length_reward):
 
 def test_reference_style_reprefills_and_charges_it(tiny_lm, length_reward):
     cfg = RunConfig(prompt="Write a haiku about the sea.", n=8, alpha=0.5, max_new_tokens=12, budget=380,
-                    progress_every=0)
+                    decision="interval", interval=4, progress_every=0)
     fast = run_to_completion(speculative_rejection(tiny_lm, length_reward, cfg))
     ref = run_to_completion(speculative_rejection_reference_style(tiny_lm, length_reward, cfg))
     prompt_len = len(tiny_lm.render(cfg.prompt))

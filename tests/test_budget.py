@@ -20,15 +20,16 @@ PROMPTS = ["Give me three tips for staying healthy.", "hi", "Write a haiku about
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-def slots(rows: int, p: int, generated: int) -> int:
-    """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed.
-    The one place this file states how the engine counts (each row holds its own prompt)."""
-    return rows * (p + generated)
+def slots(rows: int, p: int, generated: int, shared: bool) -> int:
+    """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed: the
+    prompt once when the rows share it (``lm.shares_prefix``), else once per row. Stated here on
+    its own, not taken from ``specrej.budget``, so that a slip there cannot hide."""
+    return p + rows * generated if shared else rows * (p + generated)
 
 
-def lowest_budget(p: int, n: int, m: int) -> int:
+def lowest_budget(p: int, n: int, m: int, shared: bool) -> int:
     """The smallest budget check_fits accepts: one row at full length, and all n rows for a few tokens."""
-    return max(slots(1, p, m - 1), slots(n, p, min(FEW_TOKENS, m)))
+    return max(slots(1, p, m - 1, shared), slots(n, p, min(FEW_TOKENS, m), shared))
 
 
 @pytest.fixture
@@ -51,10 +52,11 @@ def peak_slots(monkeypatch):
        extra=st.integers(-3, 400))
 @example(prompt=PROMPTS[0], n=16, max_new_tokens=30, extra=828 - 16 * 45)   # the budget 828 that once overran
 @example(prompt=PROMPTS[0], n=16, max_new_tokens=30, extra=840 - 16 * 45)   # 12 rows of 70 slots fit exactly
+@example(prompt=PROMPTS[0], n=16, max_new_tokens=30, extra=300)   # shared prompt: 12 rows of 29, not 13 of 28
 def test_best_of_n_passes_fit_the_budget_and_are_as_large_as_fit(tiny_lm, length_reward, peak_slots, prompt, n,
                                                                   max_new_tokens, extra):
-    p = len(tiny_lm.render(prompt))
-    budget = lowest_budget(p, n, max_new_tokens) + extra
+    p, shared = len(tiny_lm.render(prompt)), tiny_lm.shares_prefix
+    budget = lowest_budget(p, n, max_new_tokens, shared) + extra
     cfg = RunConfig(prompt=prompt, n=n, alpha=0.5, max_new_tokens=max_new_tokens, budget=budget, seed=extra % 7,
                     progress_every=0)
     if extra < 0:
@@ -69,8 +71,8 @@ def test_best_of_n_passes_fit_the_budget_and_are_as_large_as_fit(tiny_lm, length
     assert max(peak_slots) <= budget and events[-1].ledger.peak_kv_slots <= budget
     # every pass but the last is as large as fits: all N rows, or one more at full length would overflow
     for rows in sizes[:-1] or sizes:
-        assert slots(rows, p, full) <= budget or rows == 1
-        assert rows == n or slots(rows + 1, p, full) > budget, (rows, budget, slots(rows + 1, p, full))
+        assert slots(rows, p, full, shared) <= budget or rows == 1
+        assert rows == n or slots(rows + 1, p, full, shared) > budget, (rows, budget)
 
 
 @SETTINGS
@@ -78,8 +80,8 @@ def test_best_of_n_passes_fit_the_budget_and_are_as_large_as_fit(tiny_lm, length
        extra=st.integers(0, 400), alpha=st.sampled_from([0.0, 0.3, 0.5, 0.9]))
 def test_speculative_rejection_never_holds_more_than_the_budget(tiny_lm, length_reward, peak_slots, prompt, n,
                                                                max_new_tokens, extra, alpha):
-    p = len(tiny_lm.render(prompt))
-    budget = lowest_budget(p, n, max_new_tokens) + extra
+    p, shared = len(tiny_lm.render(prompt)), tiny_lm.shares_prefix
+    budget = lowest_budget(p, n, max_new_tokens, shared) + extra
     cfg = RunConfig(prompt=prompt, n=n, alpha=alpha, max_new_tokens=max_new_tokens, budget=budget, seed=extra % 5,
                     progress_every=0)
     peak_slots.clear()
@@ -92,11 +94,12 @@ def test_speculative_rejection_never_holds_more_than_the_budget(tiny_lm, length_
 def test_check_fits_refuses_exactly_one_slot_below_what_a_run_needs(tiny_lm, n, max_new_tokens):
     p = len(tiny_lm.render(PROMPTS[0]))
     cfg = RunConfig(prompt=PROMPTS[0], n=n, max_new_tokens=max_new_tokens)
-    low = lowest_budget(p, n, max_new_tokens)
-    check_fits(cfg, p, low, None)                      # exactly enough: runs
-    check_fits(cfg, p, low + 1, None)
-    with pytest.raises(BudgetError) as e:               # one slot short: refused, and told the fix
-        check_fits(cfg, p, low - 1, None)
+    low = lowest_budget(p, n, max_new_tokens, tiny_lm.shares_prefix)
+    shared = {"shared": True} if tiny_lm.shares_prefix else {}
+    check_fits(cfg, p, low, None, **shared)                      # exactly enough: runs
+    check_fits(cfg, p, low + 1, None, **shared)
+    with pytest.raises(BudgetError) as e:                         # one slot short: refused, and told the fix
+        check_fits(cfg, p, low - 1, None, **shared)
     assert f"at least {low}" in str(e.value)
     # the model's context: prompt + max_new_tokens may reach it, not pass it
     check_fits(cfg, p, 10**6, p + max_new_tokens)
@@ -108,7 +111,7 @@ def test_check_fits_refuses_exactly_one_slot_below_what_a_run_needs(tiny_lm, n, 
 def test_a_run_at_the_lowest_accepted_budget_completes_within_it(tiny_lm, length_reward, peak_slots, method):
     p = len(tiny_lm.render(PROMPTS[0]))
     for n, m in ((1, 20), (6, 20)):
-        budget = lowest_budget(p, n, m)
+        budget = lowest_budget(p, n, m, tiny_lm.shares_prefix)
         cfg = RunConfig(prompt=PROMPTS[0], n=n, alpha=0.5, max_new_tokens=m, budget=budget, seed=2,
                         progress_every=0)
         peak_slots.clear()

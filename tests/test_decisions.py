@@ -12,10 +12,10 @@ from specrej import CallableReward, Round, RunConfig, best_of_n, run_to_completi
 PROMPT = "Give me three tips for staying healthy."
 
 
-def slots(rows: int, p: int, generated: int) -> int:
-    """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed
-    (the one place this file states how the engine counts: each row holds its own prompt)."""
-    return rows * (p + generated)
+def slots(rows: int, p: int, generated: int, shared: bool) -> int:
+    """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed: the
+    prompt once when the rows share it (``lm.shares_prefix``), else once per row."""
+    return p + rows * generated if shared else rows * (p + generated)
 
 
 def rounds_of(lm, reward, cfg) -> tuple[list[Round], object]:
@@ -28,11 +28,13 @@ def pool_at(r: Round) -> list:
     return [c for c in r.candidates if not (c.status == "pruned" and c.round_pruned < r.index)]
 
 
-@pytest.mark.parametrize("alpha,n", [(0.0, 12), (0.05, 12), (0.3, 10)])
+# budget = what (rows) rows hold after (tokens) tokens; (0.05, 12, 11, 7): the 11 rows alpha keeps
+# fit exactly at the decision token, whether the prompt is shared or not
+@pytest.mark.parametrize("alpha,n,rows,tokens", [(0.0, 12, 12, 6), (0.05, 12, 11, 7), (0.3, 10, 10, 6)])
 def test_memory_forces_pruning_of_the_lowest_and_only_when_the_kept_rows_cannot_fit(tiny_lm, length_reward,
-                                                                                     alpha, n):
-    p = len(tiny_lm.render(PROMPT))
-    budget = slots(n, p, 6)   # memory is full after ~6 tokens: the decision token
+                                                                                     alpha, n, rows, tokens):
+    p, shared = len(tiny_lm.render(PROMPT)), tiny_lm.shares_prefix
+    budget = slots(rows, p, tokens, shared)   # memory fills after a few tokens: the decision token
     cfg = RunConfig(prompt=PROMPT, n=n, alpha=alpha, max_new_tokens=30, budget=budget, seed=5, progress_every=0)
     rounds, finished = rounds_of(tiny_lm, length_reward, cfg)
     assert rounds
@@ -43,10 +45,10 @@ def test_memory_forces_pruning_of_the_lowest_and_only_when_the_kept_rows_cannot_
         kept_live = [c for c in r.candidates if c.status == "kept"]
         assert r.n_pruned == len(pruned_now) and r.n_kept == len(pool) - len(pruned_now)
         after = r.position + 1          # tokens fed once the next step is through
-        fits = slots(len(kept_live), p, after) <= budget
+        fits = slots(len(kept_live), p, after, shared) <= budget
         if r.forced:   # more than alpha asked, exactly down to the rows that fit
             assert len(pruned_now) > asked
-            assert fits and slots(len(kept_live) + 1, p, after) > budget
+            assert fits and slots(len(kept_live) + 1, p, after, shared) > budget
         else:
             assert len(pruned_now) == asked and fits
         # the pruned are the lowest-scoring: none beats a kept candidate

@@ -16,14 +16,17 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def embedded():
-    return load_generator("embedded"), load_reward("embedded")
+    # fp32: exact coupling across batches of different sizes is a property of fp32 here; in bf16 the
+    # CPU's kernels round a row differently for different row counts and ~5% of candidates drift
+    # (README, coupled randomness; the bench's engine section measures it in the dtype in use)
+    return load_generator("embedded", dtype="fp32"), load_reward("embedded")
 
 
 def test_real_text_finite_scores_and_fewer_tokens(embedded):
     lm, reward = embedded
     prompt = "Give me three tips for staying healthy."
     p = len(lm.render(prompt))
-    cfg = RunConfig(prompt=prompt, n=8, alpha=0.5, max_new_tokens=28, budget=8 * (p + 8), seed=1)
+    cfg = RunConfig(prompt=prompt, n=8, alpha=0.5, max_new_tokens=28, budget=p + 8 * 8, seed=1)
     sr = run_to_completion(speculative_rejection(lm, reward, cfg))
     bon = run_to_completion(best_of_n(lm, reward, cfg))
     for f in (sr, bon):

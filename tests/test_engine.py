@@ -1,9 +1,41 @@
-"""The engine against a naive reference, and its sampling step."""
+"""The engine against a naive reference, and its sampling step; the shared prompt cache
+against the copied one; coupling in the dtype the engine picks."""
 from __future__ import annotations
 
-import torch
+import dataclasses
 
-from specrej.engine import Engine, Sampling, coupled_uniforms, sample
+import pytest
+import torch
+from transformers import DynamicCache
+
+from specrej import load_generator
+from specrej.engine import Engine, Sampling, coupled_uniforms, next_logits, sample
+from specrej.shared_prefix import SharedPrefixCache
+
+GREEDY, SAMPLED = Sampling(1.0, 1.0, 1), Sampling(0.9, 0.95, 40)
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+PROMPTS = ["Explain how a rainbow forms.", "Give me three tips for staying healthy.", "hi"]
+
+
+@pytest.fixture(scope="module")
+def lm32(tiny_lm_dir):
+    """The tiny model in fp32, where shared and copied prompt caches must write identical tokens."""
+    return load_generator(tiny_lm_dir, dtype="fp32")
+
+
+def decode(lm, prompt: str, ids: list[int], sampling: Sampling, *, share: bool, n_total: int = 8,
+           max_new: int = 16, seed: int = 0, prune_at: int = 0, keep: list[int] | None = None) -> dict[int, list[int]]:
+    """Decode candidates ``ids`` in one batch (pruning to positions ``keep`` after ``prune_at`` steps);
+    return each finished candidate's tokens."""
+    eng = Engine(lm, lm.render(prompt), sampling=sampling, seed=seed, n_total=n_total, max_new_tokens=max_new,
+                 share_prefix=share)
+    rows, out, steps = eng.start(ids), {}, 0
+    while len(rows):
+        out.update({d.cand: d.tokens for d in rows.step()})
+        steps += 1
+        if steps == prune_at:
+            rows.keep(keep)
+    return out
 
 
 def test_sampling_top_k_one_is_greedy():
@@ -31,10 +63,12 @@ def test_coupled_uniforms_depend_only_on_seed_candidate_position():
     assert not torch.equal(a, coupled_uniforms(8, 3, torch.tensor([0, 5, 9]), 10))
 
 
-def test_greedy_engine_matches_naive_generate(tiny_lm):
-    """Engine (KV cache, batched rows, pruning) == plain transformers generate, greedy."""
+@pytest.mark.parametrize("share", [True, False])
+def test_greedy_engine_matches_naive_generate(lm32, share):
+    """Engine (KV cache shared or copied, batched rows, pruning) == plain transformers generate, greedy."""
+    tiny_lm = lm32
     ids = tiny_lm.render("Explain how a rainbow forms.")
-    eng = Engine(tiny_lm, ids, sampling=Sampling(1.0, 1.0, 1), seed=0, n_total=4, max_new_tokens=12)
+    eng = Engine(tiny_lm, ids, sampling=GREEDY, seed=0, n_total=4, max_new_tokens=12, share_prefix=share)
     rows = eng.start([0, 1, 2, 3])
     rows.step()
     rows.step()
@@ -55,3 +89,76 @@ def test_rows_release_on_empty_keep(tiny_lm):
     rows.step()
     rows.keep([])
     assert len(rows) == 0 and rows.cache is None
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_shared_prompt_cache_writes_the_same_tokens_as_copies(lm32, sampling, prompt):
+    """fp32: storing the prompt's cache once changes nothing, before and after a prune."""
+    assert lm32.shares_prefix
+    kw = dict(ids=list(range(6)), max_new=20, prune_at=5, keep=[0, 2, 3, 5])
+    shared = decode(lm32, prompt, sampling=sampling, share=True, **kw)
+    copied = decode(lm32, prompt, sampling=sampling, share=False, **kw)
+    assert shared == copied and sorted(shared) == [0, 2, 3, 5]
+
+
+def test_shared_prefix_attention_matches_the_plain_path(lm32):
+    """One forward pass of several new tokens per row (causal among them) on the shared cache ==
+    the same pass on per-row copies through transformers' own sdpa path."""
+    model, p_ids = lm32.model, lm32.render(PROMPTS[0])
+    with torch.inference_mode():
+        dev = lm32.device
+        _, prefix = next_logits(lm32, torch.tensor([p_ids], device=dev), None)
+        rows = 3
+        new = torch.tensor([[5, 9, 17], [40, 41, 42], [7, 7, 8]], device=dev)     # [rows, 3 new tokens]
+        shared = SharedPrefixCache(prefix, rows)
+        got = model(input_ids=new[:, :1], past_key_values=shared, shared_prefix=shared).logits
+        got2 = model(input_ids=new[:, 1:], past_key_values=shared, shared_prefix=shared).logits
+        plain = DynamicCache(config=model.config)
+        full = torch.tensor([p_ids] * rows, device=dev)
+        ref = model(input_ids=torch.cat([full, new], 1), past_key_values=plain).logits[:, len(p_ids):]
+    assert shared.get_seq_length() == len(p_ids) + 3 and shared.own_length() == 3
+    assert torch.allclose(torch.cat([got, got2], 1), ref, atol=1e-5, rtol=1e-4)
+
+
+def test_slots_count_the_shared_prompt_once(lm32):
+    p = len(lm32.render(PROMPTS[0]))
+    for share, per_row_prompt in ((True, 0), (False, p)):
+        eng = Engine(lm32, lm32.render(PROMPTS[0]), sampling=SAMPLED, seed=0, n_total=5, max_new_tokens=4,
+                     share_prefix=share)
+        rows = eng.start([0, 1, 2, 3, 4])
+        assert rows.shared_slots == p - per_row_prompt and rows.slots() == rows.shared_slots + 5 * per_row_prompt
+        assert rows.slots_per_row_after_step() == per_row_prompt + 1
+        rows.step()
+        rows.step()
+        rows.keep([1, 3])
+        assert rows.slots() == rows.shared_slots + 2 * (per_row_prompt + 2)
+        assert rows.slots_per_row_after_step() == per_row_prompt + 3
+        rows.step()   # the 4th (last) token is never fed back: it takes no slot
+        assert rows.slots_per_row_after_step() == per_row_prompt + 3
+
+
+def test_models_without_the_shared_attention_refuse_to_share(lm32):
+    copied = dataclasses.replace(lm32, shares_prefix=False)
+    eng = Engine(copied, copied.render("hi"), sampling=SAMPLED, seed=0, n_total=2, max_new_tokens=3)
+    assert eng.kv_sharing == "copied" and not isinstance(eng.start([0, 1]).cache, SharedPrefixCache)
+    with pytest.raises(ValueError, match="cannot share"):
+        Engine(copied, copied.render("hi"), sampling=SAMPLED, seed=0, n_total=2, max_new_tokens=3, share_prefix=True)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_a_candidate_writes_the_same_tokens_in_any_batch(tiny_lm, prompt):
+    """Coupling, in the dtype the engine picks (bf16 where the CPU has it): candidate c's tokens do
+    not depend on the batch's size or on which other candidates share it."""
+    n = 12
+    everyone = decode(tiny_lm, prompt, list(range(n)), SAMPLED, share=tiny_lm.shares_prefix, n_total=n, max_new=24)
+    for batch in ([0, 1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [1, 3, 5, 7, 9, 11], [10], [2, 11, 6]):
+        part = decode(tiny_lm, prompt, batch, SAMPLED, share=tiny_lm.shares_prefix, n_total=n, max_new=24)
+        assert part == {c: everyone[c] for c in batch}, f"{tiny_lm.dtype}: batch {batch} diverged"
+
+
+@cuda
+def test_on_cuda_the_engine_runs_bf16_with_the_prompt_shared(tiny_lm):
+    assert tiny_lm.device.type == "cuda" and tiny_lm.dtype == torch.bfloat16 and tiny_lm.shares_prefix
+    out = decode(tiny_lm, PROMPTS[0], [0, 1, 2, 3], SAMPLED, share=True, n_total=4, max_new=8, prune_at=3, keep=[1, 2])
+    assert sorted(out) == [1, 2] and all(0 < len(t) <= 8 for t in out.values())

@@ -1,6 +1,7 @@
 """Contract tests of the two methods on a tiny real model (fast, CPU)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -14,15 +15,17 @@ P = 41  # tokens of PROMPT through the tiny tokenizer's chat template (checked b
 
 
 def cfg(**kw) -> RunConfig:
-    """Defaults, with ``budget`` given as tokens per row beyond the prompt (rows x (P + budget))."""
+    """Defaults, with ``budget`` given as tokens per row beyond the prompt, which the rows share
+    (P + rows x budget slots)."""
     base = dict(prompt=PROMPT, n=12, alpha=0.5, max_new_tokens=24, budget=10, seed=3)
     base.update(kw)
-    base["budget"] = base["n"] * (P + base["budget"])
+    base["budget"] = P + base["n"] * base["budget"]
     return RunConfig(**base)
 
 
 def test_prompt_length(tiny_lm):
     assert len(tiny_lm.render(PROMPT)) == P
+    assert tiny_lm.shares_prefix   # a Llama: rows share the prompt's cache, so budgets count it once
 
 
 def events(method, lm, reward, c):
@@ -101,12 +104,19 @@ def test_budget_is_never_exceeded(tiny_lm, length_reward, method, monkeypatch):
     f = run_to_completion(method(tiny_lm, length_reward, c))
     assert seen and max(seen) <= c.budget
     assert f.ledger.peak_kv_slots == max(seen)
+    assert f.ledger.kv_sharing == "shared" and f.ledger.dtype == str(tiny_lm.dtype).removeprefix("torch.")
+    # with the prompt copied to every row, the same budget holds fewer tokens per row
+    seen.clear()
+    copied = dataclasses.replace(tiny_lm, shares_prefix=False)
+    c = RunConfig(prompt=PROMPT, n=4, max_new_tokens=30, budget=4 * (P + 8), seed=3)
+    f = run_to_completion(method(copied, length_reward, c))
+    assert seen and max(seen) <= c.budget and f.ledger.kv_sharing == "copied"
 
 
 def test_best_of_n_runs_passes_of_rows_that_fit(tiny_lm, length_reward):
     c = cfg(n=16, budget=8, max_new_tokens=30)
     prompt_len = len(tiny_lm.render(PROMPT))
-    per_pass = c.budget // (prompt_len + 29)
+    per_pass = (c.budget - prompt_len) // 29   # the prompt once, then 29 fed tokens per row
     rounds = [e for e in events(best_of_n, tiny_lm, length_reward, c) if isinstance(e, Round)]
     assert len(rounds) == math.ceil(16 / per_pass)
 

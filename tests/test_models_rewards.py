@@ -12,14 +12,45 @@ from specrej.rewards import ConfidenceReward, HFRewardModel, TokenStats, checked
 
 
 def test_generator_loads_from_a_folder_with_its_chat_template(tiny_lm_dir):
-    lm = load_generator(tiny_lm_dir)
+    lm = load_generator(tiny_lm_dir, dtype="fp32")
     ids = lm.render("Hello there")
     text = lm.tokenizer.decode(ids)
     assert text.startswith("<|im_start|>user\nHello there<|im_end|>") and text.endswith("assistant\n")
     assert lm.eos_ids == {lm.tokenizer.convert_tokens_to_ids("<|im_end|>")}
-    assert lm.device.type == "cpu" and lm.model.dtype == torch.float32
+    assert lm.device.type == "cpu" and lm.model.dtype == lm.dtype == torch.float32
     assert lm.kv_bytes_per_slot == 2 * 2 * 2 * 8 * 4  # k+v, layers, kv heads, head dim, fp32
-    assert load_generator(tiny_lm_dir) is lm  # loaded once per process
+    assert lm.shares_prefix   # a Llama: the shared-prefix attention is installed
+    assert load_generator(tiny_lm_dir, dtype="fp32") is lm  # loaded once per process and dtype
+    bf16 = load_generator(tiny_lm_dir, dtype="bf16")
+    assert bf16.dtype == torch.bfloat16 and bf16.kv_bytes_per_slot == lm.kv_bytes_per_slot // 2
+
+
+def test_dtype_choice(monkeypatch):
+    from specrej import precision
+
+    monkeypatch.delenv(precision.DTYPE_ENV, raising=False)
+    cpu = torch.device("cpu")
+    assert precision.resolve("fp32", cpu) == torch.float32 and precision.resolve("bf16", cpu) == torch.bfloat16
+    assert precision.resolve("auto", torch.device("cuda")) == torch.bfloat16
+    monkeypatch.setenv(precision.DTYPE_ENV, "bf16")
+    assert precision.resolve(None, cpu) == torch.bfloat16 and precision.resolve("fp32", cpu) == torch.float32
+    monkeypatch.setenv(precision.DTYPE_ENV, "fp8")
+    with pytest.raises(ValueError, match="SPECREJ_DTYPE='fp8' is unknown"):
+        precision.resolve(None, cpu)
+    with pytest.raises(ValueError, match="dtype='half' is unknown"):
+        precision.resolve("half", cpu)
+    # a CPU without bf16 matrix instructions stays in fp32 without probing
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(precision, "bf16_speedup", lambda: pytest.fail("probed a CPU without bf16 instructions"))
+    precision.cpu_prefers_bf16.cache_clear()
+    assert precision.resolve("auto", cpu) == torch.float32
+    # with them, the probe decides
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"amx_bf16"})
+    for speedup, expected in ((3.0, torch.bfloat16), (0.7, torch.float32)):
+        monkeypatch.setattr(precision, "bf16_speedup", lambda s=speedup: s)
+        precision.cpu_prefers_bf16.cache_clear()
+        assert precision.resolve("auto", cpu) == expected
+    precision.cpu_prefers_bf16.cache_clear()
 
 
 def test_base_model_without_chat_template_gets_the_prompt_as_is(tiny_lm_dir, tmp_path):

@@ -30,8 +30,8 @@ TIMEOUT_S = 60
 PROMPT = "Give me three tips for staying healthy."
 TINY = dict(n=4, alpha=0.5, budget=0, decision="budget", interval=16, max_new_tokens=6, temperature=0.9,
             top_p=0.95, seed=1)
-# at least one Speculative Rejection decision: 8 rows of the ~40-token prompt overflow 420 slots
-DECIDING = dict(n=8, alpha=0.5, budget=420, decision="budget", interval=16, max_new_tokens=24,
+# at least one Speculative Rejection decision: the ~40-token prompt (stored once) and 8 rows overflow 100 slots
+DECIDING = dict(n=8, alpha=0.5, budget=100, decision="budget", interval=16, max_new_tokens=24,
                 temperature=0.9, top_p=0.95, seed=3)
 FIGURES: dict = {"inputs_fuzzed_in_process": 0, "inputs_fuzzed_http": 0, "faults_injected": 0}
 

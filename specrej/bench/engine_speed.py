@@ -1,16 +1,24 @@
 """How fast the engine is: against ``transformers`` ``generate``, against the reference code's
-re-prefill, and against this machine's practical FLOP/s limit. All ratios come from one run.
+re-prefill, and against this machine's roofline. All ratios come from one run.
 
-- ``MatmulLimit``: FLOP/s of a large fp32 (bf16 on CUDA) matmul, the practical limit here,
-  sampled between the runs (the median counts: the machine may be shared).
+- ``MatmulLimit``: FLOP/s of a large matmul in the generator's dtype, the practical compute limit;
+  ``ReadBandwidth``: bytes/s a matrix-vector product streams, the practical memory limit. Both are
+  sampled between the runs and reported as medians with their spread (the machine may be shared).
+- ``roofline_s``: a decoding step of R rows can take no less than the larger of (weights + KV
+  cache read) / bandwidth and 2 x params x R / matmul FLOP/s.
 - ``engine_vs_generate``: the same model, batch, length and sampling settings, KV cache on;
   tokens per second count the tokens each row generated up to and including its EOS (rows
   that ``generate`` keeps padding after their EOS are not counted as output). Peak KV-cache
   bytes are measured on the cache objects at every step (``max_memory_allocated`` on CUDA).
-- ``decode_sweep``: one decoding step at several batch sizes: FLOP/s rises with rows while the
-  step streams every weight once, which is what holds a small-batch decoder below the limit.
+- ``decode_sweep``: one decoding step at several batch sizes against its roofline: FLOP/s rises
+  with rows while the step streams every weight once, which holds a small batch below the limit.
+- ``coupling_check``: whether a candidate writes the same tokens in batches of other sizes and
+  compositions, in the dtype in use (kernels may round differently for different row counts).
 - ``sr_vs_reference``: one Speculative Rejection run on the engine against the same run with
-  the reference code's re-tokenise + re-prefill at every decision (``reference``).
+  the reference code's re-tokenise + re-prefill at every decision (``reference``), which also
+  keeps a copy of the prompt per row. Decisions come every ``max_new_tokens // 3`` tokens in both,
+  under a budget that fits every row, so both prune at the same points (with the prompt shared,
+  the engine's budget alone may never force a decision).
 """
 from __future__ import annotations
 
@@ -43,20 +51,25 @@ def cache_bytes(cache) -> int:
         return 0
     total = 0
     for layer in cache.layers:
-        for name in ("_k", "_v") if hasattr(layer, "_k") else ("keys", "values"):
+        names = ("_k", "_v", "prefix_keys", "prefix_values") if hasattr(layer, "_k") else ("keys", "values")
+        for name in names:
             t = getattr(layer, name, None)
             if isinstance(t, torch.Tensor):
                 total += t.numel() * t.element_size()
     return total
 
 
+def _spread(samples: list[float]) -> dict:
+    s = sorted(samples)
+    return {"median": s[len(s) // 2], "min": s[0], "max": s[-1], "samples": len(s)}
+
+
 class MatmulLimit:
-    """FLOP/s of a large matmul (fp32 on a CPU, bf16 on CUDA), sampled between the engine's runs:
+    """FLOP/s of a large matmul in ``dtype`` (the generator's), sampled between the engine's runs:
     on a shared machine the median of samples taken around the runs is the fair yardstick."""
 
-    def __init__(self, device: torch.device, size: int = 2048):
-        self.device = device
-        self.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    def __init__(self, device: torch.device, dtype: torch.dtype = torch.float32, size: int = 2048):
+        self.device, self.dtype = device, dtype
         self.size = max(size, 8192) if device.type == "cuda" else size
         self.samples: list[float] = []
         self.a = torch.randn(self.size, self.size, device=device, dtype=self.dtype)
@@ -74,9 +87,53 @@ class MatmulLimit:
             self.samples.append(2 * self.size ** 3 / (time.perf_counter() - t))
 
     def summary(self) -> dict:
-        s = sorted(self.samples)
-        return {"size": self.size, "dtype": str(self.dtype).replace("torch.", ""), "flops_per_s": s[len(s) // 2],
-                "best_flops_per_s": s[-1], "samples": len(s)}
+        sp = _spread(self.samples)
+        return {"size": self.size, "dtype": str(self.dtype).replace("torch.", ""), "flops_per_s": sp["median"],
+                "best_flops_per_s": sp["max"], "min_flops_per_s": sp["min"], "samples": sp["samples"]}
+
+
+class ReadBandwidth:
+    """Bytes/s that a matrix-vector product streams from memory (``W @ x``, W far larger than the
+    caches): what a decoding step does with every weight. Sampled like ``MatmulLimit``."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype = torch.float32, mbytes: int = 256):
+        self.device, self.dtype = device, dtype
+        mbytes = max(mbytes, 2048) if device.type == "cuda" else mbytes
+        cols = 4096
+        rows = mbytes * 2 ** 20 // (cols * torch.finfo(dtype).bits // 8)
+        self.w = torch.randn(rows, cols, device=device, dtype=dtype)
+        self.x = torch.randn(cols, 1, device=device, dtype=dtype)
+        self.bytes = self.w.numel() * self.w.element_size()
+        self.samples: list[float] = []
+        self.measure(1)   # warm-up, not kept
+        self.samples.clear()
+
+    @torch.inference_mode()
+    def measure(self, reps: int = 1) -> None:
+        for _ in range(reps):
+            _sync(self.device)
+            t = time.perf_counter()
+            self.w @ self.x
+            _sync(self.device)
+            self.samples.append(self.bytes / (time.perf_counter() - t))
+
+    def summary(self) -> dict:
+        sp = _spread(self.samples)
+        return {"mbytes": self.bytes / 2 ** 20, "dtype": str(self.dtype).replace("torch.", ""),
+                "bytes_per_s": sp["median"], "best_bytes_per_s": sp["max"], "min_bytes_per_s": sp["min"],
+                "samples": sp["samples"]}
+
+
+def weight_bytes(lm) -> int:
+    return sum(p.numel() * p.element_size() for p in lm.model.parameters())
+
+
+def roofline_s(lm, rows: int, kv_bytes: int, flops_per_s: float, bytes_per_s: float) -> dict:
+    """The least time a decoding step of ``rows`` rows can take: memory- or compute-bound."""
+    memory = (weight_bytes(lm) + kv_bytes) / bytes_per_s
+    compute = 2.0 * lm.n_params * rows / flops_per_s
+    return {"roofline_s": max(memory, compute), "memory_s": memory, "compute_s": compute,
+            "bound": "memory" if memory >= compute else "compute"}
 
 
 @torch.inference_mode()
@@ -85,7 +142,7 @@ def run_engine(lm, prompt_ids: list[int], rows: int, length: int, sampling: Samp
     _reset_peak(device)
     _sync(device)
     t = time.perf_counter()
-    eng = Engine(lm, prompt_ids, sampling=sampling, seed=seed, n_total=rows, max_new_tokens=length)
+    eng = Engine(lm, prompt_ids, sampling=sampling, seed=seed, n_total=rows, max_new_tokens=length, stats=False)
     r = eng.start(list(range(rows)))
     tokens, peak = 0, cache_bytes(r.cache)
     while len(r):
@@ -156,25 +213,64 @@ def engine_vs_generate(lm, prompt: str, rows: int, length: int, sampling: Sampli
 
 
 @torch.inference_mode()
-def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 3, sampling: Sampling = Sampling()) -> list[dict]:
-    """Seconds per decoding step and FLOP/s at each batch size (after one warm-up step)."""
+def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling: Sampling = Sampling(),
+                 ticks=()) -> list[dict]:
+    """Seconds per decoding step (median of ``steps`` after one warm-up) at each batch size, with the
+    KV-cache bytes the step reads. ``ticks``: limits to sample after each batch size."""
     ids, out = lm.render(prompt), []
-    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    wb = weight_bytes(lm)
     for rows in rows_list:
-        eng = Engine(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 2)
+        eng = Engine(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3, stats=False)
         r = eng.start(list(range(rows)))
         r.step()
-        _sync(lm.device)
-        t = time.perf_counter()
+        times = []
         for _ in range(steps):
+            _sync(lm.device)
+            t = time.perf_counter()
             r.step()
-        _sync(lm.device)
-        dt = (time.perf_counter() - t) / steps
+            _sync(lm.device)
+            times.append(time.perf_counter() - t)
+        kv = r.slots() * lm.kv_bytes_per_slot
         r.release()
         eng.release()
-        out.append({"rows": rows, "step_s": dt, "flops_per_s": 2.0 * lm.n_params * rows / dt,
-                    "weight_bytes_per_s": weight_bytes / dt})
+        sp = _spread(times)
+        dt = sp["median"]
+        out.append({"rows": rows, "step_s": dt, "step_min_s": sp["min"], "step_max_s": sp["max"],
+                    "flops_per_s": 2.0 * lm.n_params * rows / dt, "weight_bytes_per_s": wb / dt, "kv_bytes": kv})
+        for tick in ticks:
+            tick()
     return out
+
+
+@torch.inference_mode()
+def _decode(lm, ids: list[int], cands: list[int], sampling: Sampling, seed: int, n_total: int, length: int) -> dict:
+    eng = Engine(lm, ids, sampling=sampling, seed=seed, n_total=n_total, max_new_tokens=length, stats=False)
+    rows, out = eng.start(cands), {}
+    while len(rows):
+        out.update({d.cand: d.tokens for d in rows.step()})
+    eng.release()
+    return out
+
+
+def coupling_check(lm, prompt: str, sampling: Sampling, seed: int, n: int = 32, length: int = 48) -> dict:
+    """Does candidate c write the same tokens whatever batch it is in? All n candidates decode together,
+    then again in batches of other sizes and compositions; count the candidates whose tokens differ
+    (the kernels may round differently for different row counts: see README, coupled randomness)."""
+    ids = lm.render(prompt)
+    everyone = _decode(lm, ids, list(range(n)), sampling, seed, n, length)
+    half = n // 2
+    batches = [list(range(half)), list(range(half, n)), list(range(1, n, 2)), [n // 3],
+               sorted({3 % n, n - 2, n // 2})]
+    compared, diverged = 0, []
+    for batch in batches:
+        part = _decode(lm, ids, batch, sampling, seed, n, length)
+        for c in batch:
+            compared += 1
+            a, b = everyone[c], part[c]
+            if a != b:
+                diverged.append(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))
+    return {"n": n, "length": length, "batches": [len(b) for b in batches], "compared": compared,
+            "diverged": len(diverged), "diverged_at_tokens": sorted(diverged)}
 
 
 def _finished(events) -> Finished:
@@ -185,7 +281,11 @@ def _finished(events) -> Finished:
 
 
 def sr_vs_reference(lm, reward, cfg: RunConfig) -> dict:
-    cfg = replace(cfg, progress_every=0)
+    # the same decision points in both: every third of max_new_tokens, under a budget that fits
+    # all N rows with their own copies of the prompt (so memory never forces a different prune)
+    p = len(lm.render(cfg.prompt))
+    cfg = replace(cfg, progress_every=0, decision="interval", interval=max(1, cfg.max_new_tokens // 3),
+                  budget=cfg.n * (p + cfg.max_new_tokens))
     runs = {}
     for name, method in (("engine", speculative_rejection), ("reference_style", speculative_rejection_reference_style)):
         _reset_peak(lm.device)
@@ -193,7 +293,7 @@ def sr_vs_reference(lm, reward, cfg: RunConfig) -> dict:
         runs[name] = {"ledger": fin.ledger.to_dict(), "winner": fin.winner.id, "score": fin.winner.score,
                       "rounds": fin.rounds}
     e, r = runs["engine"]["ledger"], runs["reference_style"]["ledger"]
-    return {"n": cfg.n, "alpha": cfg.alpha, "max_new_tokens": cfg.max_new_tokens, **runs,
+    return {"n": cfg.n, "alpha": cfg.alpha, "max_new_tokens": cfg.max_new_tokens, "interval": cfg.interval, **runs,
             "wall_ratio": r["wall_s"] / e["wall_s"], "flops_ratio": r["flops"] / e["flops"],
             "memory_ratio": r["peak_memory_bytes"] / max(e["peak_memory_bytes"], 1),
             "same_winner": runs["engine"]["winner"] == runs["reference_style"]["winner"]}
@@ -202,22 +302,29 @@ def sr_vs_reference(lm, reward, cfg: RunConfig) -> dict:
 def engine_section(lm, reward, prompt: str, base: RunConfig, *, rows: int, length: int,
                    sweep: list[int], repeats: int = 2, log=lambda msg: None) -> dict:
     sampling = Sampling(base.temperature, base.top_p, base.top_k)
-    log("matmul limit")
-    mm = MatmulLimit(lm.device)
+    log(f"limits: matmul and read bandwidth in {lm.dtype}")
+    mm, bw = MatmulLimit(lm.device, lm.dtype), ReadBandwidth(lm.device, lm.dtype)
     mm.measure(3)
+    bw.measure(3)
     log(f"engine vs generate ({rows} rows x {length} tokens)")
     vs_gen = engine_vs_generate(lm, prompt, rows, length, sampling, base.seed, repeats, mm)
     log("decode step by batch size")
-    sw = decode_sweep(lm, prompt, sweep, sampling=sampling)
-    mm.measure(1)
+    sw = decode_sweep(lm, prompt, sweep, sampling=sampling, ticks=(mm.measure, bw.measure))
+    log("coupling: the same candidates in batches of other sizes")
+    coupling = coupling_check(lm, prompt, sampling, base.seed, n=rows, length=length)
     log("Speculative Rejection: engine vs reference-style re-prefill")
     vs_ref = sr_vs_reference(lm, reward, replace(base, prompt=prompt))
     mm.measure(1)
-    limit = mm.summary()
+    bw.measure(1)
+    limit, band = mm.summary(), bw.summary()
     lim = limit["flops_per_s"]
     vs_gen["engine"]["fraction_of_limit"] = vs_gen["engine"]["flops_per_s"] / lim
     vs_gen["generate"]["fraction_of_limit"] = vs_gen["generate"]["flops_per_s"] / lim
     for s in sw:
         s["fraction_of_limit"] = s["flops_per_s"] / lim
-    return {"device": str(lm.device), "threads": torch.get_num_threads(), "matmul": limit,
-            "vs_generate": vs_gen, "decode_sweep": sw, "vs_reference": vs_ref}
+        s.update(roofline_s(lm, s["rows"], s["kv_bytes"], lim, band["bytes_per_s"]))
+        s["vs_roofline"] = s["step_s"] / s["roofline_s"]
+    return {"device": str(lm.device), "threads": torch.get_num_threads(), "dtype": str(lm.dtype).replace("torch.", ""),
+            "kv_sharing": "shared" if lm.shares_prefix else "copied", "weight_bytes": weight_bytes(lm),
+            "matmul": limit, "bandwidth": band, "vs_generate": vs_gen, "decode_sweep": sw, "coupling": coupling,
+            "vs_reference": vs_ref}

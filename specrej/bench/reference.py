@@ -19,7 +19,8 @@ from typing import Iterator
 import torch
 
 from ..config import RunConfig
-from ..engine import Engine, Rows, grow_in_place
+from ..engine import Engine, Rows
+from ..kvcache import grow_in_place
 from ..events import Event
 from ..methods import speculative_rejection
 from ..models import LM
@@ -80,6 +81,8 @@ class RefRows(Rows):
 
 class RefEngine(Engine):
     """The engine whose rows re-prefill at every decision."""
+
+    allow_sharing = False   # the reference code keeps a copy of the prompt per row
 
     def __init__(self, lm: LM, prompt_ids: list[int], **kwargs):
         super().__init__(lm, prompt_ids, **kwargs)

@@ -48,12 +48,20 @@ def efficiency_table(agg: dict, meta: dict) -> str:
 
 def engine_table(eng: dict) -> str:
     g, m, r = eng["vs_generate"], eng["matmul"], eng["vs_reference"]
+    bw = eng.get("bandwidth")
     e, h = g["engine"], g["generate"]
     lim = m["flops_per_s"]
     lines = [
-        f"Engine speed ({eng['device']}, {eng['threads']} threads; ratios from this one run)",
-        f"  practical limit: {m['size']}^3 {m['dtype']} matmul = {lim / 1e9:.1f} GFLOP/s (median of {m['samples']} "
-        f"taken between the runs; best {m['best_flops_per_s'] / 1e9:.1f})",
+        f"Engine speed ({eng['device']}, {eng['threads']} threads, {eng.get('dtype', m['dtype'])}, prompt cache "
+        f"{eng.get('kv_sharing', 'copied')} across rows; ratios from this one run)",
+        f"  matmul limit: {m['size']}^3 {m['dtype']} = {lim / 1e9:.1f} GFLOP/s (median of {m['samples']} taken "
+        f"between the runs; range {m.get('min_flops_per_s', lim) / 1e9:.1f}-{m['best_flops_per_s'] / 1e9:.1f})",
+    ]
+    if bw:
+        lines.append(f"  read bandwidth: {bw['mbytes']:.0f} MB {bw['dtype']} matrix-vector = "
+                     f"{bw['bytes_per_s'] / 1e9:.1f} GB/s (median of {bw['samples']}; range "
+                     f"{bw['min_bytes_per_s'] / 1e9:.1f}-{bw['best_bytes_per_s'] / 1e9:.1f})")
+    lines += [
         f"  engine vs transformers generate, {g['rows']} rows x {g['length']} new tokens, sampling, KV cache:",
         f"    {'':<18}{'tok/s':>8}{'wall s':>9}{'GFLOP/s':>9}{'of limit':>10}{'peak KV MB':>12}",
         f"    {'engine':<18}{e['tokens_per_s']:>8.1f}{e['wall_s']:>9.2f}{e['flops_per_s'] / 1e9:>9.1f}"
@@ -61,12 +69,30 @@ def engine_table(eng: dict) -> str:
         f"    {'generate':<18}{h['tokens_per_s']:>8.1f}{h['wall_s']:>9.2f}{h['flops_per_s'] / 1e9:>9.1f}"
         f"{h['fraction_of_limit']:>10.0%}{h['peak_memory_bytes'] / MB:>12.1f}",
         f"    engine / generate: {g['speedup']:.2f}x tokens/s, {1 / g['memory_ratio']:.2f}x peak memory",
-        "  one decoding step by batch size (FLOP/s = 2 x params x rows / step time):",
-        "    " + "  ".join(f"{s['rows']} rows {s['step_s'] * 1e3:.0f} ms {s['flops_per_s'] / 1e9:.1f} GF/s "
-                          f"({s['fraction_of_limit']:.0%})" for s in eng["decode_sweep"]),
-        f"  Speculative Rejection (N={r['n']}, alpha={r['alpha']:g}, {r['max_new_tokens']} tokens): engine vs "
-        f"reference-style re-tokenise + re-prefill:",
     ]
+    sweep = eng["decode_sweep"]
+    if sweep and "roofline_s" in sweep[0]:
+        lines += ["  one decoding step by batch size, against its roofline = max((weights + KV read) / bandwidth, "
+                  "2 x params x rows / matmul limit):",
+                  f"    {'rows':>6}{'step ms':>9}{'range':>13}{'roofline ms':>13}{'bound':>9}{'x roofline':>12}"
+                  f"{'GFLOP/s':>9}"]
+        for s in sweep:
+            lines.append(f"    {s['rows']:>6}{s['step_s'] * 1e3:>9.1f}{s['step_min_s'] * 1e3:>6.1f}-"
+                         f"{s['step_max_s'] * 1e3:<6.1f}{s['roofline_s'] * 1e3:>13.2f}{s['bound']:>9}"
+                         f"{s['vs_roofline']:>12.2f}{s['flops_per_s'] / 1e9:>9.1f}")
+    else:
+        lines += ["  one decoding step by batch size (FLOP/s = 2 x params x rows / step time):",
+                  "    " + "  ".join(f"{s['rows']} rows {s['step_s'] * 1e3:.0f} ms {s['flops_per_s'] / 1e9:.1f} GF/s "
+                                   f"({s['fraction_of_limit']:.0%})" for s in sweep)]
+    if "coupling" in eng:
+        c = eng["coupling"]
+        lines.append(f"  coupling: {c['diverged']} of {c['compared']} candidates wrote other tokens in batches of "
+                     f"{', '.join(map(str, c['batches']))} rows than with all {c['n']} ({c['length']} tokens)"
+                     + (f"; first differing token {', '.join(map(str, c['diverged_at_tokens']))}"
+                        if c["diverged"] else ""))
+    lines.append(f"  Speculative Rejection (N={r['n']}, alpha={r['alpha']:g}, {r['max_new_tokens']} tokens"
+                 + (f", a decision every {r['interval']} tokens" if "interval" in r else "")
+                 + "): engine vs reference-style re-tokenise + re-prefill:")
     for name in ("engine", "reference_style"):
         led = r[name]["ledger"]
         lines.append(f"    {name:<18}wall {led['wall_s']:.2f} s, {led['flops'] / 1e9:.1f} GFLOP "

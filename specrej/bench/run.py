@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="embedded", help="generator: embedded, a hub id, a folder or a .gguf file")
     p.add_argument("--reward", default="embedded", help="reward spec, as the library's load_reward takes it")
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
+                   help="generator precision (default: SPECREJ_DTYPE, else auto: bf16 where faster)")
     p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.html, bench.png)")
     p.add_argument("--threads", type=int, help="torch threads per process (default: the idle cores / processes)")
     p.add_argument("--engine-rows", type=int, help="rows for the engine-speed comparison")
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    lm = load_generator(args.model)
+    lm = load_generator(args.model, dtype=args.dtype)
     reward = load_reward(args.reward)
     base = RunConfig(prompt="-", n=max(args.ns), max_new_tokens=args.max_new_tokens, seed=args.seed,
                      budget=args.budget, decision=args.decision, progress_every=0)
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "reward": args.reward, "ns": sorted(args.ns), "alphas": args.alphas, "max_new_tokens": args.max_new_tokens,
             "budget": budget, "decision": args.decision, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
+            "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if lm.shares_prefix else "copied",
             "reward_params": reward.n_params, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "torch": torch.__version__, "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         for _, row in mine:   # fail before hours of work, with the fix in the message
             try:
                 check_fits(replace(base, prompt=row["prompt"]), len(lm.render(row["prompt"])), budget,
-                           lm.max_positions)
+                           lm.max_positions, lm.shares_prefix)
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --ns / --max-new-tokens)")
         from tqdm.auto import tqdm
