@@ -83,7 +83,7 @@ def build_controls(ctx: AppContext) -> Controls:
             run = gr.Button("▶ Run", variant="primary", size="lg", elem_id="run")
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
     gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
-                examples_per_page=len(ctx.examples) or 1)
+                examples_per_page=len(ctx.examples) or 1, api_visibility="private")
     with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings"):
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",

@@ -46,6 +46,7 @@ class RunConfig:
         self.stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError("prompt is empty: type a message for the model to answer.")
+        check_text("prompt", self.prompt)
         _int(self, "n", lo=1, hint="n is the number of candidates, at least 1")
         if not _is_num(self.alpha) or not 0.0 <= self.alpha < 1.0:
             raise ValueError(f"alpha={self.alpha!r} is outside [0, 1): it is the fraction rejected per decision.")
@@ -65,10 +66,23 @@ class RunConfig:
         _int(self, "progress_every", lo=0, hint="progress_every is 0 (off) or a positive step count")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings.")
+        for s in self.stop:
+            check_text("a stop string", s)
 
     @classmethod
     def help(cls) -> dict[str, str]:
         return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+def check_text(name: str, value: str) -> None:
+    """Raise ValueError when ``value`` is not valid Unicode text: a lone UTF-16 surrogate (such
+    as ``\\ud800`` sent through the API) cannot be encoded, tokenised or written to a trace. The
+    message gives the position, never the text itself (which could not be shown either)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name} contains a character that is not valid text (U+{ord(value[e.start]):04X}, "
+                         f"a lone UTF-16 surrogate, at position {e.start}): remove it and try again.") from None
 
 
 def _is_num(x) -> bool:
