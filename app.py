@@ -18,6 +18,7 @@ import gradio as gr
 from components import charts, ui
 from components.autospec_tab import build_autospec_tab
 from components.context import PREFERENCE, AppContext
+from components.guard import ApiGate, Guard
 from components.panels import STOPPED
 from components.replay import replay_frames
 from components.stream import REQUEST_FIELDS, RunRequest, frames, race_events
@@ -26,13 +27,16 @@ TITLE = "Speculative Rejection vs Best-of-N"
 THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")
 
 
-def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Blocks:
+def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: Guard | None = None) -> gr.Blocks:
     """The whole app for one context; the queue is set, nothing is launched.
 
     ``events_fn`` (tests only: fault injection) replaces the function that runs the race; it is
     never reachable from a request. The queue holds at most ``ctx.max_queue`` waiting runs
-    (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again"."""
+    (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again". ``guard``
+    (``components/guard.py``, from the environment by default) caps each client's runs, checks the
+    raw inputs, stops runs cancelled before they had an event id and keeps the API to /run and /stop."""
     ctx = ctx or AppContext.from_env()
+    guard = guard or Guard.from_env()
     with gr.Blocks(title=TITLE, delete_cache=(3600, 3600)) as demo:
         with gr.Tab("Speculative Rejection race"):
             page = ui.build_page(ctx)
@@ -42,20 +46,23 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Bl
 
         def run(*values):
             """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
-            request = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
-            for frame in frames(ctx, request, events_fn=events_fn):
+            *values, request = values   # RunRequest's fields, then Gradio's request
+            req = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
+            for frame in frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)):
                 yield page.updates(frame)
 
         run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
+        run.__annotations__ = {"request": gr.Request}
 
+        # preprocess=False: the raw values reach guard.check_request (in frames), whose messages name
+        # the field; the guard's validator runs when a run joins the queue (the per-client cap).
         race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
-                    concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status])
-        # Say at once that the run is on its way (the queue position shows on the status line),
-        # then start the race in the queue.
-        on_run = c.run.click(waiting, None, [a.status], queue=False, api_visibility="private") \
-            .then(api_name="run", **race)
-        on_enter = c.prompt.submit(waiting, None, [a.status], queue=False, api_visibility="private") \
-            .then(api_visibility="private", **race)
+                    concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
+                    preprocess=False, validator=guard.validator(REQUEST_FIELDS))
+        # Run and Enter in the prompt: say at once that the run is on its way (the queue position
+        # shows on the status line), then start the race in the queue; one handler, one API name.
+        on_run = gr.on([c.run.click, c.prompt.submit], waiting, None, [a.status], queue=False,
+                       api_visibility="private").then(api_name="run", **race)
 
         def replay(prompt, pace):
             """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
@@ -63,12 +70,12 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Bl
                 yield page.updates(frame)
 
         on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
-                                   concurrency_limit=4, api_name="replay")
+                                   concurrency_limit=4, api_visibility="private")
         preset = ui.paper_scale(ctx, c)
         c.paper.click(lambda: ui.paper_scale(ctx, c), None, list(preset), queue=False, api_visibility="private")
         # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
         # already in flight can land after the first message (seen in the browser test).
-        c.stop.click(stopped, None, [a.status], cancels=[on_run, on_enter, on_replay], queue=False, api_name="stop") \
+        c.stop.click(stopped, None, [a.status], cancels=[on_run, on_replay], queue=False, api_name="stop") \
             .then(stopped, None, [a.status], queue=False, api_visibility="private")
 
         c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,
@@ -80,13 +87,17 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events) -> gr.Bl
         a.x_axis.change(rerender_race, [page.view, a.x_axis], [a.race_plot], queue=False,
                         api_visibility="private")
     demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue)
+    guard.bind(demo, run)
+    demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
     return demo
 
 
 def request_signature() -> inspect.Signature:
-    """``RunRequest``'s fields as keyword parameters with their defaults."""
+    """``RunRequest``'s fields as keyword parameters with their defaults, and Gradio's request."""
     return inspect.Signature([inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
-                              for f in dataclasses.fields(RunRequest)])
+                              for f in dataclasses.fields(RunRequest)]
+                             + [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                                  annotation=gr.Request)])
 
 
 def waiting():
@@ -107,8 +118,15 @@ def rerender_race(view, x_axis):
 
 def launch(demo: gr.Blocks, **kwargs):
     """``demo.launch`` with the app's theme and CSS (Gradio 6 takes them here)."""
+    from starlette.middleware import Middleware
+
     opts = dict(theme=THEME, css_paths=[str(ui.css_path())])
     opts.update(kwargs)
+    guard = getattr(demo, "specrej_guard", None)
+    if guard is not None:
+        app_kwargs = dict(opts.get("app_kwargs") or {})
+        app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(ApiGate, guard=guard)]
+        opts["app_kwargs"] = app_kwargs
     return demo.launch(**opts)
 
 

@@ -16,7 +16,8 @@ Environment:
   SPECREJ_ARMS         the arms every run races, as arm specs separated by spaces (default
                        ``bon sr``: Best-of-N and Speculative Rejection; ``specrej.arms``); the page
                        can add a second Speculative Rejection setting, up to three arms in all
-  SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 20)
+  SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
+                       SPECREJ_MAX_RUNS_PER_CLIENT (default 2, ``guard.py``)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
                        (``specrej.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
@@ -89,7 +90,7 @@ class AppContext:
     notes: tuple[str, ...] = ()
     examples: tuple[str, ...] = field(default_factory=load_examples)
     concurrency: int = 1
-    max_queue: int = 20
+    max_queue: int = 10
     progress_every: int = 1          # decoding steps between Progress events: bounds Stop's latency
     min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
@@ -133,7 +134,7 @@ class AppContext:
         kw = dict(models=models, rewards=tuple(rewards), default_model=specs[0], default_reward=default,
                   default_preference=preference, notes=tuple(notes),
                   concurrency=env_int("SPECREJ_CONCURRENCY", 2 if on_gpu else 1, env=env),
-                  max_queue=env_int("SPECREJ_MAX_QUEUE", 20, env=env),
+                  max_queue=env_int("SPECREJ_MAX_QUEUE", 10, env=env),
                   arms=tuple(a.spec for a in parse_arms(env.get("SPECREJ_ARMS", "").split() or DEFAULT_ARMS)),
                   archive_dir=env.get("SPECREJ_TRACE_DIR", "").strip() or None,
                   limits=Limits.from_env(env), policy=ModelPolicy.from_env(env, offered=offered))

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import field, make_dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from specrej import Progress, RunConfig
 from specrej.config import AUTO
@@ -35,6 +35,7 @@ from . import charts
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
 from .frames import KEEP, Frame, error_frame, failure_frame, final_frame, live_frame, start_frame  # noqa: F401
 from .gpu import GPU
+from .guard import check_request
 from .retry import OutOfMemory, retry_on_oom
 from .trace import write_traces
 from .view import RunView
@@ -141,13 +142,17 @@ def _write(ctx: AppContext, view: RunView) -> str | None:
         return None
 
 
-def frames(ctx: AppContext, request, *, events_fn=race_events) -> Iterator[Frame]:
+def frames(ctx: AppContext, request, *, events_fn=race_events,
+           stop_requested: Callable[[], bool] = lambda: False) -> Iterator[Frame]:
     """Validate, race, and yield frames until every arm finishes (or the generator is closed).
 
     Every outcome is a frame: bad input a "Can't run" status (nothing starts); a failure mid-run
     a status-only frame (the charts keep what they showed) and a trace marked failed; a GPU
-    out-of-memory error one retry with half the budget (``retry.retry_on_oom``), said on the page."""
+    out-of-memory error one retry with half the budget (``retry.retry_on_oom``), said on the page.
+    ``stop_requested`` (``guard.Guard.stop_requested``) is asked at every event: a run whose client
+    cancelled it stops there, as if closed."""
     try:
+        check_request(request)   # plain values of their kind, valid text: messages name the field
         model_spec, reward_spec = ctx.resolve(request.model, request.reward, request.preference)
         if ctx.policy.allow_remote_code:
             ctx.policy.check(model_spec, trust_remote_code=True)
@@ -175,6 +180,8 @@ def frames(ctx: AppContext, request, *, events_fn=race_events) -> Iterator[Frame
         last = 0.0
         try:
             for event in events:
+                if stop_requested():
+                    return   # nobody reads this run any more: stop as Stop does
                 view.apply(event)
                 if view.elapsed() > ctx.limits.max_run_seconds:
                     raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
@@ -191,6 +198,8 @@ def frames(ctx: AppContext, request, *, events_fn=race_events) -> Iterator[Frame
     try:
         yield from retry_on_oom(attempt, state["view"], lambda v: state.update(view=v))
         view = state["view"]
+        if not view.done and stop_requested():
+            return   # cancelled: the finally marks the run stopped and writes its trace
         if not view.done:
             raise RuntimeError("the race ended before every method finished")
         view.trace_path = _write(ctx, view)

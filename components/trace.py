@@ -38,7 +38,9 @@ def write_atomic(path: Path, text: str) -> None:
     a partial trace."""
     fd, tmp = tempfile.mkstemp(prefix=".specrej-", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        # backslashreplace: a lone surrogate that got this far is written as the JSON escape
+        # ``\udXXX`` (valid JSON, read back as the same string) instead of raising UnicodeEncodeError
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

@@ -28,9 +28,11 @@ DECISIONS = [("when memory is full (the paper)", "budget"), ("every k tokens (an
 X_AXES = [("FLOPs", "flops"), ("tokens generated", "tokens")]
 SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
 PAPER_NOTE = ("**Paper scale** sets the paper's protocol: Speculative Rejection opens with the rows that fill memory "
-              "at token 16, Best-of-N writes 128 answers of up to 256 tokens in the passes that fit, and the race "
-              "stops Best-of-N once it matches. Live on a CPU that takes minutes, so the example prompts come with "
-              "**recorded** races: pick one and press **Replay**, or press **Run** to run it live.")
+              "at token 16, Best-of-N writes 128 answers (or this deployment's largest N) of up to 256 tokens in "
+              "the passes that fit, and the race stops Best-of-N once it matches. Live on a CPU that takes "
+              "minutes (a private deployment lifts SPECREJ_MAX_N and SPECREJ_MAX_RUN_SECONDS), so the example "
+              "prompts come with **recorded** paper-scale races: pick one and press **Replay**, or **Run** to run "
+              "it live.")
 HEADER = (f"# Speculative Rejection vs Best-of-N\n"
           f"Both methods sample N answers from one language model and keep the one a reward model likes best. "
           f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
@@ -95,7 +97,7 @@ def build_controls(ctx: AppContext) -> Controls:
             run = gr.Button("▶ Run", variant="primary", size="lg", elem_id="run")
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
     gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
-                examples_per_page=len(ctx.examples) or 1)
+                examples_per_page=len(ctx.examples) or 1, api_visibility="private")
     with gr.Row(equal_height=True, elem_id="replay-row"):
         paper = gr.Button("Paper scale", size="sm", scale=1, elem_id="paper-scale")
         replay = gr.Button("▶ Replay the recorded race", size="sm", scale=1, elem_id="replay")

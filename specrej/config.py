@@ -50,6 +50,7 @@ class RunConfig:
         self.stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError("prompt is empty: type a message for the model to answer.")
+        check_text("prompt", self.prompt)
         if isinstance(self.n, str) and self.n.strip().lower() == AUTO:
             self.n = AUTO
         else:
@@ -73,10 +74,23 @@ class RunConfig:
         _int(self, "progress_every", lo=0, hint="progress_every is 0 (off) or a positive step count")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings.")
+        for s in self.stop:
+            check_text("a stop string", s)
 
     @classmethod
     def help(cls) -> dict[str, str]:
         return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+def check_text(name: str, value: str) -> None:
+    """Raise ValueError when ``value`` is not valid Unicode text: a lone UTF-16 surrogate (such
+    as ``\\ud800`` sent through the API) cannot be encoded, tokenised or written to a trace. The
+    message gives the position, never the text itself (which could not be shown either)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name} contains a character that is not valid text (U+{ord(value[e.start]):04X}, "
+                         f"a lone UTF-16 surrogate, at position {e.start}): remove it and try again.") from None
 
 
 def _is_num(x) -> bool:

@@ -4,11 +4,16 @@ A public Space gets pasted junk, huge numbers and requests for models it should 
 ``Limits`` caps what one request may ask for; ``ModelPolicy`` says which models may be loaded
 at all. Both read environment variables so a private deployment can lift them:
 
-  SPECREJ_MAX_PROMPT_CHARS  (default 2000)   SPECREJ_MAX_N               (default 128)
+  SPECREJ_MAX_PROMPT_CHARS  (default 2000)   SPECREJ_MAX_N               (default 32)
+  SPECREJ_MAX_NEW_TOKENS    (default 256)    SPECREJ_MAX_BUDGET          (default 16384 KV slots)
+  SPECREJ_MAX_RUN_SECONDS   (default 120)    SPECREJ_ALLOWED_MODELS      (comma-separated specs)
   SPECREJ_MAX_AUTO_N        (default 512: rows n='auto' may open with, budget / first decision)
-  SPECREJ_MAX_NEW_TOKENS    (default 256)    SPECREJ_MAX_BUDGET          (default 65536 KV slots)
-  SPECREJ_MAX_RUN_SECONDS   (default 300)    SPECREJ_ALLOWED_MODELS      (comma-separated specs)
   SPECREJ_ALLOW_REMOTE_CODE (default 0)      SPECREJ_ALLOW_CUSTOM_MODELS (default 0)
+
+The defaults are sized for a free CPU Space (2 vCPUs, 16 GB, one run at a time): a run at every
+limit holds at most 16384 slots of KV cache (0.75 GB for the embedded model in fp32) and the
+worker for at most two minutes; with the app's per-client cap (SPECREJ_MAX_RUNS_PER_CLIENT, 2)
+one client can hold the worker for at most two such runs.
 """
 from __future__ import annotations
 
@@ -34,11 +39,11 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 @dataclass(frozen=True)
 class Limits:
     max_prompt_chars: int = 2000
-    max_n: int = 128
+    max_n: int = 32
     max_auto_n: int = 512
     max_new_tokens: int = 256
-    max_budget: int = 65536
-    max_run_seconds: int = 300
+    max_budget: int = 16384
+    max_run_seconds: int = 120
 
     ENV = {
         "max_prompt_chars": "SPECREJ_MAX_PROMPT_CHARS", "max_n": "SPECREJ_MAX_N", "max_auto_n": "SPECREJ_MAX_AUTO_N",

@@ -26,6 +26,7 @@ from typing import Callable, Protocol, Sequence
 
 import torch
 
+from .config import check_text
 from .models import default_device, wheel_folder
 
 DEFAULT_PREFERENCE = "A helpful, concise and friendly answer that gives a concrete example."
@@ -196,6 +197,10 @@ class PreferenceReward:
         if not isinstance(preference, str) or not preference.strip():
             raise RewardError("the preference text is empty: describe the answer you want, "
                               "e.g. 'concise, friendly, with a concrete example'.")
+        try:
+            check_text("the preference", preference)
+        except ValueError as e:
+            raise RewardError(str(e)) from None
         if not isinstance(relevance, (int, float)) or not math.isfinite(relevance) or relevance < 0:
             raise RewardError(f"relevance={relevance!r} must be a finite number >= 0.")
         self.embedder = _Embedder.get(embedder)

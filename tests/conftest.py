@@ -127,12 +127,13 @@ def run_request(ctx, settings: dict, **overrides):
     return RunRequest(**kw)
 
 
-def serve(ctx):
-    """Yield (demo, gradio_client.Client, url) for the app on ``ctx``, served on loopback; close after."""
+def serve(ctx, **build):
+    """Yield (demo, gradio_client.Client, url) for the app on ``ctx`` (``build``: more arguments of
+    ``app.build_demo``), served on loopback; close after."""
     import app
     from gradio_client import Client
 
-    demo = app.build_demo(ctx)
+    demo = app.build_demo(ctx, **build)
     url = launch_local(demo)
     try:
         yield demo, Client(url, verbose=False, analytics_enabled=False), url

@@ -26,7 +26,7 @@ def test_real_text_finite_scores_and_fewer_tokens(embedded):
     lm, reward = embedded
     prompt = "Give me three tips for staying healthy."
     p = len(lm.render(prompt))
-    cfg = RunConfig(prompt=prompt, n=8, alpha=0.5, max_new_tokens=40, budget=p + 8 * 12, seed=1)
+    cfg = RunConfig(prompt=prompt, n=8, alpha=0.5, max_new_tokens=28, budget=p + 8 * 8, seed=1)
     sr = run_to_completion(speculative_rejection(lm, reward, cfg))
     bon = run_to_completion(best_of_n(lm, reward, cfg))
     for f in (sr, bon):

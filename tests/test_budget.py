@@ -1,0 +1,120 @@
+"""The memory budget at its boundaries: what ``check_fits`` refuses and what the methods then use.
+
+A row of P prompt tokens at full length holds P + max_new_tokens - 1 KV slots (its last token is
+never fed back). Budgets are drawn over a range (hypothesis), not one value, so an off-by-one in
+``rows_per_pass`` or ``check_fits`` cannot hide at a budget where both formulas agree.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from specrej import BudgetError, Round, RunConfig, best_of_n, run_to_completion, speculative_rejection
+from specrej.budget import FEW_TOKENS, check_fits
+from specrej.engine import Rows
+
+# prompts of very different token lengths through the tiny tokenizer's chat template
+PROMPTS = ["Give me three tips for staying healthy.", "hi", "Write a haiku about the sea. " * 3,
+           "Explain how a rainbow forms, step by step, for a child of seven who loves colours and rain."]
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def slots(rows: int, p: int, generated: int, shared: bool) -> int:
+    """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed: the
+    prompt once when the rows share it (``lm.shares_prefix``), else once per row. Stated here on
+    its own, not taken from ``specrej.budget``, so that a slip there cannot hide."""
+    return p + rows * generated if shared else rows * (p + generated)
+
+
+def lowest_budget(p: int, n: int, m: int, shared: bool) -> int:
+    """The smallest budget check_fits accepts: one row at full length, and all n rows for a few tokens."""
+    return max(slots(1, p, m - 1, shared), slots(n, p, min(FEW_TOKENS, m), shared))
+
+
+@pytest.fixture
+def peak_slots(monkeypatch):
+    """KV slots held after every decoding step of every batch, as the engine counts them."""
+    seen: list[int] = []
+    real = Rows.step
+
+    def spy(self):
+        out = real(self)
+        seen.append(self.slots())
+        return out
+
+    monkeypatch.setattr(Rows, "step", spy)
+    return seen
+
+
+@SETTINGS
+@given(prompt=st.sampled_from(PROMPTS), n=st.integers(1, 14), max_new_tokens=st.integers(1, 32),
+       extra=st.integers(-3, 400))
+@example(prompt=PROMPTS[0], n=16, max_new_tokens=30, extra=828 - 16 * 45)   # the budget 828 that once overran
+@example(prompt=PROMPTS[0], n=16, max_new_tokens=30, extra=840 - 16 * 45)   # 12 rows of 70 slots fit exactly
+@example(prompt=PROMPTS[0], n=16, max_new_tokens=30, extra=300)   # shared prompt: 12 rows of 29, not 13 of 28
+def test_best_of_n_passes_fit_the_budget_and_are_as_large_as_fit(tiny_lm, length_reward, peak_slots, prompt, n,
+                                                                  max_new_tokens, extra):
+    p, shared = len(tiny_lm.render(prompt)), tiny_lm.shares_prefix
+    budget = lowest_budget(p, n, max_new_tokens, shared) + extra
+    cfg = RunConfig(prompt=prompt, n=n, alpha=0.5, max_new_tokens=max_new_tokens, budget=budget, seed=extra % 7,
+                    progress_every=0)
+    if extra < 0:
+        with pytest.raises(BudgetError, match="raise the budget"):
+            run_to_completion(best_of_n(tiny_lm, length_reward, cfg))
+        return
+    peak_slots.clear()
+    events = list(best_of_n(tiny_lm, length_reward, cfg))
+    full = max_new_tokens - 1   # tokens fed to a row at full length (its last token is never fed)
+    sizes = [e.n_kept for e in events if isinstance(e, Round)]
+    assert sum(sizes) == n
+    assert max(peak_slots) <= budget and events[-1].ledger.peak_kv_slots <= budget
+    # every pass but the last is as large as fits: all N rows, or one more at full length would overflow
+    for rows in sizes[:-1] or sizes:
+        assert slots(rows, p, full, shared) <= budget or rows == 1
+        assert rows == n or slots(rows + 1, p, full, shared) > budget, (rows, budget)
+
+
+@SETTINGS
+@given(prompt=st.sampled_from(PROMPTS), n=st.integers(1, 14), max_new_tokens=st.integers(1, 32),
+       extra=st.integers(0, 400), alpha=st.sampled_from([0.0, 0.3, 0.5, 0.9]))
+def test_speculative_rejection_never_holds_more_than_the_budget(tiny_lm, length_reward, peak_slots, prompt, n,
+                                                               max_new_tokens, extra, alpha):
+    p, shared = len(tiny_lm.render(prompt)), tiny_lm.shares_prefix
+    budget = lowest_budget(p, n, max_new_tokens, shared) + extra
+    cfg = RunConfig(prompt=prompt, n=n, alpha=alpha, max_new_tokens=max_new_tokens, budget=budget, seed=extra % 5,
+                    progress_every=0)
+    peak_slots.clear()
+    f = run_to_completion(speculative_rejection(tiny_lm, length_reward, cfg))
+    assert max(peak_slots) <= budget and f.ledger.peak_kv_slots == max(peak_slots)
+    assert sum(c.status == "finished" for c in f.candidates) >= 1
+
+
+@pytest.mark.parametrize("n,max_new_tokens", [(1, 30), (3, 2), (5, 12), (16, 30)])
+def test_check_fits_refuses_exactly_one_slot_below_what_a_run_needs(tiny_lm, n, max_new_tokens):
+    p = len(tiny_lm.render(PROMPTS[0]))
+    cfg = RunConfig(prompt=PROMPTS[0], n=n, max_new_tokens=max_new_tokens)
+    low = lowest_budget(p, n, max_new_tokens, tiny_lm.shares_prefix)
+    shared = {"shared": True} if tiny_lm.shares_prefix else {}
+    check_fits(cfg, p, low, None, **shared)                      # exactly enough: runs
+    check_fits(cfg, p, low + 1, None, **shared)
+    with pytest.raises(BudgetError) as e:                         # one slot short: refused, and told the fix
+        check_fits(cfg, p, low - 1, None, **shared)
+    assert f"at least {low}" in str(e.value)
+    # the model's context: prompt + max_new_tokens may reach it, not pass it
+    check_fits(cfg, p, 10**6, p + max_new_tokens)
+    with pytest.raises(BudgetError, match="context"):
+        check_fits(cfg, p, 10**6, p + max_new_tokens - 1)
+
+
+@pytest.mark.parametrize("method", [best_of_n, speculative_rejection])
+def test_a_run_at_the_lowest_accepted_budget_completes_within_it(tiny_lm, length_reward, peak_slots, method):
+    p = len(tiny_lm.render(PROMPTS[0]))
+    for n, m in ((1, 20), (6, 20)):
+        budget = lowest_budget(p, n, m, tiny_lm.shares_prefix)
+        cfg = RunConfig(prompt=PROMPTS[0], n=n, alpha=0.5, max_new_tokens=m, budget=budget, seed=2,
+                        progress_every=0)
+        peak_slots.clear()
+        f = run_to_completion(method(tiny_lm, length_reward, cfg))
+        assert max(peak_slots) <= budget
+        assert len(f.candidates) == n and any(c.status == "finished" for c in f.candidates)
