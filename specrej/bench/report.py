@@ -139,12 +139,13 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
         for b in marks:
             ax.annotate(f"{b['k']}", (b[f"rel_{m}"], b["improvement"]), textcoords="offset points",
                         xytext=(-4, 5), ha="right", fontsize=7, color="#0072B2")
-        for s in agg["sr"]:
+        for i, s in enumerate(sorted(agg["sr"], key=lambda p: p["improvement"])):
             x = s[f"rel_{m}"]
             ax.plot([x], [s["improvement"]], "*", color="#D55E00", markersize=12)
             sp = s.get(f"speedup_{m}")
-            tag = f"α={s['alpha']:g},T={s['first_decision']}" + (f"\n{_speed(sp)}" if sp else "")
-            ax.annotate(tag, (x, s["improvement"]), textcoords="offset points", xytext=(6, -12), fontsize=7)
+            tag = f"α={s['alpha']:g} T={s['first_decision']}" + (f" ({_speed(sp)})" if sp else "")
+            ax.annotate(tag, (x, s["improvement"]), textcoords="offset points", fontsize=7,
+                        xytext=(8, -3 + 9 * (i % 3 - 1)))   # neighbours' labels stagger
         ax.plot([], [], "*", color="#D55E00", markersize=12, label="Speculative Rejection")
         ax.set_xscale("log")
         ax.set_xlabel(f"{label} relative to Best-of-{agg['n_ref']}" + (" (BoN modelled)" if m == "wall" else ""))
