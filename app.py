@@ -20,6 +20,7 @@ from components.autospec_tab import build_autospec_tab
 from components.context import PREFERENCE, AppContext
 from components.guard import ApiGate, Guard
 from components.panels import STOPPED
+from components.replay import replay_frames
 from components.stream import REQUEST_FIELDS, RunRequest, frames, race_events
 
 TITLE = "Speculative Rejection vs Best-of-N"
@@ -62,9 +63,19 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
         # shows on the status line), then start the race in the queue; one handler, one API name.
         on_run = gr.on([c.run.click, c.prompt.submit], waiting, None, [a.status], queue=False,
                        api_visibility="private").then(api_name="run", **race)
+
+        def replay(prompt, pace):
+            """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
+            for frame in replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval):
+                yield page.updates(frame)
+
+        on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
+                                   concurrency_limit=4, api_visibility="private")
+        preset = ui.paper_scale(ctx, c)
+        c.paper.click(lambda: ui.paper_scale(ctx, c), None, list(preset), queue=False, api_visibility="private")
         # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
         # already in flight can land after the first message (seen in the browser test).
-        c.stop.click(stopped, None, [a.status], cancels=[on_run], queue=False, api_name="stop") \
+        c.stop.click(stopped, None, [a.status], cancels=[on_run, on_replay], queue=False, api_name="stop") \
             .then(stopped, None, [a.status], queue=False, api_visibility="private")
 
         c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,

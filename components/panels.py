@@ -142,6 +142,16 @@ def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
             lines.append(f"{base}'s best answer first reached that reward after "
                          f"{fmt_flops(c.baseline_matched_flops)} ({share:.0%} of its run; "
                          f"{fmt_times(times)}× {label}'s compute).")
+    m = base_arm.finished.match
+    if m is not None and m.challenger == arm.arm:
+        times = m.ledger.flops / arm.finished.ledger.flops if arm.finished.ledger.flops else 0.0
+        if m.matched:
+            lines.append(f"**Stopped once it matched:** {base} reached {fmt_score(m.target)} after "
+                         f"{fmt_flops(m.ledger.flops)} and {fmt_s(m.ledger.wall_s)} ({m.finished} answers finished; "
+                         f"{fmt_times(times)}× {label}'s compute).")
+        else:
+            lines.append(f"**Never matched:** {base} did not reach {fmt_score(m.target)}; matching would take more "
+                         f"than {fmt_flops(m.ledger.flops)} ({fmt_times(times)}× {label}'s compute): a lower bound.")
     lines.append("")
     bid = c.baseline_winner
     ask = f"**Did {label} prune {base}'s winner?**"
@@ -214,7 +224,7 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
     fallback = {c.id: c for a in arms for c in a.candidates}
     winner = answer_from.finished.winner.id if answer_from.finished else None
     rows = []
-    n = max((len(a.candidates) for a in arms), default=0) or view.cfg.n
+    n = max((len(a.candidates) for a in arms), default=0) or (view.cfg.n if isinstance(view.cfg.n, int) else 0)
     for i in range(n):
         row: list = [i]
         for col in cols:

@@ -25,6 +25,8 @@ from dataclasses import field, make_dataclass
 from typing import Any, Callable, Iterator
 
 from specrej import Progress, RunConfig
+from specrej.config import AUTO
+from specrej.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.config import env_int
 from specrej.limits import PolicyError
@@ -50,7 +52,9 @@ class RunTooLong(Exception):
 
 # ---------------------------------------------------------------- the request
 
-CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed", "budget", "decision", "interval")
+CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed", "budget", "decision", "interval",
+                 "first_decision")
+SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
@@ -80,6 +84,12 @@ class _Request:
             else:
                 arms[k] = first
             arms.append(other)
+        if self.sr_start not in SR_STARTS:
+            raise ValueError(f"sr_start={self.sr_start!r}: choose 'same' (Best-of-N's N) or 'auto' (fills memory at "
+                             "the first decision).")
+        if self.sr_start == "auto":   # the paper's first batch: every SR arm without its own N fills memory
+            arms = [dataclasses.replace(a, overrides=a.overrides + (("n", AUTO),))
+                    if a.method == "sr" and "n" not in dict(a.overrides) else a for a in arms]
         arms = parse_arms([dataclasses.replace(a, id="", colour="") for a in arms])
         if len(arms) > MAX_ARMS:
             raise ValueError(f"{len(arms)} arms do not fit the page (at most {MAX_ARMS}): turn off the second "
@@ -93,11 +103,14 @@ RunRequest = make_dataclass(
      ("preference", Any, field(default=""))]
     + [(name, Any, field(default=_DEFAULTS[name])) for name in CONFIG_FIELDS]
     + [("second", Any, field(default=False)), ("second_alpha", Any, field(default=0.9)),
-       ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="flops"))],
+       ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="flops")),
+       ("sr_start", Any, field(default="same")), ("stop_when_matched", Any, field(default=False))],
     bases=(_Request,), frozen=True)
 RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
                       "settings the page offers, the model and reward choices, a second Speculative Rejection "
-                      "setting to compare, and the race chart's axis.")
+                      "setting to compare, the race chart's axis, how Speculative Rejection starts ('same' N as "
+                      "Best-of-N, or 'auto': the rows that fill memory at first_decision tokens) and whether the "
+                      "race stops Best-of-N once it matches Speculative Rejection's winner.")
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))
 
 
@@ -105,10 +118,13 @@ REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))
 
 @GPU(duration=GPU_DURATION)
 def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAULT_ARMS,
-                trust_remote_code: bool = False) -> Iterator:
-    """Every arm's events, interleaved at equal compute. Loads (cached) models on first use."""
+                trust_remote_code: bool = False, stop_when_matched: bool = False) -> Iterator:
+    """Every arm's events, interleaved at equal compute. Loads (cached) models on first use.
+    ``stop_when_matched``: the baseline (first arm) stops once it reaches the second arm's winner."""
     lm, reward = get_models(model_spec, reward_spec, trust_remote_code=trust_remote_code)
-    yield from race_arms(lm, reward, cfg, arms)
+    arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
+    referee = StopWhenMatched(arms[0].id, arms[1].id) if stop_when_matched and len(arms) > 1 else None
+    yield from race_arms(lm, reward, cfg, arms, referee)
 
 
 def reward_label(ctx: AppContext, key: str, preference: str) -> str:
@@ -150,6 +166,8 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
         yield error_frame(str(e))
         return
     kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
+    if request.stop_when_matched is True:
+        kw["stop_when_matched"] = True
     state = {"view": RunView(cfg, model_label=model_label(model_spec),
                              reward_label=reward_label(ctx, request.reward, request.preference),
                              x_axis=x_axis, specs=arms)}

@@ -17,6 +17,7 @@ from . import charts
 from .context import ASSETS, PREFERENCE, AppContext
 from .frames import KEEP, Frame, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
+from .replay import PACES, PAPER_REWARD, PAPER_SCALE
 from .stream import MAX_ARMS, REQUEST_FIELDS
 from .view import RunView
 
@@ -25,6 +26,13 @@ HELP = RunConfig.help()
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 DECISIONS = [("when memory is full (the paper)", "budget"), ("every k tokens (and when memory is full)", "interval")]
 X_AXES = [("FLOPs", "flops"), ("tokens generated", "tokens")]
+SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
+PAPER_NOTE = ("**Paper scale** sets the paper's protocol: Speculative Rejection opens with the rows that fill memory "
+              "at token 16, Best-of-N writes 128 answers (or this deployment's largest N) of up to 256 tokens in "
+              "the passes that fit, and the race stops Best-of-N once it matches. Live on a CPU that takes "
+              "minutes (a private deployment lifts SPECREJ_MAX_N and SPECREJ_MAX_RUN_SECONDS), so the example "
+              "prompts come with **recorded** paper-scale races: pick one and press **Replay**, or **Run** to run "
+              "it live.")
 HEADER = (f"# Speculative Rejection vs Best-of-N\n"
           f"Both methods sample N answers from one language model and keep the one a reward model likes best. "
           f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
@@ -69,6 +77,12 @@ class Controls:
     second_alpha: gr.Slider
     second_decision: gr.Radio
     second_group: gr.Row
+    sr_start: gr.Radio
+    first_decision: gr.Slider
+    stop_when_matched: gr.Checkbox
+    paper: gr.Button
+    replay: gr.Button
+    pace: gr.Radio
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -84,6 +98,11 @@ def build_controls(ctx: AppContext) -> Controls:
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
     gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
                 examples_per_page=len(ctx.examples) or 1, api_visibility="private")
+    with gr.Row(equal_height=True, elem_id="replay-row"):
+        paper = gr.Button("Paper scale", size="sm", scale=1, elem_id="paper-scale")
+        replay = gr.Button("▶ Replay the recorded race", size="sm", scale=1, elem_id="replay")
+        pace = gr.Radio(PACES, value="inf", label="Replay pace", scale=2, elem_id="pace")
+    gr.Markdown(PAPER_NOTE, elem_id="paper-note")
     with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings"):
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
@@ -96,7 +115,8 @@ def build_controls(ctx: AppContext) -> Controls:
                                     elem_id="preference")
         with gr.Row():
             n = gr.Slider(1, ctx.limits.max_n, value=min(DEFAULTS["n"], ctx.limits.max_n), step=1,
-                          label="N (candidates)", info=HELP["n"], elem_id="n")
+                          label="Best-of-N with N =", info="Candidates Best-of-N writes to the end (and Speculative "
+                          "Rejection's, unless it starts with 'auto').", elem_id="n")
             alpha = gr.Slider(0.0, 0.95, value=DEFAULTS["alpha"], step=0.05, label="alpha (rejection rate)",
                               info=HELP["alpha"], elem_id="alpha")
             budget = gr.Number(value=0, minimum=0, maximum=ctx.limits.max_budget, precision=0,
@@ -104,6 +124,18 @@ def build_controls(ctx: AppContext) -> Controls:
                                info="Rows × length both methods may hold at once. 0 = auto (from free GPU "
                                     "memory; 2048 on a CPU). A small budget means early decisions.",
                                elem_id="budget")
+        with gr.Row():
+            sr_start = gr.Radio(SR_STARTS, value="same", label="Speculative Rejection starts with",
+                                info="The paper's first batch is 'auto': as many rows as fill the memory budget "
+                                     "at the first decision, far more than Best-of-N fits at full length.",
+                                elem_id="sr_start")
+            first_decision = gr.Slider(1, 128, value=DEFAULTS["first_decision"], step=1,
+                                       label="auto: fills memory at token T =", info=HELP["first_decision"],
+                                       elem_id="first_decision")
+            stop_when_matched = gr.Checkbox(value=False, label="Stop Best-of-N once it matches",
+                                            info="The race ends when Best-of-N's best finished reward reaches "
+                                                 "Speculative Rejection's winner's; the result says what that took "
+                                                 "(a lower bound if it never does).", elem_id="stop_when_matched")
         with gr.Row():
             decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="Speculative Rejection decides",
                                 elem_id="decision")
@@ -130,7 +162,19 @@ def build_controls(ctx: AppContext) -> Controls:
             seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="Seed", info=HELP["seed"],
                              elem_id="seed")
     return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
-                    max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group)
+                    max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group,
+                    sr_start, first_decision, stop_when_matched, paper, replay, pace)
+
+
+def paper_scale(ctx: AppContext, controls: Controls) -> dict:
+    """The "Paper scale" preset: {component: value} (the reward only where the app offers it)."""
+    named = controls.by_name()
+    out = {named[k]: v for k, v in PAPER_SCALE.items()}
+    out[named["n"]] = min(PAPER_SCALE["n"], ctx.limits.max_n)
+    out[named["max_new_tokens"]] = min(PAPER_SCALE["max_new_tokens"], ctx.limits.max_new_tokens)
+    if any(k == PAPER_REWARD for _, k in ctx.rewards):
+        out[named["reward"]] = PAPER_REWARD
+    return out
 
 
 # ---------------------------------------------------------------- the race

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from .config import RunConfig
+from .config import AUTO, RunConfig
 from .events import Event
 from .methods import METHODS, race
 
@@ -76,7 +76,7 @@ def register(kind: ArmKind) -> ArmKind:
 # Okabe-Ito colours (distinguishable with the common colour-vision deficiencies)
 register(ArmKind("bon", "Best-of-N", ("#0072B2", "#56B4E9"), "final", ("n",), "pass", "BoN"))
 register(ArmKind("sr", "Speculative Rejection", ("#D55E00", "#CC79A7", "#E69F00"), "pruning",
-                 ("n", "alpha", "decision", "interval", "keep_finished"), "decision", "SR"))
+                 ("n", "alpha", "decision", "interval", "keep_finished", "first_decision"), "decision", "SR"))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 
@@ -147,6 +147,8 @@ def _convert(text: str, key: str, raw: str):
         if value.lower() in _TRUE + _FALSE:
             return value.lower() in _TRUE
         raise ArmSpecError(f"arm {text!r}: {key}={value!r} is not true or false.")
+    if key == "n" and value.lower() == AUTO:
+        return AUTO
     if isinstance(default, int):
         try:
             return int(value)
@@ -204,13 +206,14 @@ def parse_arms(specs: Sequence[str | ArmSpec] = DEFAULT_ARMS) -> tuple[ArmSpec, 
     return tuple(out)
 
 
-def race_arms(lm, reward, base: RunConfig, arms: Sequence[str | ArmSpec] = DEFAULT_ARMS) -> Iterator[Event]:
-    """Every arm's events, interleaved at equal compute (``methods.race``). Each arm's config is
-    validated before any model work."""
+def race_arms(lm, reward, base: RunConfig, arms: Sequence[str | ArmSpec] = DEFAULT_ARMS,
+              referee=None) -> Iterator[Event]:
+    """Every arm's events, interleaved at equal compute (``methods.race``; ``referee`` as there, e.g.
+    ``match.StopWhenMatched``). Each arm's config is validated before any model work."""
     arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
     streams = {}
     for arm in arms:
         arm.config(base)  # raises ArmSpecError before any arm starts
     for arm in arms:
         streams[arm.id] = arm.events(lm, reward, base)
-    return race(streams)
+    return race(streams, referee)

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import torch
 
-from .config import RunConfig, env_int
+import dataclasses
+
+from .config import AUTO, RunConfig, env_int
 from .models import LM
 
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
 DEFAULT_CPU_BUDGET = 2048
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
 FEW_TOKENS = 4       # Speculative Rejection must fit N rows for at least this many tokens
+AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's free memory could fit far more)
 
 
 class BudgetError(ValueError):
@@ -60,3 +63,15 @@ def check_fits(cfg: RunConfig, prompt_len: int, budget: int, max_positions: int 
 def rows_per_pass(cfg: RunConfig, prompt_len: int, budget: int, shared: bool = False) -> int:
     """Best-of-N rows that fit at full length at once."""
     return max(1, min(cfg.n, rows_that_fit(budget, prompt_len, cfg.max_new_tokens - 1, shared)))
+
+
+def resolve_n(cfg: RunConfig, prompt_len: int, budget: int, shared: bool = False) -> RunConfig:
+    """``cfg`` with n='auto' replaced by the rows that fill ``budget`` at ``first_decision`` generated
+    tokens (the paper's first batch; at most AUTO_MAX_ROWS); unchanged when n is a number."""
+    if cfg.n != AUTO:
+        return cfg
+    n = min(AUTO_MAX_ROWS, rows_that_fit(budget, prompt_len, cfg.first_decision, shared))
+    if n < 1:
+        raise BudgetError(f"budget of {budget} KV slots cannot fit even one row of this prompt ({prompt_len} tokens) "
+                          f"at first_decision={cfg.first_decision} tokens: raise the budget or lower first_decision.")
+    return dataclasses.replace(cfg, n=n)

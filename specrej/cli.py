@@ -18,17 +18,34 @@ from pathlib import Path
 from . import precision
 from .arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms, race_arms
 from .compare import Comparison, Tally, fmt_flops
-from .config import RunConfig
+from .config import AUTO, RunConfig
 from .events import Finished, Progress, Round, to_dict
+from .match import StopWhenMatched
 from .models import load_generator
+from .record import Recorder, make_meta
 from .rewards import load_reward
 
 METHOD_ARMS = {"sr": ("sr",), "bon": ("bon",), "both": DEFAULT_ARMS}
+RECORD_HELP = ("Record a race (its events, compactly) for instant replay in the app, e.g. python -m specrej record "
+               "--out assets/recordings/x.json.gz --prompt '...' --arms bon:n=128 sr:n=auto --max-new-tokens 256")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specrej", description=__doc__.splitlines()[0],
+def _n(text: str):
+    """--n: a number of candidates, or 'auto' (Speculative Rejection's first batch fills the budget)."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'auto'") from None
+
+
+def build_parser(record: bool = False) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specrej" + (" record" if record else ""),
+                                description=RECORD_HELP if record else __doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    if record:
+        p.add_argument("--out", type=Path, required=True, help="the recording to write (gzip JSON, e.g. x.json.gz)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--method", choices=list(METHOD_ARMS), default="both", help="which method(s) to run")
     which.add_argument("--arms", nargs="+", metavar="ARM", default=None,
@@ -48,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "faster, else fp32 (default: SPECREJ_DTYPE, else auto)")
     p.add_argument("--json", type=Path, default=None, help="write the full event trace here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--stop-when-matched", action="store_true",
+                   help="stop the baseline (the first arm) once its best finished reward reaches the second arm's "
+                        "winner; the summary says what that took (a lower bound if it never matched)")
     helps = RunConfig.help()
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -57,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(flag, action="store_true", help=helps[f.name])
         elif f.name == "budget":
             p.add_argument(flag, type=int, default=None, help=helps[f.name])
+        elif f.name == "n":
+            p.add_argument(flag, type=_n, default=f.default, help=helps[f.name])
         else:
             p.add_argument(flag, type=type(f.default), default=f.default, help=helps[f.name])
     return p
@@ -114,7 +136,9 @@ def summary(arms: tuple[ArmSpec, ...], tally: Tally) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    record = bool(argv) and argv[0] == "record"
+    args = build_parser(record).parse_args(argv[1:] if record else argv)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     try:
         cfg = RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
@@ -129,15 +153,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
                   f"prompt cache {'shared' if lm.shares_prefix else 'copied'} across rows)", file=sys.stderr)
         trace, tally = [], Tally()
-        for ev in race_arms(lm, reward, cfg, arms):
+        referee = StopWhenMatched(arms[0].id, arms[1].id) if args.stop_when_matched and len(arms) > 1 else None
+        recorder = Recorder()
+        for ev in race_arms(lm, reward, cfg, arms, referee):
             trace.append(to_dict(ev))
             tally.add(ev)
+            recorder.add(ev)
             if not args.quiet and isinstance(ev, (Round, Progress, Finished)):
                 print(_progress_line(ev, {a.id: a for a in arms}), file=sys.stderr)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary(arms, tally))
+    if referee is not None and referee.match is not None:
+        print(match_line(arms, referee.match))
+    if record:
+        settings = {"arms": " ".join(a.spec for a in arms), "n": cfg.n, "max_new_tokens": cfg.max_new_tokens,
+                    "budget": next(iter(tally.finished.values())).ledger.budget or cfg.budget,
+                    "first_decision": cfg.first_decision, "alpha": cfg.alpha, "seed": cfg.seed,
+                    "stop_when_matched": bool(referee)}
+        rec = recorder.recording(make_meta(args.model, reward.name, settings, prompt=cfg.prompt,
+                                           arms=[{"id": a.id, "spec": a.spec} for a in arms]))
+        size = rec.save(args.out)
+        print(f"\nrecording written to {args.out} ({size / 1024:.0f} KiB, {len(rec.events)} events)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -149,6 +187,15 @@ def main(argv: list[str] | None = None) -> int:
             "events": trace}, indent=1))
         print(f"\ntrace written to {args.json}")
     return 0
+
+
+def match_line(arms: tuple[ArmSpec, ...], m) -> str:
+    base = arms[0]
+    if m.matched:
+        return (f"== {base.label} stopped once it matched {m.target:.4f}: it took {fmt_flops(m.ledger.flops)}, "
+                f"{m.ledger.generated_tokens} tokens, {m.ledger.wall_s:.1f} s ({m.finished} candidates finished)")
+    return (f"== {base.label} never matched {m.target:.4f}: matching takes more than {fmt_flops(m.ledger.flops)}, "
+            f"{m.ledger.generated_tokens} tokens, {m.ledger.wall_s:.1f} s (a lower bound)")
 
 
 def _progress_line(ev, arms: dict[str, ArmSpec]) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 DECISIONS = ("budget", "interval")
+AUTO = "auto"
 
 
 def _f(default, help, **kw):
@@ -22,7 +23,8 @@ def _f(default, help, **kw):
 @dataclass
 class RunConfig:
     prompt: str = _f("", "The user's message; it goes through the model's chat template.")
-    n: int = _f(32, "Number of candidates (N) both methods sample.")
+    n: int | str = _f(32, "Number of candidates (N). Speculative Rejection also takes 'auto': as many as fill "
+                      "the memory budget at first_decision generated tokens (the paper's first batch).")
     alpha: float = _f(0.5, "Rejection rate: each decision keeps round((1 - alpha) * n) candidates.")
     max_new_tokens: int = _f(128, "Most tokens a candidate may generate.")
     temperature: float = _f(0.8, "Sampling temperature (> 0).")
@@ -37,6 +39,8 @@ class RunConfig:
     decision: str = _f("budget", "When Speculative Rejection decides: 'budget' (memory full, the paper's "
                        "decision token) or 'interval' (every `interval` tokens, and when memory is full).")
     interval: int = _f(16, "Tokens between decisions when decision='interval'.")
+    first_decision: int = _f(16, "With n='auto': the generated tokens at which the first batch fills the budget "
+                             "(so Speculative Rejection's first decision comes there).")
     keep_finished: bool = _f(False, "Finished candidates always stay in contention instead of competing "
                              "for kept slots (the reference code makes them compete).")
     stop: tuple[str, ...] = _f((), "Stop strings that end a candidate.")
@@ -47,7 +51,10 @@ class RunConfig:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError("prompt is empty: type a message for the model to answer.")
         check_text("prompt", self.prompt)
-        _int(self, "n", lo=1, hint="n is the number of candidates, at least 1")
+        if isinstance(self.n, str) and self.n.strip().lower() == AUTO:
+            self.n = AUTO
+        else:
+            _int(self, "n", lo=1, hint="n is the number of candidates (at least 1), or 'auto'")
         if not _is_num(self.alpha) or not 0.0 <= self.alpha < 1.0:
             raise ValueError(f"alpha={self.alpha!r} is outside [0, 1): it is the fraction rejected per decision.")
         _int(self, "max_new_tokens", lo=1, hint="max_new_tokens must be a positive number of tokens")
@@ -63,6 +70,7 @@ class RunConfig:
         if self.decision not in DECISIONS:
             raise ValueError(f"decision={self.decision!r} is unknown; choose one of {', '.join(DECISIONS)}.")
         _int(self, "interval", lo=1, hint="interval is a positive number of tokens")
+        _int(self, "first_decision", lo=1, hint="first_decision is a positive number of generated tokens")
         _int(self, "progress_every", lo=0, hint="progress_every is 0 (off) or a positive step count")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings.")
@@ -95,7 +103,8 @@ def _int(cfg, name: str, lo: int, hint: str) -> None:
         v = int(v)
         setattr(cfg, name, v)
     if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-        raise ValueError(f"{name}={v!r} is not allowed: {hint}.")
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        raise ValueError(f"{name}={shown} is not allowed: {hint}.")
 
 
 def env_int(name: str, default: int, *, env: Mapping[str, str] | None = None, lo: int = 1,

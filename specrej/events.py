@@ -82,12 +82,29 @@ class Round:
 
 
 @dataclass(frozen=True)
+class Match:
+    """"Stop Best-of-N once it matches": what the baseline spent to reach the challenger's winner."""
+
+    challenger: Arm
+    target: float            # the challenger's winning reward
+    matched: bool            # the baseline's best finished reward reached it
+    ledger: Ledger           # the baseline's spending when it first matched; all it spent if it never did
+    finished: int            # baseline candidates finished by then
+
+    @property
+    def lower_bound(self) -> bool:
+        """Never matched: the compute matching needs is more than this."""
+        return not self.matched
+
+
+@dataclass(frozen=True)
 class Finished:
     arm: Arm
     winner: Candidate
     candidates: tuple[Candidate, ...]  # every candidate with its final status
     rounds: int
     ledger: Ledger
+    match: Match | None = None         # set on the baseline when the race stops it once it matches
 
 
 Event = Union[Progress, Round, Finished]
@@ -98,4 +115,6 @@ def to_dict(event: Event) -> dict:
     out = dataclasses.asdict(event)
     out["event"] = type(event).__name__.lower()
     out["ledger"] = event.ledger.to_dict()
+    if getattr(event, "match", None) is not None:
+        out["match"]["ledger"] = event.match.ledger.to_dict()
     return out

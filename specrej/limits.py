@@ -7,6 +7,7 @@ at all. Both read environment variables so a private deployment can lift them:
   SPECREJ_MAX_PROMPT_CHARS  (default 2000)   SPECREJ_MAX_N               (default 32)
   SPECREJ_MAX_NEW_TOKENS    (default 256)    SPECREJ_MAX_BUDGET          (default 16384 KV slots)
   SPECREJ_MAX_RUN_SECONDS   (default 120)    SPECREJ_ALLOWED_MODELS      (comma-separated specs)
+  SPECREJ_MAX_AUTO_N        (default 512: rows n='auto' may open with, budget / first decision)
   SPECREJ_ALLOW_REMOTE_CODE (default 0)      SPECREJ_ALLOW_CUSTOM_MODELS (default 0)
 
 The defaults are sized for a free CPU Space (2 vCPUs, 16 GB, one run at a time): a run at every
@@ -20,7 +21,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .config import RunConfig, env_int
+from .config import AUTO, RunConfig, env_int
 
 
 class LimitError(ValueError):
@@ -39,12 +40,13 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 class Limits:
     max_prompt_chars: int = 2000
     max_n: int = 32
+    max_auto_n: int = 512
     max_new_tokens: int = 256
     max_budget: int = 16384
     max_run_seconds: int = 120
 
     ENV = {
-        "max_prompt_chars": "SPECREJ_MAX_PROMPT_CHARS", "max_n": "SPECREJ_MAX_N",
+        "max_prompt_chars": "SPECREJ_MAX_PROMPT_CHARS", "max_n": "SPECREJ_MAX_N", "max_auto_n": "SPECREJ_MAX_AUTO_N",
         "max_new_tokens": "SPECREJ_MAX_NEW_TOKENS", "max_budget": "SPECREJ_MAX_BUDGET",
         "max_run_seconds": "SPECREJ_MAX_RUN_SECONDS",
     }
@@ -59,7 +61,8 @@ class Limits:
         """Raise LimitError naming the limit (and its environment variable) that cfg exceeds."""
         over = [
             ("prompt", len(cfg.prompt), self.max_prompt_chars, "max_prompt_chars", "characters"),
-            ("N", cfg.n, self.max_n, "max_n", "candidates"),
+            ("N", cfg.n, self.max_n, "max_n", "candidates") if cfg.n != AUTO else
+            ("auto N (budget / first decision)", auto_rows_bound(cfg), self.max_auto_n, "max_auto_n", "rows"),
             ("max new tokens", cfg.max_new_tokens, self.max_new_tokens, "max_new_tokens", "tokens"),
             ("memory budget", cfg.budget or 0, self.max_budget, "max_budget", "KV slots"),
         ]
@@ -97,6 +100,13 @@ class ModelPolicy:
             raise PolicyError(f"model {spec[:80]!r} is not on this deployment's allowlist "
                               "(SPECREJ_ALLOWED_MODELS).")
         return spec
+
+
+def auto_rows_bound(cfg: RunConfig) -> int:
+    """The most rows n='auto' can open with (the prompt's own slots would only lower it)."""
+    from .budget import AUTO_MAX_ROWS
+
+    return AUTO_MAX_ROWS if cfg.budget is None else min(AUTO_MAX_ROWS, cfg.budget // cfg.first_decision)
 
 
 def smaller_budget(cfg: RunConfig, used_budget: int) -> RunConfig:

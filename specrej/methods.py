@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from .budget import check_fits, resolve_budget, rows_per_pass
-from .config import RunConfig
+from .budget import check_fits, resolve_budget, resolve_n, rows_per_pass
+from .config import AUTO, RunConfig
 from .engine import Done, Engine, Rows, Sampling
 from .events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
 from . import precision
@@ -55,14 +55,20 @@ class _Rec:
 class _Run:
     """State of one arm: candidates, the engine, the ledger and its clock."""
 
-    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: EngineFactory = Engine):
+    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: EngineFactory = Engine,
+                 auto_n: bool = False):
         self.arm, self.lm, self.reward, self.cfg, self.engine_factory = arm, lm, reward, cfg, engine
+        self.auto_n = auto_n   # n='auto' allowed: the first batch fills the budget at cfg.first_decision
         # rewards that never read the engine's token statistics spare it computing them
         self.stats = bool(getattr(reward, "uses_token_stats", True))
         self.prompt_ids = lm.render(cfg.prompt)
         self.budget = resolve_budget(cfg, lm)
         # an engine that re-prefills (the bench's reference style) keeps a copy of the prompt per row
         self.shared = bool(lm.shares_prefix and getattr(engine, "allow_sharing", True))
+        if cfg.n == AUTO and not self.auto_n:
+            raise ValueError(f"n='auto' is for Speculative Rejection (its first batch fills memory); give {arm} a "
+                             "number of candidates, e.g. bon:n=128.")
+        cfg = self.cfg = resolve_n(cfg, len(self.prompt_ids), self.budget, self.shared)
         check_fits(cfg, len(self.prompt_ids), self.budget, lm.max_positions, self.shared)
         self.recs = [_Rec(i) for i in range(cfg.n)]
         self.prompt_tokens = self.generated = self.reward_tokens = 0
@@ -275,8 +281,9 @@ def best_of_n(lm: LM, reward: Reward, cfg: RunConfig, *, engine: EngineFactory =
 
 def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *,
                           engine: EngineFactory = Engine) -> Iterator[Event]:
-    """Start with N rows; at each decision keep the top round((1 - alpha) * n) by partial reward."""
-    return _timed(lambda: _Run("sr", lm, reward, cfg, engine), _sr_body)
+    """Start with N rows (n='auto': the rows that fill the budget at cfg.first_decision tokens); at each
+    decision keep the top round((1 - alpha) * n) by partial reward."""
+    return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True), _sr_body)
 
 
 METHODS: dict[str, Callable[[LM, Reward, RunConfig], Iterator[Event]]] = {
@@ -295,10 +302,13 @@ def run_to_completion(events: Iterator[Event]) -> Finished:
     return last
 
 
-def race(streams: dict[str, Iterator[Event]]) -> Iterator[Event]:
+def race(streams: dict[str, Iterator[Event]],
+         referee: Callable[[Event], list[Event]] | None = None) -> Iterator[Event]:
     """Interleave arms so they advance at equal compute: step whichever has spent fewer FLOPs.
 
-    Closing the race closes every arm (and so frees their memory)."""
+    ``referee`` (e.g. ``match.StopWhenMatched``) sees every event and returns the events to
+    yield in its place; a ``Finished`` it returns for another arm still running ends that arm
+    there. Closing the race closes every arm (and so frees their memory)."""
     spent = {name: 0.0 for name in streams}
     alive = dict(streams)
     try:
@@ -310,7 +320,10 @@ def race(streams: dict[str, Iterator[Event]]) -> Iterator[Event]:
                 del alive[name]
                 continue
             spent[name] = event.ledger.flops
-            yield event
+            for out in (referee(event) if referee else (event,)):
+                if isinstance(out, Finished) and out is not event and out.arm in alive:
+                    alive.pop(out.arm).close()   # the referee ended this arm: free its memory now
+                yield out
     finally:
         for it in streams.values():
             it.close()

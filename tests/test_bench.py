@@ -1,5 +1,6 @@
-"""The benchmark: its accounting and aggregation on hand-made numbers, then tiny end-to-end runs
-(in-process, and sharded over two processes by ``accelerate launch``)."""
+"""The benchmark: decisions and prompt sets on hand-made data, then tiny end-to-end runs of the paper's
+protocol (in-process, and sharded over two processes by ``accelerate launch``). The protocol's curve
+and aggregation are tested in test_curve.py and test_protocol.py."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from specrej import Candidate, Ledger, Round, RunConfig, best_of_n, run_to_completion, speculative_rejection
-from specrej.bench import aggregate, bok_compute, load_prompts, main
+from specrej.bench import load_prompts, main
 from specrej.compare import decision_rank, live_at_decision
 from specrej.bench.reference import speculative_rejection_reference_style
 
@@ -21,72 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # ------------------------------------------------------------------ hand-made numbers
-def _bon(scores, tokens=(10, 10, 10, 10), prompt_tokens=0, gen_flops=400.0, reward_flops=0.0, wall=4.0):
-    led = {"prompt_tokens": prompt_tokens, "generated_tokens": sum(tokens), "generator_flops": gen_flops,
-           "reward_flops": reward_flops, "flops": gen_flops + reward_flops, "wall_s": wall}
-    return {"scores": list(scores), "tokens": list(tokens), "winner": max(range(len(scores)), key=scores.__getitem__),
-            "ledger": led}
-
-
-def _sr(alpha, score, flops, wall, winner=0, kept=True, rhos=(0.5,)):
-    return {"alpha": alpha, "score": score, "winner": winner, "rounds": len(rhos), "kept_bon_winner": kept,
-            "ledger": {"flops": flops, "wall_s": wall},
-            "decisions": [{"index": i, "position": 8 * (i + 1), "n_live": 4, "n_kept": 2, "forced": False,
-                           "spearman": r} for i, r in enumerate(rhos)]}
-
-
-def test_best_of_k_compute_is_a_prefix_of_the_run():
-    # 2 x params = 1000 FLOPs per token; 5 prompt tokens; candidates wrote 10, 20, 30, 40 tokens
-    bon = _bon([0, 1, 2, 3], tokens=(10, 20, 30, 40), prompt_tokens=5, gen_flops=1000.0 * 105, reward_flops=500.0,
-               wall=10.0)
-    c2 = bok_compute(bon, 2)
-    assert c2["generated_tokens"] == 30
-    assert c2["flops"] == pytest.approx(1000 * (5 + 30) + 500 * 30 / 100)      # prompt once + their tokens + share
-    assert c2["wall_s"] == pytest.approx(10.0 * c2["flops"] / (105_000 + 500))  # wall by share of FLOPs
-    full = bok_compute(bon, 4)
-    assert full == {"flops": 105_500.0, "wall_s": 10.0, "generated_tokens": 100}  # the run's own ledger
-    for bad in (0, 5):
-        with pytest.raises(ValueError):
-            bok_compute(bon, bad)
-
-
-def test_aggregate_curve_interpolated_speedup_and_lower_bound():
-    records = [
-        {"bon": _bon([0, 1, 2, 3]), "sr": [_sr(0.5, 2.0, 200.0, 2.0, winner=2, kept=False, rhos=(0.5, 1.0)),
-                                             _sr(0.9, 3.3, 100.0, 1.0, winner=3, rhos=(None,))]},
-        {"bon": _bon([3, 2, 1, 0]), "sr": [_sr(0.5, 3.0, 200.0, 2.0, winner=0, rhos=(-0.5,)),
-                                             _sr(0.9, 3.0, 100.0, 1.0, winner=0, rhos=(0.25,))]},
-    ]
-    agg = aggregate(records, [1, 2, 4], [0.5, 0.9])
-    bon = {b["n"]: b for b in agg["bon"]}
-    # Best-of-1: gains (0-3)/3 and 0 -> 100 * (1 - 0.5); Best-of-2: -2/3 and 0; Best-of-4 is the reference
-    assert bon[1]["improvement_score"] == pytest.approx(50.0)
-    assert bon[2]["improvement_score"] == pytest.approx(100 * (1 - 1 / 3))
-    assert bon[4]["improvement_score"] == pytest.approx(100.0)
-    assert [bon[k]["relative_flops"] for k in (1, 2, 4)] == pytest.approx([0.25, 0.5, 1.0])
-    assert [bon[k]["relative_wall"] for k in (1, 2, 4)] == pytest.approx([0.25, 0.5, 1.0])
-    assert bon[4]["method"].endswith("(ref)")
-
-    sr = {s["alpha"]: s for s in agg["sr"]}
-    a = sr[0.5]   # gains -1/3 and 0 -> 83.33, halfway (in score) between Best-of-2 and Best-of-4
-    assert a["improvement_score"] == pytest.approx(100 * (1 - 1 / 6))
-    assert a["relative_flops"] == pytest.approx(0.5)
-    # log-interpolation: Best-of-N needs sqrt(0.5 * 1.0) of the reference's compute; SR spends 0.5
-    assert a["speedup_flops"] == {"value": pytest.approx(math.sqrt(0.5) / 0.5), "lower_bound": False}
-    assert a["speedup_wall"]["value"] == pytest.approx(math.sqrt(0.5) / 0.5)
-    assert a["kept_bon_winner"] == 0.5 and a["same_winner"] == 0.5 and a["mean_rounds"] == 1.5
-    assert [d["mean_spearman"] for d in a["rank_correlation"]] == pytest.approx([0.0, 1.0])
-    assert [d["prompts"] for d in a["rank_correlation"]] == [2, 1]
-
-    b = sr[0.9]   # beats the largest N on prompt 1: the speed-up is only a lower bound
-    assert b["improvement_score"] == pytest.approx(105.0)
-    assert b["speedup_flops"] == {"value": pytest.approx(1.0 / 0.25), "lower_bound": True}
-    assert b["rank_correlation"][0]["mean_spearman"] == pytest.approx(0.25)   # None is left out
-
-    with pytest.raises(ValueError):
-        aggregate([], [1, 2], [0.5])
-
-
 def _cand(i, status, score, round_pruned=None, finish=None):
     return Candidate(i, "", 3, status, score, ((3, score),), round_pruned, finish)
 
@@ -138,10 +73,10 @@ def prompt_file(tmp_path_factory):
 
 
 def _tiny_args(tiny_lm_dir, tiny_reward_dir, prompt_file, out):
-    # budget 100: the ~40-token prompt once, then 8 rows fill it after a handful of tokens, so
-    # Speculative Rejection decides
-    return ["--model", tiny_lm_dir, "--reward", tiny_reward_dir, "--prompts", prompt_file, "--ns", "2,4,8",
-            "--alphas", "0.5,0.75", "--max-new-tokens", "12", "--budget", "100", "--out", str(out)]
+    # budget 100: the ~40-token prompt once, then a handful of rows fill it after a few tokens, so
+    # Speculative Rejection decides (and opens with more rows than Best-of-N fits at full length)
+    return ["--model", tiny_lm_dir, "--reward", tiny_reward_dir, "--prompts", prompt_file, "--n-ref", "8",
+            "--points", "0.5@4,0.75@4", "--max-new-tokens", "12", "--budget", "100", "--out", str(out)]
 
 
 def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_file, tmp_path, capsys):
@@ -150,22 +85,27 @@ def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_fi
         "--sweep", "1,4", "--repeats", "1"]
     result = main(args)
     printed = capsys.readouterr().out
-    assert "Best-of-8 (ref)" in printed and "SR alpha=0.5" in printed and "engine / generate" in printed
+    assert "Best-of-8" in printed and "SR a=0.5 T=4" in printed and "engine / generate" in printed
     saved = json.loads((tmp_path / "bench.json").read_text())
-    assert saved["efficiency"] == json.loads(json.dumps(result["efficiency"]))
-    assert (tmp_path / "bench.html").stat().st_size > 10_000
+    assert saved["protocol"] == json.loads(json.dumps(result["protocol"]))
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"  # matplotlib is in requirements.txt
 
-    eff = result["efficiency"]
-    assert [b["n"] for b in eff["bon"]] == [2, 4, 8] and eff["bon"][-1]["improvement_score"] == pytest.approx(100)
-    assert [b["relative_flops"] for b in eff["bon"]] == sorted(b["relative_flops"] for b in eff["bon"])
+    # the summary: one row per method, the issue's columns
+    assert [r["method"] for r in saved["summary"]] == ["bon", "sr", "sr"]
+    for row in saved["summary"]:
+        assert {"method", "alpha", "first_decision", "improvement", "rel_flops", "rel_wall", "speedup_flops",
+                "speedup_steps", "speedup_wall"} <= set(row)
+    assert [r["alpha"] for r in saved["summary"][1:]] == [0.5, 0.75]
+    proto = result["protocol"]
+    assert proto["bon"][-1]["k"] == 8 and proto["bon"][-1]["improvement"] == pytest.approx(100)
+    steps = [b["rel_steps"] for b in proto["bon"]]
+    assert all(b >= a - 1e-9 for a, b in zip(steps, steps[1:]))   # more candidates never take fewer steps
+    assert proto["step_model"] and all(s > 0 for _, s in proto["step_model"])
     for rec in result["prompts"]:
         assert len(rec["bon"]["scores"]) == 8 and rec["bon"]["ledger"]["generated_tokens"] == sum(rec["bon"]["tokens"])
         for sr in rec["sr"]:
             assert sr["decisions"], "the budget must force at least one decision"
-            if sr["kept_bon_winner"]:   # coupled randomness: the same text, so the same final score
-                assert sr["score"] == pytest.approx(max(rec["bon"]["scores"]))
-            assert sr["score"] <= max(rec["bon"]["scores"]) + 1e-6
+            assert sr["n"] > rec["rows_per_pass"]        # SR opens with more rows than Best-of-N fits
     eng = result["engine"]
     assert eng["vs_generate"]["engine"]["tokens"] > 0 and eng["vs_generate"]["generate"]["tokens"] > 0
     assert eng["matmul"]["flops_per_s"] > 0 and [s["rows"] for s in eng["decode_sweep"]] == [1, 4]
@@ -178,8 +118,17 @@ def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_fi
     assert ref["reference_style"]["ledger"]["prompt_tokens"] > ref["engine"]["ledger"]["prompt_tokens"]
 
 
+def test_points_parse_or_say_what_is_wrong():
+    from specrej.bench.run import parse_points
+
+    assert parse_points("0.5@16, 0.9@8") == [(0.5, 16), (0.9, 8)]
+    for bad in ("0.5", "1.5@16", "0.5@0", "a@b", ""):
+        with pytest.raises(SystemExit):
+            parse_points(bad)
+
+
 def test_best_of_k_is_the_prefix_of_best_of_n(tiny_lm, length_reward):
-    """What the curve relies on: a Best-of-k run writes candidates 0..k-1 of a Best-of-N run."""
+    """Coupling: a Best-of-k run writes candidates 0..k-1 of a Best-of-N run (so one run holds every k's draws)."""
     cfg = RunConfig(prompt="Write a haiku about the sea.", n=8, max_new_tokens=10, budget=400, progress_every=0)
     big = run_to_completion(best_of_n(tiny_lm, length_reward, cfg))
     small = run_to_completion(best_of_n(tiny_lm, length_reward, RunConfig(**{**cfg.__dict__, "n": 3})))
@@ -214,11 +163,11 @@ def test_accelerate_launch_shards_prompts_over_two_processes(tiny_lm_dir, tiny_r
     saved = json.loads((out / "bench.json").read_text())
     assert saved["meta"]["processes"] == 2
     assert [r["id"] for r in saved["prompts"]] == ["a", "b"]     # one prompt each, gathered in order
-    assert "Best-of-8 (ref)" in proc.stdout
+    assert "Best-of-8" in proc.stdout
     # the same numbers as one process computes (coupled randomness does not depend on the shard)
     single = main(_tiny_args(tiny_lm_dir, tiny_reward_dir, prompt_file, tmp_path / "one")
                   + ["--no-engine", "--threads", str(torch.get_num_threads())])
-    for a, b in zip(saved["efficiency"]["sr"], single["efficiency"]["sr"]):
-        assert a["improvement_score"] == pytest.approx(b["improvement_score"])
+    for a, b in zip(saved["protocol"]["sr"], single["protocol"]["sr"]):
+        assert a["improvement"] == pytest.approx(b["improvement"])
     for a, b in zip(saved["prompts"], single["prompts"]):
         assert a["bon"]["scores"] == pytest.approx(b["bon"]["scores"])

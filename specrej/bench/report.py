@@ -1,4 +1,4 @@
-"""Turning a bench result (plain data) into a terminal table, a Plotly figure and a PNG."""
+"""Turning a bench result (plain data) into terminal tables and the paper's figure (PNG)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,40 +10,6 @@ def _speed(s: dict | None) -> str:
     if not s:
         return "-"
     return (">=" if s["lower_bound"] else "") + f"{s['value']:.2f}x"
-
-
-def efficiency_table(agg: dict, meta: dict) -> str:
-    n_max = agg["n_max"]
-    lines = [
-        f"Efficiency: {agg['prompts']} prompts ({meta['prompt_set']}), generator {meta['model']}, reward "
-        f"{meta['reward']}, max_new_tokens {meta['max_new_tokens']}, budget {meta['budget']} KV slots, seed {meta['seed']}",
-        f"Reference: Best-of-{n_max}. The Best-of-N curve is read off one Best-of-{n_max} run per prompt "
-        f"(coupled randomness: Best-of-k = candidates 0..k-1); SR runs at N={n_max}.",
-        "",
-        f"{'method':<20}{'improvement':>12}{'rel FLOPs':>11}{'rel wall':>10}{'speed-up':>10}{'(wall)':>9}"
-        f"{'kept BoN win':>14}{'rank corr d1':>14}{'rounds':>8}",
-    ]
-    for b in agg["bon"]:
-        lines.append(f"{b['method']:<20}{b['improvement_score']:>12.1f}{b['relative_flops']:>11.3f}"
-                     f"{b['relative_wall']:>10.3f}")
-    for s in agg["sr"]:
-        rc = s["rank_correlation"]
-        d1 = rc[0]["mean_spearman"] if rc and rc[0]["mean_spearman"] is not None else None
-        lines.append(f"{s['method']:<20}{s['improvement_score']:>12.1f}{s['relative_flops']:>11.3f}"
-                     f"{s['relative_wall']:>10.3f}{_speed(s['speedup_flops']):>10}{_speed(s['speedup_wall']):>9}"
-                     f"{s['kept_bon_winner']:>14.0%}{(f'{d1:.2f}' if d1 is not None else '-'):>14}"
-                     f"{s['mean_rounds']:>8.1f}")
-    lines.append("")
-    lines.append("speed-up: compute Best-of-N needs for the same improvement score (log-interpolated on its curve) "
-                 "over SR's; '>=' = SR beat the largest N (a lower bound).")
-    lines.append("rank corr: Spearman of partial reward at a decision vs the same candidate's final reward, "
-                 "mean over prompts; by decision:")
-    for s in agg["sr"]:
-        parts = [f"d{d['decision']}@{d['mean_position']:.0f}tok: " +
-                 (f"{d['mean_spearman']:.2f}" if d["mean_spearman"] is not None else "-")
-                 for d in s["rank_correlation"]]
-        lines.append(f"  {s['method']:<18}" + ("  ".join(parts) if parts else "no decision"))
-    return "\n".join(lines)
 
 
 def engine_table(eng: dict) -> str:
@@ -103,54 +69,90 @@ def engine_table(eng: dict) -> str:
     return "\n".join(lines)
 
 
-def figure(agg: dict, title: str):
-    """Plotly figure: improvement score against relative compute (FLOPs and wall time), log x."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("relative FLOPs", "relative wall time"))
-    for col, key in ((1, "relative_flops"), (2, "relative_wall")):
-        fig.add_trace(go.Scatter(
-            x=[b[key] for b in agg["bon"]], y=[b["improvement_score"] for b in agg["bon"]], mode="lines+markers+text",
-            text=[f"N={b['n']}" for b in agg["bon"]], textposition="top left", name="Best-of-N",
-            line=dict(color="#1f77b4"), showlegend=col == 1), row=1, col=col)
-        fig.add_trace(go.Scatter(
-            x=[s[key] for s in agg["sr"]], y=[s["improvement_score"] for s in agg["sr"]], mode="markers+text",
-            text=[f"α={s['alpha']:g}" for s in agg["sr"]], textposition="bottom right",
-            name="Speculative Rejection", marker=dict(color="#d62728", size=11, symbol="star"),
-            showlegend=col == 1), row=1, col=col)
-        fig.update_xaxes(type="log", title_text="compute relative to Best-of-%d" % agg["n_max"], row=1, col=col)
-        fig.update_yaxes(title_text="improvement score", row=1, col=col)
-    fig.update_layout(title=title, template="plotly_white", height=480, width=1100)
-    return fig
+# ---------------------------------------------------------------------------------- the paper's protocol
+PAPER_MEASURES = (("steps", "decode steps"), ("flops", "FLOPs"), ("wall", "wall time"))
 
 
-def write_png(agg: dict, title: str, path: Path) -> bool:
-    """The same figure with matplotlib (kaleido is not needed); False when matplotlib is missing."""
+def paper_table(agg: dict, meta: dict) -> str:
+    """The protocol's table: the Best-of-N curve at powers of two, then each Speculative Rejection point."""
+    n_ref = agg["n_ref"]
+    lines = [
+        f"Paper protocol: {agg['prompts']} prompts ({meta['prompt_set']}), generator {meta['model']}, reward "
+        f"{meta['reward']}, {meta['max_new_tokens']} new tokens, budget {meta['budget']} KV slots, seed {meta['seed']}",
+        f"Reference: Best-of-{n_ref} under the same budget. Best-of-k for every k is the expected best of k random "
+        f"candidates (order statistics over one coupled Best-of-{n_ref} run), with its expected compute in passes "
+        "of the rows that fit at full length.",
+        "Best-of-N wall time is MODELLED from step times measured at the budgeted batch "
+        f"({_step_model_text(agg)}); Speculative Rejection's is measured.",
+        "",
+        f"{'method':<22}{'improv':>7}{'rel steps':>10}{'rel FLOPs':>10}{'rel wall':>9}"
+        f"{'x steps':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}{'rounds':>7}",
+    ]
+    for b in agg["bon"]:
+        if b["k"] & (b["k"] - 1) == 0 or b["k"] == n_ref:
+            lines.append(f"{'Best-of-%d' % b['k']:<22}{b['improvement']:>7.1f}{b['rel_steps']:>10.3f}"
+                         f"{b['rel_flops']:>10.3f}{_num(b.get('rel_wall')):>9}")
+    for s in agg["sr"]:
+        name = f"SR a={s['alpha']:g} T={s['first_decision']} (N~{s['n']:.0f})"
+        lines.append(f"{name:<22}{s['improvement']:>7.1f}{s['rel_steps']:>10.3f}{s['rel_flops']:>10.3f}"
+                     f"{_num(s.get('rel_wall')):>9}{_speed(s.get('speedup_steps')):>9}"
+                     f"{_speed(s.get('speedup_flops')):>9}{_speed(s.get('speedup_wall')):>9}"
+                     f"{s['kept_bon_winner']:>9.0%}{s['mean_rounds']:>7.1f}")
+    lines += ["", "x = speed-up at equal improvement score: the compute Best-of-N needs for SR's score (log-interpolated "
+              "on its curve) over SR's; '>=' = SR beat Best-of-%d (a lower bound)." % n_ref,
+              "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
+              "FLOPs track total work; CPU wall time sits between. Wall-time ratios depend on the machine's load.",
+              "Spearman of partial vs final reward at each decision (mean over prompts):"]
+    for s in agg["sr"]:
+        parts = [f"d{d['decision']}@{d['mean_position']:.0f}tok: " +
+                 (f"{d['mean_spearman']:.2f}" if d["mean_spearman"] is not None else "-")
+                 for d in s["rank_correlation"]]
+        lines.append(f"  a={s['alpha']:g} T={s['first_decision']}: " + ("  ".join(parts) or "no decision"))
+    return "\n".join(lines)
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _step_model_text(agg: dict) -> str:
+    pts = agg.get("step_model") or []
+    return ", ".join(f"{r} rows {s * 1e3:.0f} ms/step" for r, s in pts) or "no step model"
+
+
+def paper_png(agg: dict, title: str, path: Path) -> bool:
+    """The paper's figure: improvement score against compute relative to Best-of-N_ref, log x, one panel
+    per measure; the Best-of-N curve and Speculative Rejection's points. False without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for ax, key, label in ((axes[0], "relative_flops", "FLOPs"), (axes[1], "relative_wall", "wall time")):
-        xs, ys = [b[key] for b in agg["bon"]], [b["improvement_score"] for b in agg["bon"]]
-        ax.plot(xs, ys, "o-", color="#1f77b4", label="Best-of-N")
-        for i, (b, x, y) in enumerate(zip(agg["bon"], xs, ys)):
-            first = i == 0   # the leftmost label goes right of its point, inside the axes
-            ax.annotate(f"N={b['n']}", (x, y), textcoords="offset points", xytext=(6, 2) if first else (-6, 6),
-                        ha="left" if first else "right", fontsize=8)
-        sx, sy = [s[key] for s in agg["sr"]], [s["improvement_score"] for s in agg["sr"]]
-        ax.plot(sx, sy, "*", color="#d62728", markersize=13, label="Speculative Rejection")
-        for s, x, y in zip(agg["sr"], sx, sy):
-            ax.annotate(f"α={s['alpha']:g}", (x, y), textcoords="offset points", xytext=(6, -10), fontsize=8)
+    measures = [(m, label) for m, label in PAPER_MEASURES if agg["bon"][0].get(f"rel_{m}") is not None]
+    fig, axes = plt.subplots(1, len(measures), figsize=(5.2 * len(measures), 4.6), squeeze=False)
+    for ax, (m, label) in zip(axes[0], measures):
+        xs, ys = [b[f"rel_{m}"] for b in agg["bon"]], [b["improvement"] for b in agg["bon"]]
+        ax.plot(xs, ys, "-", color="#0072B2", label="Best-of-N (order statistics)")
+        marks = [b for b in agg["bon"] if b["k"] & (b["k"] - 1) == 0 or b["k"] == agg["n_ref"]]
+        ax.plot([b[f"rel_{m}"] for b in marks], [b["improvement"] for b in marks], "o", color="#0072B2")
+        for b in marks:
+            ax.annotate(f"{b['k']}", (b[f"rel_{m}"], b["improvement"]), textcoords="offset points",
+                        xytext=(-4, 5), ha="right", fontsize=7, color="#0072B2")
+        for i, s in enumerate(sorted(agg["sr"], key=lambda p: p["improvement"])):
+            x = s[f"rel_{m}"]
+            ax.plot([x], [s["improvement"]], "*", color="#D55E00", markersize=12)
+            sp = s.get(f"speedup_{m}")
+            tag = f"α={s['alpha']:g} T={s['first_decision']}" + (f" ({_speed(sp)})" if sp else "")
+            ax.annotate(tag, (x, s["improvement"]), textcoords="offset points", fontsize=7,
+                        xytext=(8, -3 + 9 * (i % 3 - 1)))   # neighbours' labels stagger
+        ax.plot([], [], "*", color="#D55E00", markersize=12, label="Speculative Rejection")
         ax.set_xscale("log")
-        ax.set_xlabel(f"{label} relative to Best-of-{agg['n_max']}")
+        ax.set_xlabel(f"{label} relative to Best-of-{agg['n_ref']}" + (" (BoN modelled)" if m == "wall" else ""))
         ax.set_ylabel("improvement score")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="lower right")
-    fig.suptitle(title, fontsize=10)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

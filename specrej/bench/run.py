@@ -11,11 +11,16 @@ from dataclasses import replace
 from pathlib import Path
 
 MODES = {
-    # finishes in a few minutes on a 2-core CPU with the embedded models
-    "quick": dict(prompts="quick", ns=[4, 8, 16, 32], alphas=[0.5, 0.8], max_new_tokens=48,
+    # <= 15 min on a quiet 2-core CPU with the embedded models (bf16, shared prompt cache). Budget 2048:
+    # Best-of-N fits 7 rows at 256 tokens; Speculative Rejection opens with ~125 rows at 16 tokens.
+    "quick": dict(prompts="quick", n_ref=128, max_new_tokens=256, budget=2048, reward="self-certainty",
+                  points="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32",
                   engine_rows=32, engine_length=32, sweep=[1, 8, 32, 128], repeats=2),
-    # for bigger machines (a GPU, where the budget comes from free memory)
-    "full": dict(prompts="default", ns=[4, 8, 16, 32, 64, 128], alphas=[0.5, 0.75, 0.9], max_new_tokens=128,
+    # for a GPU (shard with `accelerate launch`): the paper's proportions. Budget = 120 rows at full length
+    # (Best-of-120 fits one device, as in the paper), so Speculative Rejection opens with ~3800 rows at 16
+    # tokens and Best-of-1024 needs 9 passes.
+    "full": dict(prompts="default", n_ref=1024, max_new_tokens=512, budget=120 * 512 + 64, reward="self-certainty",
+                 points="0.5@8,0.7@8,0.9@8,0.5@16,0.7@16,0.9@16,0.5@32,0.7@32,0.9@32,0.5@64,0.7@64,0.9@64",
                  engine_rows=64, engine_length=128, sweep=[1, 8, 32, 128, 512], repeats=2),
 }
 
@@ -28,25 +33,47 @@ def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+def parse_points(s: str) -> list[tuple[float, int]]:
+    """'0.5@16,0.9@8' -> [(0.5, 16), (0.9, 8)]: Speculative Rejection's (alpha, first decision) points."""
+    out = []
+    for part in (p.strip() for p in s.split(",")):
+        if not part:
+            continue
+        alpha, sep, first = part.partition("@")
+        try:
+            point = (float(alpha), int(first))
+        except ValueError:
+            point = None
+        if not sep or point is None or not 0 <= point[0] < 1 or point[1] < 1:
+            raise SystemExit(f"--points: {part!r} is not alpha@first_decision (alpha in [0, 1), first decision "
+                             "a positive number of tokens), e.g. 0.5@16.")
+        out.append(point)
+    if not out:
+        raise SystemExit("--points names no point, e.g. 0.5@16,0.9@16.")
+    return out
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m specrej.bench",
-        description="Speculative Rejection vs Best-of-N: the paper's efficiency metrics, and the engine's speed. "
-                    "Under `accelerate launch` (or torchrun) prompts are sharded across processes.")
+        description="Speculative Rejection vs Best-of-N by the paper's protocol (SR opens with the batch that fills "
+                    "memory at its first decision; Best-of-N's whole curve by order statistics; speed-ups in decode "
+                    "steps, FLOPs and wall time), and the engine's speed. Under `accelerate launch` (or torchrun) "
+                    "prompts are sharded across processes.")
     p.add_argument("--quick", action="store_true", help="the quick mode (default: full): " + json.dumps(MODES["quick"]))
     p.add_argument("--prompts", help="prompt set name in assets/prompts (default, quick) or a .json/.jsonl file")
     p.add_argument("--limit", type=int, help="use only the first LIMIT prompts")
-    p.add_argument("--ns", type=_ints, help="comma-separated N of the Best-of-N curve; the largest is the reference")
-    p.add_argument("--alphas", type=_floats, help="comma-separated rejection rates for Speculative Rejection")
+    p.add_argument("--n-ref", type=int, help="Best-of-N's largest N: the reference and the top of its curve")
+    p.add_argument("--points", help="Speculative Rejection's points, alpha@first_decision, comma-separated "
+                                    "(its N fills the budget at the first decision)")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--budget", type=int, help="KV-cache slots both methods obey (default: the library's auto)")
-    p.add_argument("--decision", default="budget", choices=["budget", "interval"])
+    p.add_argument("--budget", type=int, help="KV-cache slots both methods obey")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="embedded", help="generator: embedded, a hub id, a folder or a .gguf file")
-    p.add_argument("--reward", default="embedded", help="reward spec, as the library's load_reward takes it")
+    p.add_argument("--reward", help="reward spec, as the library's load_reward takes it")
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision (default: SPECREJ_DTYPE, else auto: bf16 where faster)")
-    p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.html, bench.png)")
+    p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.png)")
     p.add_argument("--threads", type=int, help="torch threads per process (default: the idle cores / processes)")
     p.add_argument("--engine-rows", type=int, help="rows for the engine-speed comparison")
     p.add_argument("--engine-length", type=int, help="new tokens for the engine-speed comparison")
@@ -85,10 +112,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     for key, value in mode.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    if len(args.ns) < 2 or min(args.ns) < 1:
-        raise SystemExit("--ns needs at least two positive N values (the curve and its reference).")
-    if any(not 0 <= a < 1 for a in args.alphas):
-        raise SystemExit("--alphas must lie in [0, 1).")
+    points = parse_points(args.points)
+    if args.n_ref < 2:
+        raise SystemExit("--n-ref must be at least 2 (Best-of-N's curve runs from 1 to it).")
 
     started = time.perf_counter()
     state = _state()
@@ -96,81 +122,93 @@ def main(argv: list[str] | None = None) -> dict | None:
     threads = args.threads or auto_threads(state.num_processes)
     torch.set_num_threads(threads)
 
-    from ..budget import BudgetError, check_fits, resolve_budget
+    from ..budget import BudgetError, check_fits
     from ..config import RunConfig
     from ..models import load_generator
     from ..rewards import load_reward
-    from .efficiency import aggregate, load_prompts, run_prompt
+    from .prompts import load_prompts
     from .engine_speed import engine_section
-    from .report import efficiency_table, engine_table, figure, write_png
+    from .protocol import StepModel, aggregate, measure_pass, run_prompt, summary
+    from .report import engine_table, paper_png, paper_table
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
     lm = load_generator(args.model, dtype=args.dtype)
     reward = load_reward(args.reward)
-    base = RunConfig(prompt="-", n=max(args.ns), max_new_tokens=args.max_new_tokens, seed=args.seed,
-                     budget=args.budget, decision=args.decision, progress_every=0)
-    budget = resolve_budget(base, lm)
+    base = RunConfig(prompt="-", n=args.n_ref, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                     budget=args.budget, progress_every=0)
+    budget = args.budget
     meta = {"mode": "quick" if args.quick else "full", "prompt_set": args.prompts, "model": args.model,
-            "reward": args.reward, "ns": sorted(args.ns), "alphas": args.alphas, "max_new_tokens": args.max_new_tokens,
-            "budget": budget, "decision": args.decision, "seed": args.seed, "processes": world,
+            "reward": args.reward, "n_ref": args.n_ref, "points": [list(p) for p in points],
+            "max_new_tokens": args.max_new_tokens, "budget": budget, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
             "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if lm.shares_prefix else "copied",
             "reward_params": reward.n_params, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "torch": torch.__version__, "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
-            "compute_accounting": (
-                "Best-of-k = candidates 0..k-1 of one Best-of-N_max run: generator FLOPs 2 x params x (prompt + "
-                "their tokens), reward FLOPs by their share of tokens, wall time by their share of FLOPs. SR and "
-                "the reference are measured ledgers. Relative compute = sum over prompts / reference's sum.")}
+            "protocol": (
+                "Reference Best-of-N_ref: one coupled run in one batch (its tokens do not depend on the batch). "
+                "Best-of-k for every k: expected best of k random candidates (order statistics) and expected "
+                "compute under the budget (passes of the rows that fit at full length): tokens, FLOPs, decode "
+                "steps; wall time MODELLED from step times of real passes measured at the budgeted batch and at "
+                "1 row. Speculative Rejection: n=auto (the rows that fill the budget at the first decision), "
+                "measured. Relative compute = sum over prompts / Best-of-N_ref's; speed-up at equal improvement "
+                "score by log-interpolation on the curve.")}
 
     records: list[dict] = []
+    passes: list[dict] = []
     if not args.engine_only:
         mine = list(enumerate(prompts))[rank::world]
         for _, row in mine:   # fail before hours of work, with the fix in the message
             try:
-                check_fits(replace(base, prompt=row["prompt"]), len(lm.render(row["prompt"])), budget,
+                check_fits(replace(base, prompt=row["prompt"], n=1), len(lm.render(row["prompt"])), budget,
                            lm.max_positions, lm.shares_prefix)
             except BudgetError as e:
-                raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --ns / --max-new-tokens)")
+                raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(mine) * (1 + len(args.alphas)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
+        bar = tqdm(total=len(mine) * (1 + len(points)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
                    position=rank, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
         for i, row in mine:
             def tick(label, row=row):
                 bar.set_postfix_str(f"{row['id']} {label}")
                 bar.update(1)
-            records.append({"order": i, **run_prompt(lm, reward, row, base, args.ns, args.alphas, tick)})
+            rec = run_prompt(lm, reward, row, base, n_ref=args.n_ref, points=points, budget=budget, tick=tick)
+            records.append({"order": i, **rec})
+            if not passes:   # step times at the budgeted batch and at 1 row, once, on this process's first prompt
+                cfg = replace(base, prompt=row["prompt"])
+                for rows in sorted({1, rec["rows_per_pass"]}):
+                    passes.append(measure_pass(lm, cfg, rows, stats=reward.uses_token_stats))
         bar.close()
         if world > 1:
             from accelerate.utils import gather_object
             records = gather_object(records)
+            passes = gather_object(passes)
         records.sort(key=lambda r: r["order"])
     if not main_proc:
         return None
 
-    result: dict = {"meta": meta, "prompts": records}
+    result: dict = {"meta": meta, "summary": [], "prompts": records, "step_passes": passes}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = []
     if records:
-        agg = aggregate(records, args.ns, args.alphas)
-        result["efficiency"] = agg
-        text.append(efficiency_table(agg, meta))
-        title = (f"Speculative Rejection vs Best-of-N: {agg['prompts']} prompts, {args.model} generator, "
-                 f"{args.reward} reward, N={agg['n_max']}, budget {budget}")
-        figure(agg, title).write_html(out / "bench.html", include_plotlyjs=True)
-        if not write_png(agg, title, out / "bench.png"):
-            print("note: matplotlib is not installed, so no bench.png (the HTML figure is written).", file=sys.stderr)
+        agg = aggregate(records, gen_params=lm.n_params, step_model=StepModel.from_passes(passes))
+        result["protocol"] = agg
+        result["summary"] = summary(agg)
+        text.append(paper_table(agg, meta))
+        title = (f"Speculative Rejection vs Best-of-N: {agg['prompts']} prompts, {args.model}, reward {args.reward}, "
+                 f"{args.max_new_tokens} tokens, budget {budget} slots; SR opens with the batch that fills it")
+        if not paper_png(agg, title, out / "bench.png"):
+            print("note: matplotlib is not installed, so no bench.png.", file=sys.stderr)
     if not args.no_engine:
         log = lambda msg: print(f"[engine] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-        result["engine"] = engine_section(lm, reward, prompts[0]["prompt"], base, rows=args.engine_rows,
-                                          length=args.engine_length, sweep=args.sweep,
+        result["engine"] = engine_section(lm, reward, prompts[0]["prompt"], replace(base, n=min(32, args.n_ref), max_new_tokens=min(64, base.max_new_tokens)),
+                                          rows=args.engine_rows, length=args.engine_length, sweep=args.sweep,
                                           repeats=args.repeats, log=log)
         text.append(engine_table(result["engine"]))
     meta["wall_s"] = time.perf_counter() - started
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print("\n\n".join(text))
-    print(f"\nwrote {out / 'bench.json'}" + (f", {out / 'bench.html'}, {out / 'bench.png'}" if records else "")
+    print(f"\nwrote {out / 'bench.json'}" + (f", {out / 'bench.png'}" if records else "")
           + f" in {meta['wall_s']:.0f} s")
     return result

@@ -1,0 +1,91 @@
+"""Recorded races, replayed through the same frame builders as a live run.
+
+A recording (``specrej.record``, made by ``python -m specrej record``) holds a race's events;
+``replay_frames`` feeds them to a fresh ``RunView`` at the recorded pace times ``speed`` and
+yields the frames a live run would. The status line always says it is a recording (model,
+reward, hardware, date, settings) and that Run runs it live. ``RECORDINGS`` holds the
+paper-scale races of the example prompts; ``find`` looks one up by prompt.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Iterator
+
+from specrej import Progress, RunConfig
+from specrej.arms import parse_arms
+from specrej.record import Recording, RecordingError, load, replay
+
+from .context import ASSETS
+from .frames import Frame, error_frame, final_frame, live_frame, start_frame
+from .view import RunView
+
+RECORDINGS = ASSETS / "recordings"
+PACES = [("real pace", "1"), ("4×", "4"), ("16×", "16"), ("instant", "inf")]
+PAPER_SCALE = dict(n=128, sr_start="auto", first_decision=16, max_new_tokens=256, budget=2048, alpha=0.5,
+                   decision="budget", stop_when_matched=True, second=False)
+PAPER_REWARD = "self-certainty"
+
+
+def _norm(prompt: str) -> str:
+    return " ".join(str(prompt).split()).casefold()
+
+
+def index(folder: Path = RECORDINGS) -> dict[str, Path]:
+    """{normalised prompt: recording file} of every readable recording in ``folder``."""
+    out = {}
+    for path in sorted(folder.glob("*.json.gz")):
+        try:
+            out[_norm(load(path).meta.get("prompt", ""))] = path
+        except RecordingError:
+            continue
+    return out
+
+
+def find(prompt: str, folder: Path = RECORDINGS) -> Path | None:
+    return index(folder).get(_norm(prompt))
+
+
+def view_for(rec: Recording) -> RunView:
+    """A RunView laid out for the recorded arms and settings, labelled as a recording."""
+    m, s = rec.meta, rec.meta.get("settings", {})
+    n = s.get("n", 32)
+    cfg = RunConfig(prompt=m.get("prompt") or "-", n=n, alpha=s.get("alpha", 0.5),
+                    max_new_tokens=s.get("max_new_tokens", 128), budget=s.get("budget") or None,
+                    first_decision=s.get("first_decision", 16), seed=s.get("seed", 0))
+    specs = parse_arms([a["spec"] for a in m.get("arms", [])] or ("bon", "sr"))
+    view = RunView(cfg, model_label=m.get("model", "?"), reward_label=m.get("reward", "?"), specs=specs)
+    view.note = rec.label()
+    return view
+
+
+def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS,
+                  min_frame_interval: float = 0.25, sleep=time.sleep) -> Iterator[Frame]:
+    """Frames of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
+    path = find(prompt, folder)
+    if path is None:
+        yield error_frame("there is no recorded race for this prompt: recordings exist for the example prompts. "
+                          "Press Run to run it live.")
+        return
+    try:
+        speed = float(pace)
+        assert speed > 0
+        rec = load(path)
+        view = view_for(rec)
+    except (ValueError, AssertionError, RecordingError) as e:
+        yield error_frame(f"cannot replay {path.name}: {e}")
+        return
+    yield start_frame(view)
+    last = 0.0
+    for event in replay(rec, speed=speed, sleep=sleep):
+        view.apply(event)
+        now = time.perf_counter()
+        if isinstance(event, Progress) and (now - last < min_frame_interval or not math.isfinite(speed)):
+            continue
+        last = now
+        if not view.done:
+            yield live_frame(view)
+    view.started = time.perf_counter() - rec.duration_s   # "Done in" says the recorded time
+    view.state = "done"
+    yield final_frame(view)

@@ -1,0 +1,131 @@
+"""One coupled Best-of-N_max run, kept whole: every candidate's tokens and per-token statistics.
+
+Coupled randomness makes candidate i write the same tokens in every method for as long as it
+lives, so this one run says what any prefix of any candidate is. From it, without running the
+model again:
+
+- the reward of every candidate at every prefix (a partial reward at any decision length),
+  for any reward kind: text rewards read ``decode(tokens[:t])``; the confidence rewards read the
+  cumulative log-probability / self-certainty kept here per position;
+- the Best-of-N curve by order statistics (``specrej.curve``);
+- Speculative Rejection replayed offline at any budget, alpha and first decision
+  (``specrej.bench.simulate``): a cross-check of the real runs, and a cheap way to choose defaults.
+
+The run decodes all N rows in one batch (no memory budget: what is recorded are tokens, not
+timings, and the tokens do not depend on the batch).
+"""
+from __future__ import annotations
+
+import json
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import RunConfig
+from ..engine import Engine, Sampling
+from ..models import LM
+from ..rewards import Reward, TokenStats, checked
+
+
+@dataclass
+class CoupledRun:
+    """Candidates 0..N-1 of one prompt. ``cum_lp[c][t]`` / ``cum_sc[c][t]``: the sums of
+    log-probability / self-certainty over the first ``t + 1`` tokens of candidate c."""
+
+    prompt: str
+    prompt_tokens: int
+    tokens: list[list[int]]
+    cum_lp: list[list[float]]
+    cum_sc: list[list[float]]
+    finish: list[str]
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    def lengths(self) -> list[int]:
+        return [len(t) for t in self.tokens]
+
+    def stats(self, c: int, t: int) -> TokenStats:
+        """Mean statistics of candidate c's first t tokens (t >= 1)."""
+        t = min(t, len(self.tokens[c]))
+        return TokenStats(self.cum_lp[c][t - 1] / t, self.cum_sc[c][t - 1] / t)
+
+    def to_dict(self) -> dict:
+        return {"prompt": self.prompt, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens,
+                "cum_lp": [[round(x, 4) for x in r] for r in self.cum_lp],
+                "cum_sc": [[round(x, 4) for x in r] for r in self.cum_sc], "finish": self.finish}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CoupledRun":
+        return cls(d["prompt"], d["prompt_tokens"], d["tokens"], d["cum_lp"], d["cum_sc"], d["finish"])
+
+
+@torch.inference_mode()
+def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
+    """Decode candidates 0..cfg.n-1 of cfg.prompt to the end, in one batch, keeping the statistics."""
+    ids = lm.render(cfg.prompt)
+    engine = Engine(lm, ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
+                    n_total=cfg.n, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
+    n = cfg.n
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    cum_lp: list[list[float]] = [[] for _ in range(n)]
+    cum_sc: list[list[float]] = [[] for _ in range(n)]
+    finish = [""] * n
+    rows = engine.start(list(range(n)))
+    try:
+        while len(rows):
+            done = rows.step()
+            for d in done:
+                tokens[d.cand] = list(d.tokens)
+                g = len(d.tokens)
+                cum_lp[d.cand].append(d.mean_logprob * g)
+                cum_sc[d.cand].append(d.mean_self_certainty * g)
+                finish[d.cand] = d.reason
+            for i, c in enumerate(rows.ids):
+                cum_lp[c].append(float(rows.lp_sum[i]))
+                cum_sc[c].append(float(rows.sc_sum[i]))
+    finally:
+        rows.release()
+        engine.release()
+    for c in range(n):
+        assert len(cum_lp[c]) == len(tokens[c]), (c, len(cum_lp[c]), len(tokens[c]))
+    return CoupledRun(cfg.prompt, len(ids), tokens, cum_lp, cum_sc, finish)
+
+
+class PrefixScorer:
+    """Rewards of candidates' prefixes (memoised): ``score(cands, t)`` scores the first t tokens
+    of each candidate (its whole response when it is shorter)."""
+
+    def __init__(self, lm: LM, reward: Reward, run: CoupledRun):
+        self.lm, self.reward, self.run = lm, reward, run
+        self._memo: dict[tuple[int, int], float] = {}
+        self.tokens_read = 0
+
+    def score(self, cands: list[int], t: int) -> list[float]:
+        run = self.run
+        keys = [(c, min(t, len(run.tokens[c]))) for c in cands]
+        todo = sorted({k for k in keys if k not in self._memo})
+        if todo:
+            texts = [self.lm.decode(run.tokens[c][:u]) for c, u in todo]
+            stats = [run.stats(c, u) for c, u in todo]
+            out = checked(self.reward, run.prompt, texts, stats)
+            self.tokens_read += out.tokens_read
+            self._memo.update(zip(todo, out.scores))
+        return [self._memo[k] for k in keys]
+
+    def final(self) -> list[float]:
+        return self.score(list(range(self.run.n)), max(self.run.lengths()))
+
+
+def save_runs(runs: list[CoupledRun], path: Path, meta: dict) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump({"meta": meta, "runs": [r.to_dict() for r in runs]}, f)
+
+
+def load_runs(path: Path) -> tuple[dict, list[CoupledRun]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        raw = json.load(f)
+    return raw["meta"], [CoupledRun.from_dict(r) for r in raw["runs"]]

@@ -1,0 +1,157 @@
+"""The Best-of-N curve by order statistics, with its compute, and the paper's speed-ups.
+
+From one coupled Best-of-N_max run (every candidate's final score and length), the expected
+best of k candidates drawn at random without replacement, for any k <= N_max, is exact and
+unbiased over all C(N, k) subsets: with the scores sorted ascending,
+
+    E[best of k] = sum_{i=k..N} C(i-1, k-1) / C(N, k) * s_(i)
+
+(s_(i) is the best of a subset exactly when the subset holds it and k-1 of the i-1 below it).
+Reading Best-of-k as candidates 0..k-1 instead is one draw per prompt: a noisy curve.
+
+The compute of Best-of-k is an expectation too:
+
+- generated tokens: k x the mean length (linearity);
+- FLOPs: 2 x params x (prompt + generated) for the generator, plus k/N of the reward's FLOPs;
+- decode steps under a memory budget: Best-of-k runs in passes of ``rows_per_pass`` rows, and a
+  pass lasts as long as its longest answer, so steps = sum over passes of E[max length of a
+  random subset of the pass's size] (each pass is a uniform random subset of the N);
+- wall time, modelled from step times measured at the pass's batch size (``step_s(rows)``):
+  sum over passes of E[steps] x step_s(rows), plus ``fixed_s`` (prefill and scoring) scaled by
+  k/N. A model, not a measurement: say so where it is shown.
+
+The improvement score is linear in each prompt's best, so the expected improvement score of
+Best-of-k is the improvement score of the expected bests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .metrics import SpeedUp, speedup
+
+MEASURES = ("flops", "steps", "wall")
+
+
+def order_weights(n: int, k: int) -> list[float]:
+    """Weights w_i (i = 1..n) of the ascending order statistics in E[max of a random k-subset]."""
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} is outside 1..{n}")
+    log_total = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+    log_pick = math.lgamma(k) - 0.0   # (k-1)!
+    out = [0.0] * n
+    for i in range(k, n + 1):   # C(i-1, k-1) = (i-1)! / ((k-1)! (i-k)!)
+        out[i - 1] = math.exp(math.lgamma(i) - log_pick - math.lgamma(i - k + 1) - log_total)
+    return out
+
+
+def expected_max(values: Sequence[float], k: int) -> float:
+    """Expected maximum of k values drawn at random without replacement from ``values``."""
+    s = sorted(values)
+    return sum(w * v for w, v in zip(order_weights(len(s), k), s) if w)
+
+
+def pass_sizes(k: int, rows_per_pass: int) -> list[int]:
+    """Best-of-k's passes under a budget: full passes of rows_per_pass, then the remainder."""
+    if rows_per_pass < 1:
+        raise ValueError("rows_per_pass must be at least 1")
+    full, rest = divmod(k, rows_per_pass)
+    return [rows_per_pass] * full + ([rest] if rest else [])
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """What the curve needs from one prompt's Best-of-N_max run."""
+
+    scores: Sequence[float]          # final reward of candidate 0..N-1
+    lengths: Sequence[int]           # tokens each generated
+    prompt_tokens: int
+    flops_per_token: float           # 2 x generator params
+    reward_flops: float = 0.0        # the whole run's reward FLOPs (each candidate scored once)
+    fixed_s: float = 0.0             # the run's wall time outside decoding (prefill, scoring)
+
+    @property
+    def n(self) -> int:
+        return len(self.scores)
+
+
+@dataclass(frozen=True)
+class Point:
+    """Expected Best-of-k on one prompt (or summed over prompts, ``best`` then per prompt)."""
+
+    k: int
+    best: float
+    tokens: float
+    flops: float
+    steps: float
+    wall_s: float | None
+
+
+def bon_point(run: PromptRun, k: int, rows_per_pass: int,
+              step_s: Callable[[int], float] | None = None) -> Point:
+    """Expected best and compute of Best-of-k drawn from ``run``, under ``rows_per_pass``."""
+    n = run.n
+    if len(run.lengths) != n:
+        raise ValueError("scores and lengths must cover the same candidates")
+    mean_len = sum(run.lengths) / n
+    tokens = k * mean_len
+    flops = run.flops_per_token * (run.prompt_tokens + tokens) + run.reward_flops * k / n
+    steps, wall = 0.0, 0.0
+    for m in pass_sizes(k, rows_per_pass):
+        e = expected_max(run.lengths, m)
+        steps += e
+        if step_s is not None:
+            wall += e * step_s(m)
+    wall_s = wall + run.fixed_s * k / n if step_s is not None else None
+    return Point(k, expected_max(run.scores, k), tokens, flops, steps, wall_s)
+
+
+def default_ks(n_max: int) -> list[int]:
+    """Every k up to 64, then a geometric grid (x1.125) to n_max: dense enough to interpolate."""
+    ks = set(range(1, min(n_max, 64) + 1))
+    k = 64.0
+    while k < n_max:
+        k *= 1.125
+        ks.add(min(n_max, int(round(k))))
+    ks.add(n_max)
+    return sorted(ks)
+
+
+def speedups(curves: dict[str, Sequence[tuple[float, float]]], target: float,
+             method: dict[str, float]) -> dict[str, SpeedUp]:
+    """Speed-up at equal improvement score in each measure present in both ``curves`` and
+    ``method`` (e.g. flops, steps, wall): the compute Best-of-N needs for ``target`` (log-
+    interpolated on its curve) over the method's. A lower bound when the target is off the curve."""
+    return {m: speedup(curves[m], target, method[m]) for m in curves if m in method and method[m]}
+
+
+def improvement(bests: Sequence[float], runs: Sequence[PromptRun]) -> float:
+    """The improvement score of per-prompt bests against each run's Best-of-N_max (100 = match it)."""
+    from .metrics import improvement_score
+
+    top = [max(r.scores) for r in runs]
+    return improvement_score(bests, top, top, [min(r.scores) for r in runs])
+
+
+def bon_curve(runs: Sequence[PromptRun], ks: Sequence[int], rows_per_pass: Sequence[int],
+              step_s: Callable[[int], float] | None = None) -> list[dict]:
+    """Best-of-k over prompts, for each k: the expected improvement score and the compute summed
+    over prompts (tokens, flops, steps, and wall_s when ``step_s`` models it)."""
+    if not runs or len(rows_per_pass) != len(runs):
+        raise ValueError("bon_curve needs one rows_per_pass per prompt run")
+    out = []
+    for k in ks:
+        pts = [bon_point(r, k, b, step_s) for r, b in zip(runs, rows_per_pass)]
+        row = {"k": k, "improvement": improvement([p.best for p in pts], runs),
+               "tokens": sum(p.tokens for p in pts), "flops": sum(p.flops for p in pts),
+               "steps": sum(p.steps for p in pts)}
+        if step_s is not None:
+            row["wall"] = sum(p.wall_s for p in pts)
+        out.append(row)
+    return out
+
+
+def curves_by_measure(curve: Sequence[dict]) -> dict[str, list[tuple[float, float]]]:
+    """(compute, improvement) points per measure, for ``speedups``."""
+    return {m: [(row[m], row["improvement"]) for row in curve] for m in MEASURES if all(m in r for r in curve)}

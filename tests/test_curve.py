@@ -1,0 +1,93 @@
+"""The order-statistics Best-of-N curve against brute-force enumeration of subsets."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from specrej.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, expected_max,
+                           order_weights, pass_sizes, speedups)
+
+
+def brute_max(values, k):
+    subs = list(itertools.combinations(values, k))
+    return sum(max(s) for s in subs) / len(subs)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_expected_max_equals_mean_over_all_subsets(n):
+    rng = random.Random(n)
+    values = [rng.choice([0.1, 0.5, 0.5, 0.9, rng.random()]) for _ in range(n)]   # with ties
+    for k in range(1, n + 1):
+        assert expected_max(values, k) == pytest.approx(brute_max(values, k), abs=1e-12)
+
+
+def test_weights_sum_to_one_and_ends():
+    for n, k in [(128, 1), (128, 7), (1024, 300), (10, 10)]:
+        w = order_weights(n, k)
+        assert sum(w) == pytest.approx(1.0, abs=1e-9)
+        assert all(x == 0 for x in w[: k - 1])
+    assert expected_max([3, 1, 2], 1) == pytest.approx(2.0)   # k=1: the mean
+    assert expected_max([3, 1, 2], 3) == pytest.approx(3.0)   # k=N: the max
+    with pytest.raises(ValueError):
+        order_weights(3, 4)
+
+
+def test_steps_and_tokens_against_enumeration_of_ordered_draws():
+    lengths = [5, 9, 3, 9, 7, 2]
+    scores = [0.3, 0.1, 0.7, 0.2, 0.9, 0.4]
+    run = PromptRun(scores, lengths, prompt_tokens=10, flops_per_token=2.0, reward_flops=60.0, fixed_s=1.2)
+    step_s = lambda rows: 0.01 * rows + 0.1   # noqa: E731
+    for k in range(1, 7):
+        for b in (1, 2, 4):
+            perms = list(itertools.permutations(range(6), k))
+            steps = wall = tokens = best = 0.0
+            for p in perms:   # an ordered draw split into passes of b rows
+                best += max(scores[i] for i in p)
+                tokens += sum(lengths[i] for i in p)
+                for j in range(0, k, b):
+                    chunk = p[j:j + b]
+                    steps += max(lengths[i] for i in chunk)
+                    wall += max(lengths[i] for i in chunk) * step_s(len(chunk))
+            m = len(perms)
+            pt = bon_point(run, k, b, step_s)
+            assert pt.best == pytest.approx(best / m)
+            assert pt.tokens == pytest.approx(tokens / m)
+            assert pt.steps == pytest.approx(steps / m)
+            assert pt.wall_s == pytest.approx(wall / m + 1.2 * k / 6)
+            assert pt.flops == pytest.approx(2.0 * (10 + tokens / m) + 60.0 * k / 6)
+
+
+def test_pass_sizes():
+    assert pass_sizes(10, 4) == [4, 4, 2]
+    assert pass_sizes(8, 4) == [4, 4]
+    assert pass_sizes(3, 8) == [3]
+
+
+def test_curve_rises_to_100_and_speedups_read_it():
+    rng = random.Random(0)
+    runs = [PromptRun([rng.random() for _ in range(32)], [rng.randint(5, 20) for _ in range(32)], 8, 2.0)
+            for _ in range(3)]
+    curve = bon_curve(runs, [1, 2, 4, 8, 16, 32], rows_per_pass=[4, 4, 4])
+    imps = [row["improvement"] for row in curve]
+    assert imps == sorted(imps) and imps[-1] == pytest.approx(100.0)
+    steps = [row["steps"] for row in curve]
+    assert steps == sorted(steps)
+    by = curves_by_measure(curve)
+    assert set(by) == {"flops", "steps"}                   # no step model, so no wall
+    # a method that scores like Best-of-8 with 1/4 of Best-of-8's decode steps is a 4x speed-up in steps
+    target, at8 = curve[3]["improvement"], curve[3]
+    s = speedups(by, target, {"steps": at8["steps"] / 4, "flops": at8["flops"]})
+    assert s["steps"].value == pytest.approx(4.0) and not s["steps"].lower_bound
+    assert s["flops"].value == pytest.approx(1.0)
+    assert speedups(by, 101.0, {"steps": 1.0})["steps"].lower_bound
+
+
+def test_default_ks_dense_then_geometric():
+    ks = default_ks(1024)
+    assert ks[:64] == list(range(1, 65)) and ks[-1] == 1024
+    assert all(b / a <= 1.14 for a, b in zip(ks[63:], ks[64:]))
+    assert default_ks(5) == [1, 2, 3, 4, 5]
+    assert math.isclose(len(default_ks(128)), len(set(default_ks(128))))

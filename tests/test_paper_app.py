@@ -1,0 +1,84 @@
+"""The paper's protocol in the app: the Paper scale preset, SR starting with 'auto', 'stop Best-of-N
+once it matches', and recorded races replayed through the same frame builders."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import run_request, tiny_app_context
+
+pytest.importorskip("gradio")
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+PROMPT = "Give me three tips for staying healthy."
+
+
+@pytest.fixture(scope="module")
+def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    return tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory)
+
+
+def _settings(**kw):
+    base = dict(prompt=PROMPT, n=12, alpha=0.5, budget=700, decision="budget", max_new_tokens=16, seed=0,
+                sr_start="auto", first_decision=4, stop_when_matched=True)
+    base.update(kw)
+    return base
+
+
+def test_auto_start_and_stop_when_matched_through_the_request(ctx):
+    from components.stream import frames
+
+    out = list(frames(ctx, run_request(ctx, _settings())))
+    view = out[-1].view
+    assert view.state == "done", out[-1].status
+    sr, bon = view.arms["sr"], view.arms["bon"]
+    assert len(bon.candidates) == 12 and len(sr.candidates) > 12      # SR filled the budget at token 4
+    assert sr.round_events[0].position >= 4
+    m = bon.finished.match
+    assert m is not None and m.target == sr.finished.winner.score
+    assert ("Stopped once it matched" in out[-1].summary) or ("Never matched" in out[-1].summary)
+
+
+def test_bad_start_choice_is_a_message(ctx):
+    from components.stream import frames
+
+    out = list(frames(ctx, run_request(ctx, _settings(sr_start="lots"))))
+    assert len(out) == 1 and "sr_start" in out[0].status
+
+
+def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
+    from components.frames import Frame
+    from components.replay import find, replay_frames
+    from specrej.cli import main
+
+    rc = main(["record", "--out", str(tmp_path / "a.json.gz"), "--model", ctx.default_model,
+               "--reward", ctx.default_reward.removeprefix("model:"), "--prompt", PROMPT,
+               "--arms", "bon:n=12", "sr:n=auto,first_decision=4", "--max-new-tokens", "16", "--budget", "700",
+               "--stop-when-matched", "--quiet"])
+    assert rc == 0 and find("  give me THREE tips for staying healthy. ", tmp_path) == tmp_path / "a.json.gz"
+    frames = list(replay_frames(PROMPT, "inf", folder=tmp_path))
+    assert all(isinstance(f, Frame) for f in frames)
+    first, last = frames[0], frames[-1]
+    assert "recorded:" in first.status and "press Run to run it live" in first.status
+    assert last.view.state == "done" and last.results_visible and "### Result" in last.summary
+    assert last.view.arms["bon"].finished.match is not None
+    slept = []
+    paced = list(replay_frames(PROMPT, "16", folder=tmp_path, min_frame_interval=0.0, sleep=slept.append))
+    assert len(paced) >= len(frames) and sum(slept) > 0
+    missing = list(replay_frames("What is a cat?", "inf", folder=tmp_path))
+    assert len(missing) == 1 and "no recorded race" in missing[0].status
+
+
+def test_paper_scale_preset_and_committed_recordings(ctx):
+    """The preset sets the paper's settings; every committed recording replays and names its settings."""
+    from components.replay import PAPER_SCALE, RECORDINGS, index, replay_frames
+    from specrej.record import load
+
+    assert PAPER_SCALE["sr_start"] == "auto" and PAPER_SCALE["stop_when_matched"] is True
+    total = sum(p.stat().st_size for p in RECORDINGS.glob("*"))
+    assert total < 10 * 2**20
+    for prompt, path in index().items():
+        rec = load(path)
+        assert {"model", "reward", "hardware", "date", "settings"} <= set(rec.meta)
+        assert "n=auto" in rec.meta["settings"]["arms"]
+        last = list(replay_frames(rec.meta["prompt"], "inf"))[-1]
+        assert last.view.state == "done"

@@ -1,0 +1,95 @@
+"""The paper's protocol on a tiny model: SR opens with the batch that fills the budget and is read
+against the order-statistics Best-of-N curve in FLOPs, decode steps and (modelled) wall time."""
+from __future__ import annotations
+
+import pytest
+
+from specrej import RunConfig
+from specrej.bench.protocol import StepModel, aggregate, measure_pass, run_prompt, sr_rows, summary
+
+PROMPT = "Give me three tips for staying healthy."
+
+
+@pytest.fixture(scope="module")
+def records(tiny_lm, length_reward):
+    base = RunConfig(prompt="-", max_new_tokens=24, seed=2, progress_every=0)
+    P = len(tiny_lm.render(PROMPT))
+    shared = tiny_lm.shares_prefix
+    budget = (P + 24 * 6) if shared else 3 * (P + 24)
+    rows = [{"id": f"p{i}", "kind": "", "prompt": p} for i, p in enumerate([PROMPT, "Explain how a rainbow forms."])]
+    recs = [run_prompt(tiny_lm, length_reward, r, base, n_ref=16, points=[(0.5, 4), (0.8, 4)], budget=budget)
+            for r in rows]
+    passes = [measure_pass(tiny_lm, RunConfig(prompt=PROMPT, n=16, max_new_tokens=24), rows=b)
+              for b in (1, recs[0]["rows_per_pass"])]
+    return recs, StepModel.from_passes(passes)
+
+
+def test_first_batch_fills_the_budget_at_the_first_decision(tiny_lm, records):
+    recs, _ = records
+    for r in recs:
+        for s in r["sr"]:
+            assert s["n"] == sr_rows(tiny_lm, r["budget"], r["prompt_tokens"], 4)
+            first = s["decisions"][0]["position"]
+            assert first >= 4                                  # the first decision comes at T or just after
+            one_more = sr_rows(tiny_lm, r["budget"] + r["prompt_tokens"] + 4, r["prompt_tokens"], 4)
+            assert one_more > s["n"]                           # one more row would not have fitted at T
+            assert s["steps"] >= first
+        assert len(r["bon"]["scores"]) == 16
+
+
+def test_aggregate_reads_every_measure_off_the_curve(tiny_lm, records):
+    recs, model = records
+    agg = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model)
+    assert agg["bon"][-1]["improvement"] == pytest.approx(100.0)
+    assert agg["bon"][-1]["rel_steps"] == pytest.approx(1.0)
+    for p in agg["sr"]:
+        for m in ("flops", "steps", "wall"):
+            assert p[f"speedup_{m}"]["value"] > 0
+            assert p[f"rel_{m}"] > 0
+    rows = summary(agg)
+    assert rows[0]["method"] == "bon" and [r["alpha"] for r in rows[1:]] == [0.5, 0.8]
+    for r in rows:
+        for key in ("method", "alpha", "first_decision", "improvement", "rel_flops", "rel_wall",
+                    "speedup_flops", "speedup_steps", "speedup_wall"):
+            assert key in r
+
+
+def test_step_model_interpolates_in_rows():
+    m = StepModel(((1, 0.01), (9, 0.05)))
+    assert m(1) == 0.01 and m(5) == pytest.approx(0.03) and m(20) == 0.05
+    assert StepModel.from_passes([{"rows": 4, "step_s": 0.2}, {"rows": 4, "step_s": 0.1},
+                                  {"rows": 1, "step_s": 0.05}]).points == ((1, 0.05), (4, 0.1))
+
+
+def test_table_and_figure(tiny_lm, records, tmp_path):
+    from specrej.bench.report import paper_png, paper_table
+
+    recs, model = records
+    agg = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model)
+    meta = {"prompt_set": "t", "model": "tiny", "reward": "variety", "max_new_tokens": 24, "budget": 1, "seed": 2}
+    text = paper_table(agg, meta)
+    assert "Best-of-16" in text and "SR a=0.5 T=4" in text and "MODELLED" in text
+    assert paper_png(agg, "t", tmp_path / "f.png") and (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_n_auto_fills_the_budget_at_the_first_decision(tiny_lm, length_reward):
+    from specrej import best_of_n, run_to_completion, speculative_rejection
+    from specrej.arms import parse_arm
+    from specrej.budget import BudgetError
+    from specrej.events import Round
+
+    P = len(tiny_lm.render(PROMPT))
+    shared = tiny_lm.shares_prefix
+    budget = P + 20 * 6 if shared else 20 * (P + 6)
+    cfg = RunConfig(prompt=PROMPT, n="auto", first_decision=6, alpha=0.5, max_new_tokens=24, budget=budget,
+                    progress_every=0)
+    events = list(speculative_rejection(tiny_lm, length_reward, cfg))
+    assert len(events[-1].candidates) == 20                       # 20 rows fill the budget at 6 tokens
+    assert next(e for e in events if isinstance(e, Round)).position == 6
+    with pytest.raises(ValueError, match="bon:n=128"):
+        run_to_completion(best_of_n(tiny_lm, length_reward, cfg))
+    with pytest.raises(BudgetError, match="first_decision"):
+        run_to_completion(speculative_rejection(tiny_lm, length_reward, RunConfig(
+            prompt=PROMPT, n="auto", first_decision=6, max_new_tokens=24, budget=P + 2)))
+    arm = parse_arm("sr:alpha=0.5,n=auto,first_decision=32")
+    assert dict(arm.overrides) == {"alpha": 0.5, "n": "auto", "first_decision": 32}
