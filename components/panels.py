@@ -184,8 +184,11 @@ def summary_markdown(view: RunView) -> str:
     for arm in view.display_order():
         if arm.arm in cmps:
             lines += _challenger_lines(view, arm, cmps[arm.arm]) + [""]
+    exact = all(a.ledger.dtype == "float32" for a in view.arms.values())
     lines.append("*FLOPs are estimated as 2 × parameters × tokens for each model. Randomness is coupled: "
-                 "candidate i writes the same text in every method while it survives.*")
+                 "candidate i writes the same text in every method while it survives"
+                 + ("." if exact else f" (up to {view.arms[next(iter(view.arms))].ledger.dtype} rounding: a few "
+                    "candidates can drift once the batch changes size; float32 is exact).") + "*")
     return "\n".join(lines)
 
 
