@@ -183,6 +183,12 @@ def main(argv: list[str] | None = None) -> dict | None:
             from accelerate.utils import gather_object
             records = gather_object(records)
             passes = gather_object(passes)
+            # no collective after this: shut the process group down before any rank exits (a rank that
+            # exits with gloo's threads still running aborts: "terminate called without an active exception")
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.barrier()
+                dist.destroy_process_group()
         records.sort(key=lambda r: r["order"])
     if not main_proc:
         return None
