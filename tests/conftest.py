@@ -150,3 +150,23 @@ def api_outputs(values) -> dict:
     leader (in the page's order), the race chart, the summary, the table, the trace and the JSON."""
     assert len(values) == len(API_OUTPUTS), len(values)
     return dict(zip(API_OUTPUTS, values))
+
+
+HANG_GUARD_S = 60   # only against a hang: no test asserts a speed
+
+
+def wait_for(cond, timeout=HANG_GUARD_S, every=0.02) -> bool:
+    """Poll ``cond`` until true; ``timeout`` only guards against a hang, it asserts no speed."""
+    import time
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(every)
+    return False
+
+
+def text(value) -> str:
+    """A component's value as gradio_client returns it: plain, or inside an update dict."""
+    return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value

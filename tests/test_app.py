@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import pytest
-from conftest import api_outputs, run_request, serve, tiny_app_context
+from conftest import HANG_GUARD_S, api_outputs, run_request, serve, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
 
 # gradio's queue calls pandas APIs that pandas 3 deprecates: not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
-TIMEOUT_S = 60
+TIMEOUT_S = HANG_GUARD_S
 PROMPT = "Give me three tips for staying healthy."
 # A tiny run that must make at least one Speculative Rejection decision: the tiny model's ~40-token
 # prompt (stored once) and 8 rows overflow a 100-slot budget after a few tokens.
@@ -179,10 +178,6 @@ def n_points(plot) -> int:
     return sum(sum(y is not None for y in t.get("y", [])) for t in fig["data"] if t.get("hoverinfo") != "skip")
 
 
-def text(value) -> str:
-    """A component's value as gradio_client returns it: plain, or inside an update dict."""
-    return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value
-
 
 def collect(job):
     """Every update of a job, in order, once it is done."""
@@ -265,15 +260,6 @@ def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx, monkeypa
     updates = collect(client.submit(**api_kwargs(ctx), api_name="/run"))
     assert "Done" in text(updates[-1][0])
 
-
-def wait_for(cond, timeout=TIMEOUT_S, every=0.02) -> bool:
-    """Poll ``cond`` until true; ``timeout`` only guards against a hang, it asserts no speed."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if cond():
-            return True
-        time.sleep(every)
-    return False
 
 
 def test_bad_input_through_the_api_returns_the_message(served, ctx):

@@ -4,7 +4,6 @@ and aggregation are tested in test_curve.py and test_protocol.py."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import subprocess

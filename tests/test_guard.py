@@ -7,10 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
 
 import pytest
-from conftest import launch_local, run_request, tiny_app_context
+from conftest import HANG_GUARD_S, launch_local, run_request, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -18,20 +17,8 @@ pytest.importorskip("gradio_client")
 PROMPT = "Give me three tips for staying healthy."
 TINY = dict(n=4, alpha=0.5, budget=0, decision="budget", interval=16, max_new_tokens=6, temperature=0.9,
             top_p=0.95, seed=1)
-HANG_GUARD_S = 60   # only against a hang: nothing here asserts a speed
 
 
-def wait_for(cond, timeout=HANG_GUARD_S) -> bool:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def text(value) -> str:
-    return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value
 
 
 # ---------------------------------------------------------------- alone

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 
 from specrej import RunConfig, best_of_n, run_to_completion, speculative_rejection
 from specrej.events import Candidate, Finished, Ledger, Progress

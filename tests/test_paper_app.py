@@ -2,7 +2,6 @@
 once it matches', and recorded races replayed through the same frame builders."""
 from __future__ import annotations
 
-import math
 
 import pytest
 from conftest import run_request, tiny_app_context

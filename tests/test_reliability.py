@@ -18,7 +18,7 @@ import time
 import weakref
 
 import pytest
-from conftest import api_outputs, launch_local, run_request, serve, tiny_app_context
+from conftest import HANG_GUARD_S, api_outputs, launch_local, run_request, serve, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
-TIMEOUT_S = 60
+TIMEOUT_S = HANG_GUARD_S
 PROMPT = "Give me three tips for staying healthy."
 TINY = dict(n=4, alpha=0.5, budget=0, decision="budget", interval=16, max_new_tokens=6, temperature=0.9,
             top_p=0.95, seed=1)
@@ -399,17 +399,6 @@ def api_kwargs(ctx, **overrides):
     return dataclasses.asdict(request(ctx, **overrides))
 
 
-def text(value) -> str:
-    return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value
-
-
-def wait_for(cond, timeout=TIMEOUT_S, every=0.02) -> bool:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if cond():
-            return True
-        time.sleep(every)
-    return False
 
 
 def test_eight_clients_at_once_get_their_own_results_and_memory_returns(served, ctx, engines):

@@ -64,27 +64,43 @@ def _spread(samples: list[float]) -> dict:
     return {"median": s[len(s) // 2], "min": s[0], "max": s[-1], "samples": len(s)}
 
 
-class MatmulLimit:
-    """FLOP/s of a large matmul in ``dtype`` (the generator's), sampled between the engine's runs:
-    on a shared machine the median of samples taken around the runs is the fair yardstick."""
+class _Probe:
+    """A timed operation sampled between the engine's runs: ``work`` units (FLOPs, bytes) per call
+    of ``_op``; on a shared machine the median of samples taken around the runs is the fair yardstick."""
 
-    def __init__(self, device: torch.device, dtype: torch.dtype = torch.float32, size: int = 2048):
-        self.device, self.dtype = device, dtype
-        self.size = max(size, 8192) if device.type == "cuda" else size
+    work: float
+
+    def _start(self) -> None:
         self.samples: list[float] = []
-        self.a = torch.randn(self.size, self.size, device=device, dtype=self.dtype)
-        self.b = torch.randn(self.size, self.size, device=device, dtype=self.dtype)
         self.measure(1)   # warm-up, not kept
         self.samples.clear()
+
+    def _op(self) -> None:
+        raise NotImplementedError
 
     @torch.inference_mode()
     def measure(self, reps: int = 1) -> None:
         for _ in range(reps):
             _sync(self.device)
             t = time.perf_counter()
-            self.a @ self.b
+            self._op()
             _sync(self.device)
-            self.samples.append(2 * self.size ** 3 / (time.perf_counter() - t))
+            self.samples.append(self.work / (time.perf_counter() - t))
+
+
+class MatmulLimit(_Probe):
+    """FLOP/s of a large matmul in ``dtype`` (the generator's): the practical compute limit."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype = torch.float32, size: int = 2048):
+        self.device, self.dtype = device, dtype
+        self.size = max(size, 8192) if device.type == "cuda" else size
+        self.a = torch.randn(self.size, self.size, device=device, dtype=self.dtype)
+        self.b = torch.randn(self.size, self.size, device=device, dtype=self.dtype)
+        self.work = 2 * self.size ** 3
+        self._start()
+
+    def _op(self) -> None:
+        self.a @ self.b
 
     def summary(self) -> dict:
         sp = _spread(self.samples)
@@ -92,7 +108,7 @@ class MatmulLimit:
                 "best_flops_per_s": sp["max"], "min_flops_per_s": sp["min"], "samples": sp["samples"]}
 
 
-class ReadBandwidth:
+class ReadBandwidth(_Probe):
     """Bytes/s that a matrix-vector product streams from memory (``W @ x``, W far larger than the
     caches): what a decoding step does with every weight. Sampled like ``MatmulLimit``."""
 
@@ -103,19 +119,11 @@ class ReadBandwidth:
         rows = mbytes * 2 ** 20 // (cols * torch.finfo(dtype).bits // 8)
         self.w = torch.randn(rows, cols, device=device, dtype=dtype)
         self.x = torch.randn(cols, 1, device=device, dtype=dtype)
-        self.bytes = self.w.numel() * self.w.element_size()
-        self.samples: list[float] = []
-        self.measure(1)   # warm-up, not kept
-        self.samples.clear()
+        self.bytes = self.work = self.w.numel() * self.w.element_size()
+        self._start()
 
-    @torch.inference_mode()
-    def measure(self, reps: int = 1) -> None:
-        for _ in range(reps):
-            _sync(self.device)
-            t = time.perf_counter()
-            self.w @ self.x
-            _sync(self.device)
-            self.samples.append(self.bytes / (time.perf_counter() - t))
+    def _op(self) -> None:
+        self.w @ self.x
 
     def summary(self) -> dict:
         sp = _spread(self.samples)
