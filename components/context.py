@@ -19,7 +19,7 @@ Environment:
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
                        SPECREJ_MAX_RUNS_PER_CLIENT (default 2, ``guard.py``)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
-                       (``specrej.limits``): slider ranges, per-run checks, a run-time cap
+                       (``components.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
                        written (atomically: a temp file in that folder, then a rename); unset: none
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 from specrej import load_generator, load_reward
 from specrej.arms import DEFAULT_ARMS, parse_arms
 from specrej.config import env_int
-from specrej.limits import Limits, ModelPolicy
+from components.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
 from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, REWARDS, offered_kinds
 

@@ -29,7 +29,7 @@ from specrej.config import AUTO
 from specrej.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.config import env_int
-from specrej.limits import PolicyError
+from components.limits import PolicyError
 
 from . import charts
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label

@@ -3,7 +3,7 @@
 Every field has a default and a ``help`` that the CLI and the app read. ``__post_init__``
 checks ranges and cross-field rules with messages that say what to change; it does no I/O.
 Checks that need the model (the prompt's token count against the memory budget) live in
-``specrej.budget``.
+``specrej.core.budget``.
 """
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_the_deployment_limits_apply(ctx):
     import dataclasses
 
     from components.stream import frames
-    from specrej.limits import Limits
+    from components.limits import Limits
 
     out = list(frames(ctx, request(ctx, n=ctx.limits.max_n + 1)))
     assert len(out) == 1 and "SPECREJ_MAX_N" in out[0].status

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from specrej import BudgetError, Round, RunConfig, best_of_n, run_to_completion, speculative_rejection
-from specrej.budget import FEW_TOKENS, check_fits
-from specrej.engine import Rows
+from specrej.core.budget import FEW_TOKENS, check_fits
+from specrej.backends.hf import Rows
 
 # prompts of very different token lengths through the tiny tokenizer's chat template
 PROMPTS = ["Give me three tips for staying healthy.", "hi", "Write a haiku about the sea. " * 3,
@@ -23,7 +23,7 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(H
 def slots(rows: int, p: int, generated: int, shared: bool) -> int:
     """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed: the
     prompt once when the rows share it (``lm.shares_prefix``), else once per row. Stated here on
-    its own, not taken from ``specrej.budget``, so that a slip there cannot hide."""
+    its own, not taken from ``specrej.core.budget``, so that a slip there cannot hide."""
     return p + rows * generated if shared else rows * (p + generated)
 
 

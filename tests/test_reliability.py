@@ -160,7 +160,7 @@ def oom_events(times: int, counter: dict):
 def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engines):
     from components.stream import frames
     from specrej import load_generator
-    from specrej.budget import resolve_budget
+    from specrej.core.budget import resolve_budget
 
     counter: dict = {}
     out = list(frames(ctx, request(ctx), events_fn=oom_events(1, counter)))
@@ -299,7 +299,7 @@ def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
 def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
     from components import context, stream
     from components.stream import frames
-    from specrej.limits import ModelPolicy, PolicyError
+    from components.limits import ModelPolicy, PolicyError
 
     loads: list = []
     real_gen, real_rew = context.load_generator, context.load_reward
@@ -350,7 +350,7 @@ HOSTILE = st.one_of(st.text(max_size=300), st.sampled_from(INJECTIONS + [
 
 @pytest.fixture(scope="module")
 def fuzz_ctx(ctx):
-    from specrej.limits import Limits
+    from components.limits import Limits
 
     return dataclasses.replace(ctx, limits=Limits(max_prompt_chars=400, max_n=4, max_new_tokens=4,
                                                   max_budget=4096, max_run_seconds=20), active=set())

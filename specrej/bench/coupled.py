@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
-from ..engine import Engine, Sampling
+from ..backends.hf import Engine, Sampling
 from ..models import LM
 from ..rewards import Reward, TokenStats, checked
 

@@ -29,7 +29,7 @@ import torch
 from ..compare import decision_rank, live_at_decision
 from ..config import AUTO, RunConfig
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, speedups
-from ..engine import Engine, Sampling
+from ..backends.hf import Engine, Sampling
 from ..events import Finished, Round
 from ..methods import best_of_n, run_to_completion, speculative_rejection
 from .simulate import auto_rows, rows_per_pass

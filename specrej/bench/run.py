@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     threads = args.threads or auto_threads(state.num_processes)
     torch.set_num_threads(threads)
 
-    from ..budget import BudgetError, check_fits
+    from ..core.budget import BudgetError, check_fits
     from ..config import RunConfig
     from ..models import load_generator
     from ..rewards import load_reward

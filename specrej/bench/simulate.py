@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..budget import AUTO_MAX_ROWS, rows_that_fit
+from ..core.budget import AUTO_MAX_ROWS, rows_that_fit
 from .coupled import CoupledRun, PrefixScorer
 
 

@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from .kvcache import grow_in_place
-from .models import LM
-from .shared_prefix import SharedPrefixCache
+from ..kvcache import grow_in_place
+from ..models import LM
+from ..shared_prefix import SharedPrefixCache
 
 
 @dataclass(frozen=True)

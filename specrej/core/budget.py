@@ -5,8 +5,8 @@ import torch
 
 import dataclasses
 
-from .config import AUTO, RunConfig, env_int
-from .models import LM
+from ..config import AUTO, RunConfig, env_int
+from ..models import LM
 
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
 DEFAULT_CPU_BUDGET = 2048

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .config import AUTO, RunConfig, env_int
+from specrej.config import AUTO, RunConfig, env_int
 
 
 class LimitError(ValueError):
@@ -104,7 +104,7 @@ class ModelPolicy:
 
 def auto_rows_bound(cfg: RunConfig) -> int:
     """The most rows n='auto' can open with (the prompt's own slots would only lower it)."""
-    from .budget import AUTO_MAX_ROWS
+    from specrej.core.budget import AUTO_MAX_ROWS
 
     return AUTO_MAX_ROWS if cfg.budget is None else min(AUTO_MAX_ROWS, cfg.budget // cfg.first_decision)
 

@@ -25,13 +25,13 @@ from typing import Callable, Iterator
 
 import torch
 
-from .budget import check_fits, resolve_budget, resolve_n, rows_per_pass
-from .config import AUTO, RunConfig
-from .engine import Done, Engine, Rows, Sampling
-from .events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
-from . import precision
-from .models import LM
-from .rewards import Reward, TokenStats, checked
+from ..core.budget import check_fits, resolve_budget, resolve_n, rows_per_pass
+from ..config import AUTO, RunConfig
+from ..backends.hf import Done, Engine, Rows, Sampling
+from ..events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
+from .. import precision
+from ..models import LM
+from ..rewards import Reward, TokenStats, checked
 
 EngineFactory = Callable[..., Engine]
 
