@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import charts, panels
+from .looks import colour
 from .view import RunView
 
 KEEP: Any = object()  # a Frame field left as it is ("skip")
@@ -39,7 +40,7 @@ CHART_LABELS = {"pruning": "reward of each candidate as it is written",
 
 
 def slots(view: RunView) -> list[tuple[str, str, str]]:
-    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[a.chart]}", a.spec.colour) for a in view.display_order()]
+    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[a.chart]}", colour(a.spec)) for a in view.display_order()]
 
 
 def error_frame(message: str) -> Frame:

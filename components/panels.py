@@ -12,6 +12,7 @@ import dataclasses
 from specrej import Candidate
 from specrej.compare import Comparison, fmt_times, reached
 
+from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
 from .view import ArmView, RunView
 
@@ -26,7 +27,7 @@ def _arm_status(arm: ArmView) -> str:
         return f"**{name}** done in {fmt_s(arm.ledger.wall_s)}, {fmt_flops(arm.ledger.flops)}"
     if not arm.events:
         return f"**{name}** prefilling…"
-    word = arm.spec.kind.round_word
+    word = look(arm.spec.method).round_word
     if arm.chart == "pruning":
         k = len(arm.rounds)
         where = (f"{k} {word}{'s' if k != 1 else ''} taken" if k else f"no {word} yet") + f", {arm.n_live} live"
@@ -80,7 +81,7 @@ def leader(view: RunView, arm_id: str) -> tuple[str, str]:
         return f"{name} · winner #{c.id} · reward {fmt_score(c.score)} · {c.tokens} tokens", c.text
     pruning = arm.chart == "pruning"
     if c.score is None:
-        hint = f"scored at the first {arm.spec.kind.round_word}" if pruning else "scored when complete"
+        hint = f"scored at the first {look(arm.spec.method).round_word}" if pruning else "scored when complete"
         return f"{name} · #{c.id} writing ({hint}) · {c.tokens} tokens", c.text
     if c.status == "finished":
         what = "leader (finished)" if pruning else "best finished so far"
@@ -106,7 +107,7 @@ def _ledger_rows(view: RunView) -> list[str]:
         cells = [f"#{f.winner.id}", f"**{fmt_score(f.winner.score)}**", f"{f.winner.tokens} tokens",
                  f"{led.generated_tokens:,}", f"{led.reward_tokens:,}", f"**{fmt_flops(led.flops)}**",
                  fmt_s(led.wall_s), f"{led.peak_kv_slots:,} slots ({_mb(led.peak_memory_bytes)})",
-                 arm.spec.kind.rounds(f.rounds)]
+                 look(arm.spec.method).rounds(f.rounds)]
         for (_, col), cell in zip(rows, cells):
             col.append(cell)
     out = ["| | " + " | ".join(md_escape(a.spec.label) for a in arms) + " |", "|---|" + "---:|" * len(arms)]

@@ -87,7 +87,7 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
 def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
     led, w = f.ledger, f.winner
     return [
-        f"== {arm.label} [{arm.id}] ({arm.kind.rounds(f.rounds)})",
+        f"== {arm.label} [{arm.id}] ({f.rounds} round{'' if f.rounds == 1 else 's'})",
         f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
         "   " + w.text.strip().replace("\n", "\n   "),
         f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
@@ -202,9 +202,8 @@ def _progress_line(ev, arms: dict[str, ArmSpec]) -> str:
     led = ev.ledger
     head = f"[{ev.arm:>3}] {led.wall_s:6.1f}s {led.generated_tokens:6d} tok"
     if isinstance(ev, Round):
-        what = arms[ev.arm].kind.round_word
         thr = f", threshold {ev.threshold:.3f}" if ev.threshold is not None else ""
-        return f"{head}  {what} {ev.index} at token {ev.position}: kept {ev.n_kept}, pruned {ev.n_pruned}{thr}"
+        return f"{head}  round {ev.index} at token {ev.position}: kept {ev.n_kept}, pruned {ev.n_pruned}{thr}"
     if isinstance(ev, Finished):
         return f"{head}  done: winner #{ev.winner.id} reward {ev.winner.score:.4f}"
     return f"{head}  token {ev.position}, {ev.n_live} live"

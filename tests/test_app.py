@@ -288,7 +288,7 @@ def third_method(monkeypatch):
 
     monkeypatch.setitem(methods.METHODS, "first", lambda lm, reward, cfg: best_of_n(lm, reward,
                                                                                     dataclasses.replace(cfg, n=1)))
-    monkeypatch.setitem(REGISTRY, "first", ArmKind("first", "First answer", ("#009E73",), "final", (), "pass"))
+    monkeypatch.setitem(REGISTRY, "first", ArmKind("first", "First answer", ()))
 
 
 def test_a_registered_third_method_appears_in_the_app(ctx, third_method):

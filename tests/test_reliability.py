@@ -61,10 +61,10 @@ def request(ctx, **overrides):
 @pytest.fixture
 def engines(monkeypatch):
     """Weak references to every Engine (prompt cache) and Rows (KV cache) made while the test runs."""
-    from specrej import methods
+    from specrej.backends.hf import Engine
 
     refs: list = []
-    real_init, real_start = methods.Engine.__init__, methods.Engine.start
+    real_init, real_start = Engine.__init__, Engine.start
 
     def spy(self, *a, **kw):
         real_init(self, *a, **kw)
@@ -75,8 +75,8 @@ def engines(monkeypatch):
         refs.append(weakref.ref(rows))
         return rows
 
-    monkeypatch.setattr(methods.Engine, "__init__", spy)
-    monkeypatch.setattr(methods.Engine, "start", spy_start)
+    monkeypatch.setattr(Engine, "__init__", spy)
+    monkeypatch.setattr(Engine, "start", spy_start)
     return refs
 
 
@@ -160,13 +160,13 @@ def oom_events(times: int, counter: dict):
 def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engines):
     from components.stream import frames
     from specrej import load_generator
-    from specrej.core.budget import resolve_budget
+    from specrej.backends.hf import Engine
 
     counter: dict = {}
     out = list(frames(ctx, request(ctx), events_fn=oom_events(1, counter)))
     FIGURES["faults_injected"] += 1
     last = out[-1]
-    auto = resolve_budget(request(ctx).config(1), load_generator(ctx.default_model))
+    auto = Engine.default_budget(load_generator(ctx.default_model))
     assert counter["budgets"] == [None, auto // 2]
     assert last.view.state == "done" and last.view.cfg.budget == auto // 2
     assert "retried once with a smaller budget" in last.status

@@ -24,30 +24,18 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 
 import torch
+
+from ..config import RunConfig, env_int
 from ..kvcache import grow_in_place
 from ..models import LM
 from ..shared_prefix import SharedPrefixCache
+from . import Done, Sampling
 
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 50
-
-
-@dataclass(frozen=True)
-class Done:
-    """A row that ended this step."""
-
-    cand: int
-    tokens: list[int]
-    reason: str  # "eos" | "stop" | "length"
-    mean_logprob: float
-    mean_self_certainty: float
+CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
+DEFAULT_CPU_BUDGET = 2048
+GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
 
 
 def coupled_uniforms(seed: int, position: int, cand_ids: torch.Tensor, n_total: int) -> torch.Tensor:
@@ -113,7 +101,32 @@ class Engine:
     ``extra_prefill_tokens`` counts tokens prefilled again after the prompt (an engine that
     re-prefills, such as the bench's reference-style one, adds to it; the ledger charges them)."""
 
+    name = "transformers"
+    allow_sharing = True        # rows may hold the prompt's cache once (where ``lm.shares_prefix``)
     extra_prefill_tokens = 0
+
+    @classmethod
+    def from_config(cls, lm: LM, prompt_ids: list[int], cfg: RunConfig, *, n_total: int | None = None,
+                    share_prefix: bool | None = None, stats: bool = True) -> "Engine":
+        """The engine for ``cfg``'s sampling, seed, length and stop strings."""
+        return cls(lm, prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
+                   n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens,
+                   stop=cfg.stop, share_prefix=share_prefix, stats=stats)
+
+    @staticmethod
+    def default_budget(lm: LM) -> int:
+        """Half the GPU's free memory in KV slots; on CPU, SPECREJ_CPU_BUDGET (default 2048)."""
+        from ..core.budget import BudgetError
+
+        if lm.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(lm.device)
+            return int(free * GPU_FRACTION) // lm.kv_bytes_per_slot
+        return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
+
+    def peak_memory_bytes(self, peak_slots: int) -> int:
+        if self.lm.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.lm.device))
+        return peak_slots * self.lm.kv_bytes_per_slot
 
     @torch.inference_mode()
     def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
@@ -139,6 +152,7 @@ class Engine:
     def kv_sharing(self) -> str:
         return "shared" if self.share_prefix else "copied"
 
+    @torch.inference_mode()
     def start(self, cand_ids: list[int]) -> "Rows":
         # 2. share the prompt's cache with every row of this pass (or copy it to each)
         if self.share_prefix:
@@ -152,6 +166,8 @@ class Engine:
 
     def release(self) -> None:
         self.prompt_cache = self.prompt_logits = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 class Rows:
@@ -243,6 +259,7 @@ class Rows:
         """Feed one token per row (tok: [rows]) and keep the next-token logits."""
         self.logits, self.cache = next_logits(self.engine.lm, tok[:, None], self.cache)
 
+    @torch.inference_mode()
     def keep(self, indices: list[int]) -> None:
         """4. prune: keep only these rows (positions in the batch), in this order."""
         self._select(indices)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
-from ..backends.hf import Engine, Sampling
+from ..backends.hf import Engine
 from ..models import LM
 from ..rewards import Reward, TokenStats, checked
 
@@ -67,8 +67,7 @@ class CoupledRun:
 def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
     """Decode candidates 0..cfg.n-1 of cfg.prompt to the end, in one batch, keeping the statistics."""
     ids = lm.render(cfg.prompt)
-    engine = Engine(lm, ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
-                    n_total=cfg.n, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
+    engine = Engine.from_config(lm, ids, cfg)
     n = cfg.n
     tokens: list[list[int]] = [[] for _ in range(n)]
     cum_lp: list[list[float]] = [[] for _ in range(n)]

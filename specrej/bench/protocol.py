@@ -29,10 +29,10 @@ import torch
 from ..compare import decision_rank, live_at_decision
 from ..config import AUTO, RunConfig
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, speedups
-from ..backends.hf import Engine, Sampling
+from ..backends.hf import Engine
 from ..events import Finished, Round
 from ..methods import best_of_n, run_to_completion, speculative_rejection
-from .simulate import auto_rows, rows_per_pass
+from ..core.budget import KVBudget
 
 
 # ---------------------------------------------------------------------------------- step times
@@ -41,8 +41,7 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
     """One real Best-of-N pass of ``rows`` rows (candidates 0..rows-1) to the end: wall per step.
     ``stats``: keep the token statistics, as the arm does when its reward reads them."""
     ids = lm.render(cfg.prompt)
-    engine = Engine(lm, ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
-                    n_total=max(rows, cfg.n), max_new_tokens=cfg.max_new_tokens, stop=cfg.stop, stats=stats)
+    engine = Engine.from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
     r = engine.start(list(range(rows)))
     t0 = time.perf_counter()
     steps = 0
@@ -82,7 +81,7 @@ class StepModel:
 # ---------------------------------------------------------------------------------- one prompt
 def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
     """Speculative Rejection's first batch: the rows that fill the budget at the first decision."""
-    return auto_rows(budget, prompt_tokens, first_decision, shared=lm.shares_prefix)
+    return max(1, KVBudget(budget, prompt_tokens, lm.shares_prefix).auto_n(first_decision))
 
 
 def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: list[tuple[float, int]],
@@ -97,7 +96,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     by_id = sorted(bon.candidates, key=lambda c: c.id)
     scores = [c.score for c in by_id]
     record = {**row, "prompt_tokens": P, "budget": budget,
-              "rows_per_pass": rows_per_pass(budget, P, base.max_new_tokens, shared=lm.shares_prefix),
+              "rows_per_pass": KVBudget(budget, P, lm.shares_prefix).rows_per_pass(None, base.max_new_tokens),
               "bon": {"n": n_ref, "scores": scores, "tokens": [c.tokens for c in by_id], "winner": bon.winner.id,
                       "winner_text": bon.winner.text, "ledger": bon.ledger.to_dict(),
                       "note": "one batch of N_ref rows (not budgeted): its wall time is not used for the curve"},

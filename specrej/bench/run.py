@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     threads = args.threads or auto_threads(state.num_processes)
     torch.set_num_threads(threads)
 
-    from ..core.budget import BudgetError, check_fits
+    from ..core.budget import BudgetError, KVBudget
     from ..config import RunConfig
     from ..models import load_generator
     from ..rewards import load_reward
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         mine = list(enumerate(prompts))[rank::world]
         for _, row in mine:   # fail before hours of work, with the fix in the message
             try:
-                check_fits(replace(base, prompt=row["prompt"], n=1), len(lm.render(row["prompt"])), budget,
-                           lm.max_positions, lm.shares_prefix)
+                KVBudget(budget, len(lm.render(row["prompt"])), lm.shares_prefix).check(1, base.max_new_tokens,
+                                                                                         lm.max_positions)
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
