@@ -10,6 +10,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..backends import BACKENDS
+
 MODES = {
     # <= 15 min on a quiet 2-core CPU with the embedded models (bf16, shared prompt cache). Budget 2048:
     # Best-of-N fits 7 rows at 256 tokens; Speculative Rejection opens with ~125 rows at 16 tokens.
@@ -71,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="embedded", help="generator: embedded, a hub id, a folder or a .gguf file")
     p.add_argument("--reward", help="reward spec, as the library's load_reward takes it")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="inference engine: transformers (default) or vllm (default: SPECREJ_BACKEND)")
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision (default: SPECREJ_DTYPE, else auto: bf16 where faster)")
     p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.png)")
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     from ..core.budget import BudgetError, KVBudget
     from ..config import RunConfig
-    from ..models import load_generator
+    from ..backends import load_lm
     from ..rewards import load_reward
     from .prompts import load_prompts
     from .engine_speed import engine_section
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    lm = load_generator(args.model, dtype=args.dtype)
+    lm = load_lm(args.model, backend=args.backend, dtype=args.dtype)
     reward = load_reward(args.reward)
     base = RunConfig(prompt="-", n=args.n_ref, max_new_tokens=args.max_new_tokens, seed=args.seed,
                      budget=args.budget, progress_every=0)
@@ -218,3 +222,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(f"\nwrote {out / 'bench.json'}" + (f", {out / 'bench.png'}" if records else "")
           + f" in {meta['wall_s']:.0f} s")
     return result
+
+
+def cli() -> None:
+    """The ``specrej-bench`` console script (``main`` returns the result for callers in Python)."""
+    main()
