@@ -31,7 +31,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrej import load_generator, load_reward
+from specrej import load_reward
+from specrej.backends import load_lm
 from specrej.arms import DEFAULT_ARMS, parse_arms
 from specrej.config import env_int
 from components.limits import Limits, ModelPolicy
@@ -52,7 +53,7 @@ def reward_kind_label(key: str) -> str:
 def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = False):
     """(generator, reward) for resolved specs; loaded once per process by the library.
     ``trust_remote_code`` is True only where the operator set SPECREJ_ALLOW_REMOTE_CODE=1."""
-    return (load_generator(model_spec, trust_remote_code=trust_remote_code),
+    return (load_lm(model_spec, trust_remote_code=trust_remote_code),   # SPECREJ_BACKEND picks the engine
             load_reward(reward_spec, trust_remote_code=trust_remote_code))
 
 

@@ -21,7 +21,7 @@ from .compare import Comparison, Tally, fmt_flops
 from .config import AUTO, RunConfig
 from .events import Finished, Progress, Round, to_dict
 from .match import StopWhenMatched
-from .models import load_generator
+from .backends import BACKENDS, load_lm
 from .record import Recorder, make_meta
 from .rewards import load_reward
 
@@ -63,6 +63,8 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision; auto: bf16 on CUDA, and on a CPU where a load-time probe finds it "
                         "faster, else fp32 (default: SPECREJ_DTYPE, else auto)")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="inference engine: transformers (default) or vllm (needs vLLM; default: SPECREJ_BACKEND)")
     p.add_argument("--json", type=Path, default=None, help="write the full event trace here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--stop-when-matched", action="store_true",
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm in arms:
             arm.config(cfg)  # every arm's settings are valid before the models load
         t0 = time.perf_counter()
-        lm = load_generator(args.model, trust_remote_code=args.trust_remote_code, dtype=args.dtype)
+        lm = load_lm(args.model, backend=args.backend, trust_remote_code=args.trust_remote_code, dtype=args.dtype)
         reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
                              preference=args.preference, relevance=args.relevance)
         if not args.quiet:

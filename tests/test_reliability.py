@@ -302,8 +302,8 @@ def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
     from components.limits import ModelPolicy, PolicyError
 
     loads: list = []
-    real_gen, real_rew = context.load_generator, context.load_reward
-    monkeypatch.setattr(context, "load_generator",
+    real_gen, real_rew = context.load_lm, context.load_reward
+    monkeypatch.setattr(context, "load_lm",
                         lambda spec, **kw: loads.append(("gen", spec, kw)) or real_gen(spec, **kw))
     monkeypatch.setattr(context, "load_reward",
                         lambda spec, **kw: loads.append(("rew", spec, kw)) or real_rew(spec, **kw))

@@ -17,8 +17,12 @@ rows that ended -> ``keep(positions)`` prunes -> ``release()``. This module is t
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Protocol, Sequence
+
+BACKENDS = ("transformers", "vllm")
+BACKEND_ENV = "SPECREJ_BACKEND"
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class BackendFactory(Protocol):
 
     name: str                     # "transformers", "vllm", ... (the trace's "backend")
     allow_sharing: bool           # may rows hold the prompt's slots once?
+    exclusive: bool               # does a step advance every request the engine holds (vLLM)? Then arms
+                                  # on one engine run one after the other (methods.race, sequential)
 
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,
                  max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
@@ -97,6 +103,22 @@ class BackendFactory(Protocol):
 
     def default_budget(self, lm) -> int:
         """KV slots a run gets when its config names no budget."""
+
+
+def load_lm(spec: str = "embedded", *, backend: str | None = None, trust_remote_code: bool = False,
+            dtype: str | None = None):
+    """The generator ``spec`` on ``backend`` ("transformers" or "vllm"; default: SPECREJ_BACKEND, else
+    transformers). The methods then run on that backend (``backend_for``)."""
+    backend = (backend or os.environ.get(BACKEND_ENV, "") or "transformers").strip().lower()
+    if backend == "transformers":
+        from ..models import load_generator
+
+        return load_generator(spec, trust_remote_code=trust_remote_code, dtype=dtype)
+    if backend == "vllm":
+        from .vllm import load_vllm_generator
+
+        return load_vllm_generator(spec, dtype={"fp32": "float32", "bf16": "bfloat16"}.get(dtype or "", "auto"))
+    raise ValueError(f"backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)} ({BACKEND_ENV}).")
 
 
 def backend_for(lm) -> BackendFactory:

@@ -114,6 +114,7 @@ class Engine:
 
     name = "transformers"
     allow_sharing = True        # rows may hold the prompt's cache once (where ``lm.shares_prefix``)
+    exclusive = False           # each Engine has its own cache: arms interleave freely
     extra_prefill_tokens = 0
 
     @classmethod

@@ -29,7 +29,7 @@ import torch
 from ..compare import decision_rank, live_at_decision
 from ..config import AUTO, RunConfig
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, speedups
-from ..backends.hf import Engine
+from ..backends import backend_for
 from ..events import Finished, Round
 from ..methods import best_of_n, run_to_completion, speculative_rejection
 from ..core.budget import KVBudget
@@ -41,7 +41,7 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
     """One real Best-of-N pass of ``rows`` rows (candidates 0..rows-1) to the end: wall per step.
     ``stats``: keep the token statistics, as the arm does when its reward reads them."""
     ids = lm.render(cfg.prompt)
-    engine = Engine.from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
+    engine = backend_for(lm).from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
     r = engine.start(list(range(rows)))
     t0 = time.perf_counter()
     steps = 0

@@ -115,8 +115,10 @@ def run_to_completion(events: Iterator[Event]) -> Finished:
 
 
 def race(streams: dict[str, Iterator[Event]],
-         referee: Callable[[Event], list[Event]] | None = None) -> Iterator[Event]:
+         referee: Callable[[Event], list[Event]] | None = None, *, sequential: bool = False) -> Iterator[Event]:
     """Interleave arms so they advance at equal compute: step whichever has spent fewer FLOPs.
+    ``sequential``: run the arms one after the other instead (a backend whose steps advance every
+    request it holds, such as vLLM's, cannot interleave arms: ``BackendFactory.exclusive``).
 
     ``referee`` (e.g. ``match.StopWhenMatched``) sees every event and returns the events to
     yield in its place; a ``Finished`` it returns for another arm still running ends that arm
@@ -125,7 +127,7 @@ def race(streams: dict[str, Iterator[Event]],
     alive = dict(streams)
     try:
         while alive:
-            name = min(alive, key=lambda k: spent[k])
+            name = next(iter(alive)) if sequential else min(alive, key=lambda k: spent[k])
             try:
                 event = next(alive[name])
             except StopIteration:

@@ -86,6 +86,7 @@ class _Run:
             wall_s=self.wall + time.perf_counter() - self._resumed,
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
             dtype=precision.short_name(self.lm.dtype), kv_sharing="shared" if self.shared else "copied",
+            backend=self.engine_factory.name,
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
