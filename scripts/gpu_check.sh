@@ -14,8 +14,9 @@
 #   7. the vLLM backend's tests on CUDA (tests/test_vllm.py: a race, a decision, aborts free blocks,
 #      coupling, the ledger against the transformers backend);
 #   8. a paper-scale live race on vLLM (Best-of-N N=128 against Speculative Rejection n=auto, 256 new
-#      tokens, VLLM_MODEL, default the embedded model) and, with BENCH=full, the paper's protocol in
-#      full mode on vLLM (hours on an 8B model: give it DEADLINE_S to match).
+#      tokens, VLLM_MODEL, default the embedded model; VLLM_REWARD, default the embedded preference
+#      reward: vLLM reports no self-certainty) and, with BENCH=full, the paper's protocol in full mode
+#      on vLLM (hours on an 8B model: give it DEADLINE_S to match).
 # Without network, steps 1-2 say what is missing and the later steps run with what is there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -140,7 +141,7 @@ if [ "${VLLM:-1}" = 1 ]; then
     # 8. a paper-scale live race on vLLM: Best-of-128 against Speculative Rejection n=auto
     say "paper-scale race on vLLM: bon:n=128 vs sr:n=auto,first_decision=16, 256 new tokens [t=$(elapsed)s]"
     VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 240)" "$VPY" -m specrej --backend vllm \
-      --model "${VLLM_MODEL:-embedded}" --reward "${VLLM_REWARD:-self-certainty}" \
+      --model "${VLLM_MODEL:-embedded}" --reward "${VLLM_REWARD:-embedded}" \
       --prompt "Give me three tips for staying healthy." --arms bon:n=128 sr:n=auto,first_decision=16 \
       --max-new-tokens 256 --json "$OUT/vllm_race.json" > "$OUT/vllm_race.log" 2> "$OUT/vllm_race.err"
     say "vLLM race exit code $? (log: vllm_race.log)"
@@ -148,7 +149,7 @@ if [ "${VLLM:-1}" = 1 ]; then
     if [ "${BENCH:-}" = full ]; then
       say "the paper's protocol, full mode, on vLLM [t=$(elapsed)s]"
       VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 36000)" "$VPY" -m specrej.bench --backend vllm \
-        --model "${VLLM_MODEL:-embedded}" --out "$OUT/vllm_bench" > "$OUT/vllm_bench.log" 2>&1
+        --model "${VLLM_MODEL:-embedded}" --reward "${VLLM_REWARD:-embedded}" --out "$OUT/vllm_bench" > "$OUT/vllm_bench.log" 2>&1
       say "vLLM bench exit code $? (JSON: vllm_bench/bench.json)"
       tail -30 "$OUT/vllm_bench.log" | tee -a "$SUMMARY"
     fi

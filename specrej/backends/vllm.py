@@ -130,8 +130,10 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
     tokenizer = engine.get_tokenizer()
     cfg = engine.model_config.hf_config
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    gen_eos = getattr(engine.model_config, "hf_generation_config", None) or {}
-    extra = gen_eos.get("eos_token_id") if isinstance(gen_eos, dict) else None
+    try:
+        extra = (engine.model_config.try_get_generation_config() or {}).get("eos_token_id")
+    except (OSError, ValueError):
+        extra = None
     if extra is not None:
         eos.update(extra if isinstance(extra, (list, tuple)) else [extra])
     torch_dtype = engine.model_config.dtype
