@@ -55,11 +55,11 @@ def test_aborted_rows_give_their_kv_blocks_back(vlm):
     rows = engine.start(list(range(8)))
     for _ in range(40):
         rows.step()
+    live, own = len(rows), rows.generated // vlm.block_size               # whole blocks of a row's own tokens
+    assert live >= 3 and own >= 2
     held = vlm.blocks_in_use()
-    rows.keep([0, 1])                                                      # prune six rows
-    vlm.engine.step()
-    freed = held - vlm.blocks_in_use()
-    assert freed >= 6 * (40 // vlm.block_size)                              # each pruned row held >= 2 blocks
+    rows.keep([0, 1])                                                      # prune the others: aborts
+    assert held - vlm.blocks_in_use() >= (live - 2) * own                  # their blocks are back in the pool
     rows.release()
     engine.release()
     assert not vlm.engine.has_unfinished_requests()
