@@ -179,7 +179,7 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
         yield start_frame(view)
         # every torch call of the race runs on the app's one torch thread (worker.py)
         events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw))
-        last = 0.0
+        last, read = 0.0, False
         try:
             for event in events:
                 if stop_requested():
@@ -193,7 +193,13 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
                     continue  # the browser redraws per message: a few frames a second is plenty
                 last = now
                 if not view.done:
-                    yield live_frame(view)
+                    frame = live_frame(view)
+                    if read:
+                        events.prefetch()   # the torch thread computes the next event while this frame is sent
+                    yield frame
+                    # the run is being read: prefetch from now on (a Stop pressed during the loading or the
+                    # prefill lands at the first frame, before any step was started ahead)
+                    read = True
         finally:
             events.close()  # closes the race and every arm: their KV caches are freed now
 
