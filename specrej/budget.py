@@ -9,7 +9,7 @@ from .config import AUTO, RunConfig, env_int
 from .models import LM
 
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
-DEFAULT_CPU_BUDGET = 576   # 8 full-length rows of 64 tokens, or ~67 rows at token 8 (README: the defaults)
+DEFAULT_CPU_BUDGET = 448   # 8 full-length rows of 48 tokens, or ~50 rows at token 8 (README: the defaults)
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
 FEW_TOKENS = 4       # Speculative Rejection must fit N rows for at least this many tokens
 AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's free memory could fit far more)
