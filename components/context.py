@@ -93,7 +93,7 @@ class AppContext:
     concurrency: int = 1
     max_queue: int = 10
     progress_every: int = 1          # decoding steps between Progress events: bounds Stop's latency
-    min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
+    min_frame_interval: float = 0.25  # seconds between streamed frames for Progress events
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
     archive_dir: str | None = None    # SPECREJ_TRACE_DIR: the operator's copy of every trace (never pruned)
     active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)

@@ -26,7 +26,7 @@ class RunConfig:
     n: int | str = _f(16, "Number of candidates (N). Speculative Rejection also takes 'auto': as many as fill "
                       "the memory budget at first_decision generated tokens (the paper's first batch).")
     alpha: float = _f(0.5, "Rejection rate: each decision keeps round((1 - alpha) * n) candidates.")
-    max_new_tokens: int = _f(64, "Most tokens a candidate may generate.")
+    max_new_tokens: int = _f(48, "Most tokens a candidate may generate.")
     temperature: float = _f(0.8, "Sampling temperature (> 0).")
     top_p: float = _f(0.95, "Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p.")
     top_k: int = _f(50, "Sample among the k most likely tokens (0 = all).")
@@ -34,7 +34,7 @@ class RunConfig:
     budget: int | None = _f(
         None,
         "Memory budget in KV-cache token slots (rows x length). None: from free memory on a GPU, "
-        "SPECREJ_CPU_BUDGET (default 576) on a CPU.",
+        "SPECREJ_CPU_BUDGET (default 448) on a CPU.",
     )
     decision: str = _f("budget", "When Speculative Rejection decides: 'budget' (memory full, the paper's "
                        "decision token) or 'interval' (every `interval` tokens, and when memory is full).")

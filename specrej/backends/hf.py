@@ -35,7 +35,7 @@ from ..shared_prefix import SharedPrefixCache
 from . import Done, Sampling
 
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
-DEFAULT_CPU_BUDGET = 576   # 8 full-length rows of 64 tokens, or ~67 rows at token 8 (README: the defaults)
+DEFAULT_CPU_BUDGET = 448   # 8 full-length rows of 48 tokens, or ~50 rows at token 8 (README: the defaults)
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
 
 
