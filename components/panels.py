@@ -215,7 +215,7 @@ def partial_markdown(view: RunView) -> str:
         rows["tokens generated"].append(f"{led.generated_tokens:,}")
         rows["compute (generator + reward)"].append(f"**{fmt_flops(led.flops)}**")
         rows["wall time"].append(fmt_s(led.wall_s))
-        rows["decisions / passes"].append(arm.spec.kind.rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
+        rows["decisions / passes"].append(look(arm.spec.method).rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
     lines += ["", "*No speed-up is stated: the methods did not both finish. Lower N or the new tokens, or raise "
               "the limit (SPECREJ_MAX_RUN_SECONDS) on a private deployment, to see the whole race.*"]
