@@ -22,7 +22,7 @@ import json
 
 from specrej import Candidate
 
-from .looks import colour
+from .looks import colour as arm_colour
 from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text
 from .view import ArmView, RunView
 
@@ -103,7 +103,7 @@ def pruning_chart(view: RunView, arm_id: str) -> dict:
     what that candidate became there."""
     arm = view.arms[arm_id]
     bon = _reference(view, arm, "final")
-    colour, y_range = colour(arm.spec), view.padded_y()
+    colour, y_range = arm_colour(arm.spec), view.padded_y()
     cands = list(arm.candidates)
     alive = [c for c in cands if c.status != "pruned"]
     pruned = [c for c in cands if c.status == "pruned" and c.history]
@@ -208,7 +208,7 @@ def final_chart(view: RunView, arm_id: str) -> dict:
     the candidates the first pruning arm pruned (exact, thanks to coupled randomness)."""
     arm = view.arms[arm_id]
     sr = _reference(view, arm, "pruning")
-    colour, y_range = colour(arm.spec), view.padded_y()
+    colour, y_range = arm_colour(arm.spec), view.padded_y()
     sr_pruned = {c.id: c for c in sr.candidates if c.status == "pruned"} if sr is not None else {}
     pruner = sr.spec.short if sr is not None else "-"
     done = [c for c in arm.candidates if c.status == "finished"]
@@ -265,14 +265,14 @@ def race_chart(view: RunView, x_axis: str | None = None) -> dict:
             ends[arm.arm] = (xs[-1], ys[-1])
         base = i == 0
         data.append({"type": "scatter", "mode": "lines+markers", "name": arm.spec.label, "x": xs, "y": ys,
-                     "line": {"color": colour(arm.spec), "width": 5 if base else 2.5, "shape": "hv"},
-                     "marker": {"size": 8 if base else 6, "color": colour(arm.spec)},
+                     "line": {"color": arm_colour(arm.spec), "width": 5 if base else 2.5, "shape": "hv"},
+                     "marker": {"size": 8 if base else 6, "color": arm_colour(arm.spec)},
                      "opacity": 0.75 if base else 1.0,
                      "hovertemplate": "%{fullData.name}<br>best reward %{y:.3f}<br>after %{x:.3s}"
                                       + (" FLOPs" if x_axis == "flops" else " tokens") + "<extra></extra>"})
     for arm in view.arms.values():
         x = at(arm.curve[-1]) if arm.curve and arm.finished is None else None
-        data.append(_cursor(x, y_range, colour(arm.spec), f"{arm.spec.label} now"))
+        data.append(_cursor(x, y_range, arm_colour(arm.spec), f"{arm.spec.label} now"))
     layout = _layout(X_AXES[x_axis], "best reward so far", None, y_range, revision="race")
     layout["xaxis"]["tickformat"] = ".2s"
     layout["xaxis"]["exponentformat"] = "SI"
@@ -291,7 +291,7 @@ def race_chart(view: RunView, x_axis: str | None = None) -> dict:
             layout["annotations"].append({
                 "x": x, "y": y, "xref": "x", "yref": "y", "showarrow": True, "arrowhead": 2,
                 "text": f"{arm.spec.label} done<br>at {frac:.0%} of {base.spec.label}'s {what}",
-                "ax": 36, "ay": 58 + 44 * k, "align": "left", "font": {"size": 13, "color": colour(arm.spec)},
+                "ax": 36, "ay": 58 + 44 * k, "align": "left", "font": {"size": 13, "color": arm_colour(arm.spec)},
                 "bgcolor": "rgba(255,255,255,0.85)"})
     if not any(p.best is not None for a in view.arms.values() for p in a.curve):
         layout["annotations"].append(_note("a line starts when an arm has a finished answer"))

@@ -91,7 +91,7 @@ class _Request:
         if self.sr_start == "auto":   # the paper's first batch: every SR arm without its own N fills memory
             arms = [dataclasses.replace(a, overrides=a.overrides + (("n", AUTO),))
                     if a.method == "sr" and "n" not in dict(a.overrides) else a for a in arms]
-        arms = parse_arms([dataclasses.replace(a, id="", colour="") for a in arms])
+        arms = parse_arms([dataclasses.replace(a, id="") for a in arms])
         if len(arms) > MAX_ARMS:
             raise ValueError(f"{len(arms)} arms do not fit the page (at most {MAX_ARMS}): turn off the second "
                              "setting.")
