@@ -256,12 +256,12 @@ def build_arena() -> Arena:
                                     lines=5, max_lines=8, interactive=False, elem_id=f"leader-{i}",
                                     elem_classes=["leader"] + ([_colour_class(colour)] if colour else []))
             out.append(Slot(column, plot, leader))
-    with gr.Row():
-        with gr.Column(scale=3):
+    with gr.Row(elem_id="race-row"):
+        with gr.Column(scale=5):   # about half each: a narrower result wrapped its numbers and left a blank
             race_plot = gr.Plot(label="Compute race: best reward of a finished answer vs compute spent",
                                 elem_id="race-plot")
             x_axis = gr.Radio(X_AXES, value="flops", label="Compute axis", elem_id="x-axis")
-        with gr.Column(scale=2):
+        with gr.Column(scale=4):
             summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
     return Arena(status, out, race_plot, x_axis, summary)
 

@@ -57,7 +57,7 @@ def test_a_replay_starts_as_a_replay_and_shows_the_settings_it_ran(replayed):
     assert "Starting" not in first and "prefilling" not in first and first.startswith("**Replaying**")
     # the recording's base n (32) is replaced by both arms' own n: only what ran is shown
     assert rec.meta["settings"]["n"] == 32 and "n=32" not in first
-    assert "Best-of-N \\(n=128\\)" in first and "n=auto" in first and "max\\_new\\_tokens=256" in first
+    assert "Best-of-N \\(n=128\\)" in first and "n=auto" in first and "max_new_tokens=256" in first
     assert "SmolLM2" in first and "Self-certainty" in first
 
 
