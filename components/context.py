@@ -92,7 +92,7 @@ class AppContext:
     concurrency: int = 1
     max_queue: int = 10
     progress_every: int = 1          # decoding steps between Progress events: bounds Stop's latency
-    min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
+    min_frame_interval: float = 0.25  # seconds between streamed frames for Progress events
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
     archive_dir: str | None = None    # SPECREJ_TRACE_DIR: the operator's copy of every trace (never pruned)
     active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)
@@ -169,8 +169,11 @@ class AppContext:
         return model, reward
 
     def warm(self) -> None:
-        """Load the default models now so the first Run starts at once."""
-        get_models(*self.resolve(self.default_model, self.default_reward, self.default_preference))
+        """Load the default models now (on the app's torch thread) so the first Run starts at once."""
+        from .worker import torch_worker
+
+        torch_worker().call(get_models, *self.resolve(self.default_model, self.default_reward,
+                                                      self.default_preference))
 
 
 def _has_embedded_generator() -> bool:

@@ -77,6 +77,15 @@ def final_frame(view: RunView) -> Frame:
     return f
 
 
+def limit_frame(view: RunView) -> Frame:
+    """The run reached the time limit: the charts keep what they showed, the partial result and the
+    candidates so far appear, and the trace can be downloaded."""
+    f = Frame(status=panels.status_markdown(view), status_kind=panels.status_kind(view), view=view,
+              summary=panels.partial_markdown(view), table=table_value(view), summary_json=panels.summary_dict(view),
+              trace_path=view.trace_path, results_visible=True)
+    return f
+
+
 def failure_frame(view: RunView) -> Frame:
     """The status line says what happened; the charts and leaders keep what was already shown;
     the trace (marked failed), if written, can be downloaded."""

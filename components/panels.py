@@ -43,6 +43,8 @@ def status_kind(view: RunView | None, *, starting: bool = False) -> str:
         return "idle"
     if view.state in ("error", "stopped", "done"):
         return view.state
+    if view.state == "limit":
+        return "stopped"
     return "live"
 
 
@@ -54,6 +56,9 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         return error_markdown(view.message) + note
     if view.state == "stopped":
         return STOPPED
+    if view.state == "limit":
+        return (f"**Stopped at the time limit** after {fmt_s(view.elapsed())}: {md_escape(view.message)} "
+                "The charts and the partial result below show how far each method got." + note)
     if starting:
         return "**Starting:** loading the models and prefilling the prompt…" + note
     head = f"**Done** in {fmt_s(view.elapsed())}" if view.state == "done" else f"**Racing** · {fmt_s(view.elapsed())}"
@@ -199,6 +204,30 @@ def summary_markdown(view: RunView) -> str:
                  "candidate i writes the same text in every method while it survives"
                  + ("." if exact else f" (up to {view.arms[next(iter(view.arms))].ledger.dtype} rounding: a few "
                     "candidates can drift once the batch changes size; float32 is exact).") + "*")
+    return "\n".join(lines)
+
+
+def partial_markdown(view: RunView) -> str:
+    """A run stopped before every arm finished: each arm's best so far, what it spent, its rounds."""
+    lines = ["### Partial result (stopped at the time limit)", "",
+             "| | " + " | ".join(md_escape(a.spec.label) for a in view.display_order()) + " |",
+             "|---|" + "---:|" * len(view.arms)]
+    rows: dict[str, list[str]] = {k: [] for k in ("state", "best finished answer so far", "candidates finished",
+                                                   "tokens generated", "compute (generator + reward)", "wall time",
+                                                   "decisions / passes")}
+    for arm in view.display_order():
+        led, best = arm.ledger, arm.best_finished()
+        done = sum(c.status == "finished" for c in arm.candidates)
+        rows["state"].append("finished" if arm.finished is not None else f"at token {arm.position}")
+        rows["best finished answer so far"].append(f"#{best.id}: **{fmt_score(best.score)}**" if best else "none yet")
+        rows["candidates finished"].append(f"{done} of {len(arm.candidates)}")
+        rows["tokens generated"].append(f"{led.generated_tokens:,}")
+        rows["compute (generator + reward)"].append(f"**{fmt_flops(led.flops)}**")
+        rows["wall time"].append(fmt_s(led.wall_s))
+        rows["decisions / passes"].append(arm.spec.kind.rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
+    lines += ["", "*No speed-up is stated: the methods did not both finish. Lower N or the new tokens, or raise "
+              "the limit (SPECREJ_MAX_RUN_SECONDS) on a private deployment, to see the whole race.*"]
     return "\n".join(lines)
 
 

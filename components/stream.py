@@ -33,12 +33,13 @@ from specrej.limits import PolicyError
 
 from . import charts
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
-from .frames import KEEP, Frame, error_frame, failure_frame, final_frame, live_frame, start_frame  # noqa: F401
+from .frames import KEEP, Frame, error_frame, failure_frame, final_frame, limit_frame, live_frame, start_frame  # noqa: F401
 from .gpu import GPU
 from .guard import check_request
 from .retry import OutOfMemory, retry_on_oom
 from .trace import write_traces
 from .view import RunView
+from .worker import torch_worker
 
 log = logging.getLogger("specrej.app")
 GPU_DURATION = env_int("SPECREJ_GPU_DURATION", 120)
@@ -104,7 +105,7 @@ RunRequest = make_dataclass(
     + [(name, Any, field(default=_DEFAULTS[name])) for name in CONFIG_FIELDS]
     + [("second", Any, field(default=False)), ("second_alpha", Any, field(default=0.9)),
        ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="flops")),
-       ("sr_start", Any, field(default="same")), ("stop_when_matched", Any, field(default=False))],
+       ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False))],
     bases=(_Request,), frozen=True)
 RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
                       "settings the page offers, the model and reward choices, a second Speculative Rejection "
@@ -176,8 +177,9 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
 
     def attempt(view: RunView) -> Iterator[Frame]:
         yield start_frame(view)
-        events = events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw)
-        last = 0.0
+        # every torch call of the race runs on the app's one torch thread (worker.py)
+        events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw))
+        last, read = 0.0, False
         try:
             for event in events:
                 if stop_requested():
@@ -185,13 +187,19 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
                 view.apply(event)
                 if view.elapsed() > ctx.limits.max_run_seconds:
                     raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
-                                     "(SPECREJ_MAX_RUN_SECONDS): try a smaller N or fewer new tokens.")
+                                     "(SPECREJ_MAX_RUN_SECONDS).")
                 now = time.perf_counter()
                 if isinstance(event, Progress) and now - last < ctx.min_frame_interval:
                     continue  # the browser redraws per message: a few frames a second is plenty
                 last = now
                 if not view.done:
-                    yield live_frame(view)
+                    frame = live_frame(view)
+                    if read:
+                        events.prefetch()   # the torch thread computes the next event while this frame is sent
+                    yield frame
+                    # the run is being read: prefetch from now on (a Stop pressed during the loading or the
+                    # prefill lands at the first frame, before any step was started ahead)
+                    read = True
         finally:
             events.close()  # closes the race and every arm: their KV caches are freed now
 
@@ -204,7 +212,12 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
             raise RuntimeError("the race ended before every method finished")
         view.trace_path = _write(ctx, view)
         yield final_frame(view)
-    except (ValueError, PolicyError, RunTooLong, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
+    except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
+        view = state["view"]
+        view.state, view.message = "limit", str(e)
+        view.trace_path = _write(ctx, view)
+        yield limit_frame(view)
+    except (ValueError, PolicyError, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
         view = state["view"]
         view.state, view.message = "error", str(e)
         view.trace_path = _write(ctx, view)
