@@ -226,6 +226,7 @@ def partial_markdown(view: RunView) -> str:
         rows["wall time"].append(fmt_s(led.wall_s))
         rows["decisions / passes"].append(arm.spec.kind.rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
+    lines += ["", reward_words(view)]
     lines += ["", "*No speed-up is stated: the methods did not both finish. Lower N or the new tokens, or raise "
               "the limit (SPECREJ_MAX_RUN_SECONDS) on a private deployment, to see the whole race.*"]
     return "\n".join(lines)
