@@ -59,9 +59,10 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
         race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
                     concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
                     preprocess=False, validator=guard.validator(REQUEST_FIELDS))
-        # Run and Enter in the prompt: say at once that the run is on its way (the queue position
-        # shows on the status line), then start the race in the queue; one handler, one API name.
-        on_run = gr.on([c.run.click, c.prompt.submit], waiting, None, [a.status], queue=False,
+        # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
+        # taken (the queue position shows on the status line), then start the race in the queue; one handler,
+        # one API name.
+        on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
                        api_visibility="private").then(api_name="run", **race)
 
         def replay(prompt, pace):
@@ -71,8 +72,9 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
 
         on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
                                    concurrency_limit=4, api_visibility="private")
-        preset = ui.paper_scale(ctx, c)
-        c.paper.click(lambda: ui.paper_scale(ctx, c), None, list(preset), queue=False, api_visibility="private")
+        paper = ui.paper_scale_updates(ctx, page)
+        c.paper.click(lambda: ui.paper_scale_updates(ctx, page), None, list(paper), queue=False,
+                      api_visibility="private")
         # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
         # already in flight can land after the first message (seen in the browser test).
         c.stop.click(stopped, None, [a.status], cancels=[on_run, on_replay], queue=False, api_name="stop") \
@@ -98,11 +100,6 @@ def request_signature() -> inspect.Signature:
                               for f in dataclasses.fields(RunRequest)]
                              + [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
                                                   annotation=gr.Request)])
-
-
-def waiting():
-    return gr.Markdown("**Waiting for a free slot:** runs share this machine; your place in the queue shows "
-                       "on the right.", elem_classes=["status-live"])
 
 
 def stopped():

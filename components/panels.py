@@ -11,6 +11,7 @@ import dataclasses
 
 from specrej import Candidate
 from specrej.compare import Comparison, fmt_times, reached
+from specrej.rewards import scale_of
 
 from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
@@ -103,7 +104,8 @@ def _mb(x: int) -> str:
 
 def _ledger_rows(view: RunView) -> list[str]:
     arms = view.display_order()
-    rows: list[tuple[str, list[str]]] = [("winner", []), ("reward of the winner", []), ("winner's length", []),
+    reward = f"reward of the winner ({scale_of(view.reward_label).name})"
+    rows: list[tuple[str, list[str]]] = [("winner", []), (reward, []), ("winner's length", []),
                                          ("tokens generated (all candidates)", []), ("tokens read by the reward", []),
                                          ("compute (generator + reward)", []), ("wall time", []),
                                          ("peak KV cache", []), ("decisions / passes", [])]
@@ -122,6 +124,14 @@ def _ledger_rows(view: RunView) -> list[str]:
 
 SUMMARY_PLACEHOLDER = ("### Result\nWhen every method finishes, their winners appear here side by side: reward, "
                        "tokens, compute, wall time and the speed-up.")
+
+
+def reward_words(view: RunView) -> str:
+    """Which reward scored the answers and what its numbers mean (``specrej.rewards.Scale``)."""
+    scale = scale_of(view.reward_label)
+    name = view.reward_label or scale.name
+    return (f"**Reward:** {md_escape(name)}: {md_escape(scale.meaning)}. Each reward has its own scale: "
+            f"compare rewards within one run, not across rewards.")
 
 
 def _reward_note(c: Comparison, base: str) -> str:
@@ -186,7 +196,7 @@ def summary_markdown(view: RunView) -> str:
     cmps = view.comparisons()
     if not view.done:
         return SUMMARY_PLACEHOLDER
-    lines = ["### Result", ""] + _ledger_rows(view) + [""]
+    lines = ["### Result", ""] + _ledger_rows(view) + ["", reward_words(view), ""]
     for arm in view.display_order():
         if arm.arm in cmps:
             lines += _challenger_lines(view, arm, cmps[arm.arm]) + [""]
@@ -217,6 +227,7 @@ def partial_markdown(view: RunView) -> str:
         rows["wall time"].append(fmt_s(led.wall_s))
         rows["decisions / passes"].append(look(arm.spec.method).rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
+    lines += ["", reward_words(view)]
     lines += ["", "*No speed-up is stated: the methods did not both finish. Lower N or the new tokens, or raise "
               "the limit (SPECREJ_MAX_RUN_SECONDS) on a private deployment, to see the whole race.*"]
     return "\n".join(lines)
@@ -234,7 +245,7 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
     answer_from = base if base.chart != "pruning" else (finals[0] if finals else base)
     headers, types, widths, cols = ["id"], ["number"], [5], []
     for a in arms:
-        s = a.spec.short
+        s = _column_name(a, arms)
         by_id = {c.id: c for c in a.candidates}
         if a.chart == "pruning":
             win = a.finished.winner.id if a.finished else None
@@ -268,6 +279,14 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
         rows.append(row)
     total = sum(widths)
     return headers, types, [f"{100 * w / total:.0f}%" for w in widths], rows
+
+
+def _column_name(arm: ArmView, arms: list[ArmView]) -> str:
+    """An arm in a narrow table header: its kind's short name ("SR", "BoN"), with its settings only when
+    another arm of the same kind needs telling apart ("SR alpha=0.8")."""
+    kind = arm.spec.kind
+    alone = sum(a.spec.kind is kind for a in arms) == 1
+    return (kind.short or kind.name) if alone else arm.spec.short
 
 
 def _pruning_cells(c: Candidate | None, won: bool) -> list:
