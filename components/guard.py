@@ -31,8 +31,10 @@ What a hostile client tried, and what stops it here (no algorithm logic, no page
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
+import logging
 import math
 import threading
 import time
@@ -43,6 +45,7 @@ import gradio as gr
 
 from specrej.config import check_text, env_int
 
+log = logging.getLogger("specrej.app")
 MAX_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_CLIENT"
 DEFAULT_MAX_RUNS = 2
 TEXT_FIELDS = ("prompt", "model", "reward", "preference", "decision", "second_decision", "x_axis")
@@ -168,9 +171,13 @@ class Guard:
         event the per-client cap as its validator (Gradio runs it when the event joins the queue)."""
         self.blocks = blocks
         fns = blocks.fns
-        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queue)
-        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queue)
-        self.stop_fns = frozenset(c for fn in fns.values() if fn.api_name == "stop" for c in fn.cancels)
+        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queue and fn.fn is not None)
+        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queue and fn.fn is not None)
+        # Gradio keeps an event's cancels in a dependency of its own on the same trigger (no function)
+        stop_triggers = [fn.targets for fn in fns.values() if fn.api_name == "stop"]
+        self.stop_fns = frozenset(c for fn in fns.values() if fn.targets in stop_triggers for c in fn.cancels)
+        for i in self.direct_fns:   # the page's own events: a malformed call gets a plain message
+            fns[i].fn = _quiet(fns[i].fn)
         self.public_api = frozenset(fn.api_name for fn in fns.values()
                                     if fn.api_visibility == "public" and isinstance(fn.api_name, str))
         for i in self.queued_fns:
@@ -284,6 +291,26 @@ class Guard:
         return lambda: run.cancelled
 
 
+def _quiet(fn: Callable) -> Callable:
+    """``fn`` whose unexpected errors (a malformed call of one of the page's own events, such as a
+    null where the page sends a value) reach the client as a plain message, without a traceback."""
+    if getattr(fn, "_specrej_quiet", False) or inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def quiet(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception as e:
+            log.warning("malformed call of %s: %s", getattr(fn, "__name__", "an event"), type(e).__name__)
+            raise gr.Error("This event's input is not what the page sends.", print_exception=False) from None
+
+    quiet._specrej_quiet = True
+    return quiet
+
+
 def with_request(fn: Callable, names: Sequence[str]) -> Callable:
     """``fn(*values, request)`` declared as taking the parameters ``names`` and then Gradio's
     request: Gradio passes a ``gr.Request`` only to a positional parameter annotated with it."""
@@ -356,6 +383,10 @@ class ApiGate:
             refused = self._refuse(head, route[1] if len(route) > 1 else "", body)
             if refused:
                 return await _json(send, 404, {"detail": refused})
+        elif head == "call" and route[1] == "v2":
+            refused = self._refuse_keywords(route[2], body)
+            if refused:
+                return await _json(send, 400, {"detail": refused})
 
         async def replay():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()
@@ -369,13 +400,28 @@ class ApiGate:
         if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index not in fns):
             return f"No event with fn_index {excerpt(index)} in this app."
         if head == "queue":
-            return None if index is not None else "A queue join needs the fn_index of one of this app's events."
+            if index is None or index not in self.guard.queued_fns | self.guard.direct_fns:
+                return "A queue join needs the fn_index of one of this app's events."
+            return None
         if index is None:
             index = next((i for i, fn in fns.items() if fn.api_name == name), None)
         if index not in self.guard.direct_fns:
             return ("This route runs only the page's own unqueued events; join the queue instead "
                     "(gradio_client, or /gradio_api/call/<name> for this app's API: "
                     + ", ".join(f"/{n}" for n in sorted(self.guard.public_api)) + ").")
+        return None
+
+
+    def _refuse_keywords(self, name: str, body: Any) -> str | None:
+        """Why a ``call/v2/<name>`` body (the endpoint's parameters by keyword) may not reach Gradio."""
+        fn = next((fn for fn in getattr(self.guard.blocks, "fns", {}).values() if fn.api_name == name), None)
+        if not isinstance(body, dict):
+            return "call/v2 takes a JSON object of the endpoint's parameters by name."
+        params = [p for p, v in inspect.signature(fn.fn).parameters.items() if v.annotation not in (gr.Request, "gr.Request")
+                  and p != "request"] if fn is not None and fn.fn is not None else []
+        unknown = [k for k in body if k not in params]
+        if unknown:
+            return (f"/{name} has no parameter {excerpt(unknown[0])}; its parameters are: {', '.join(params)}.")
         return None
 
 
