@@ -417,11 +417,14 @@ class ApiGate:
         fn = next((fn for fn in getattr(self.guard.blocks, "fns", {}).values() if fn.api_name == name), None)
         if not isinstance(body, dict):
             return "call/v2 takes a JSON object of the endpoint's parameters by name."
-        params = [p for p, v in inspect.signature(fn.fn).parameters.items() if v.annotation not in (gr.Request, "gr.Request")
-                  and p != "request"] if fn is not None and fn.fn is not None else []
+        sig = inspect.signature(fn.fn) if fn is not None and fn.fn is not None else inspect.Signature()
+        params = {p: v for p, v in sig.parameters.items() if p != "request" and v.annotation is not gr.Request}
         unknown = [k for k in body if k not in params]
         if unknown:
-            return (f"/{name} has no parameter {excerpt(unknown[0])}; its parameters are: {', '.join(params)}.")
+            return f"/{name} has no parameter {excerpt(unknown[0])}; its parameters are: {', '.join(params)}."
+        missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p not in body]
+        if missing:
+            return f"/{name} needs a value for {', '.join(missing)}."
         return None
 
 
