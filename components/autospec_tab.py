@@ -91,18 +91,19 @@ def _int(name: str, value, lo: int, hi: int) -> int:
     return check_number(name, value, lo, hi, whole=True)
 
 
-PARAMS = {   # each target's parameters: (the tab's field, the library's name, low, high, whole number)
-    "mixture": (("C", "C", 1, 64, True),),
-    "curie-weiss": (("beta", "beta", -5, 5, False),),
-    "potts": (("lambda", "lam", -5, 10, False), ("q", "q", 2, 16, True)),
+PARAMS = {   # each target's parameters: (the name messages use, the library's name); make_target checks ranges
+    "mixture": (("C (components)", "C"),),
+    "curie-weiss": (("beta", "beta"),),
+    "potts": (("lambda", "lam"), ("q", "q")),
 }
 
 
 def _params(name, beta, components, lam, q) -> dict:
-    """The chosen target's parameters, checked (the other targets' fields are ignored)."""
+    """The chosen target's parameters as numbers (the other targets' fields are ignored; the
+    library says which values are in range)."""
     name = check_choice("target", name, [v for _, v in TARGET_CHOICES])
     given = {"beta": beta, "C": components, "lam": lam, "q": q}
-    params = {key: check_number(label, given[key], lo, hi, whole=whole) for label, key, lo, hi, whole in PARAMS[name]}
+    params = {key: check_number(label, given[key]) for label, key in PARAMS[name]}
     return {**params, "seed": 0} if name == "mixture" else params
 
 

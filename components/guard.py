@@ -89,21 +89,24 @@ def check_choice(label: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
-def check_number(label: str, value: Any, lo: float, hi: float, *, whole: bool = False) -> float | int:
-    """``value`` as a finite number in [lo, hi] (a whole number when ``whole``); a number written as
-    text (as the page's number boxes may send it) is read. ValueError naming ``label``."""
+def check_number(label: str, value: Any, lo: float | None = None, hi: float | None = None, *,
+                 whole: bool = False) -> float | int:
+    """``value`` as a number (a number written as text, as a page's number box may send it, is read);
+    with ``lo`` and ``hi``, a finite one in [lo, hi] (a whole number when ``whole``). ValueError
+    naming ``label`` otherwise."""
     kind = "a whole number" if whole else "a number"
+    span = f" from {lo:g} to {hi:g}" if lo is not None and hi is not None else ""
     if isinstance(value, str):
         check_text_field(label, value, 40)
         try:
             value = float(value)
         except ValueError:
-            raise ValueError(f"{label} must be {kind} from {lo:g} to {hi:g}, not {excerpt(value)}.") from None
+            raise ValueError(f"{label} must be {kind}{span}, not {excerpt(value)}.") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{label} must be {kind} from {lo:g} to {hi:g}, not {_kind(value)}.")
-    if not math.isfinite(value) or not lo <= value <= hi or (whole and value != int(value)):
-        raise ValueError(f"{label} must be {kind} from {lo:g} to {hi:g}, got {value:g}.")
-    return int(value) if whole else float(value)
+        raise ValueError(f"{label} must be {kind}{span}, not {_kind(value)}.")
+    if span and (not math.isfinite(value) or not lo <= value <= hi or (whole and value != int(value))):
+        raise ValueError(f"{label} must be {kind}{span}, got {value:g}.")
+    return int(value) if whole or isinstance(value, int) else float(value)
 
 
 def check_request(request) -> None:

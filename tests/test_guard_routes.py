@@ -297,7 +297,8 @@ HUGE = "y" * 100_000
     ("n", 5000, "n must be a whole number from 2 to 1024, got 5000"),
     ("n", "5.5", "n must be a whole number from 2 to 1024, got 5.5"),
     ("seed", [1], "seed must be a whole number"),
-    ("beta", {"v": 1}, "beta must be a number from -5 to 5, not an object"),
+    ("beta", {"v": 1}, "beta must be a number, not an object"),
+    ("beta", "1e400", "beta must be a finite number"),
     ("delay", 99, "seconds per frame must be a number from 0 to 1.5"),
 ])
 def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, needle):
@@ -323,7 +324,7 @@ def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, n
     ("exactness_handler", ["mixture", 10, 0.5, 64, 1.0, 2, "token", 1_000_000], "samples must be a whole number"),
     ("exactness_handler", ["mixture" + SURROGATE, 6, 0.5, 3, 1.0, 2, "token", 1000], "target contains a character"),
     ("exactness_handler", [None] * 8, "must be"),
-    ("measure_handler", ["potts", 0.5, 3, "x", 2], "lambda must be a number from -5 to 10, not 'x'"),
+    ("measure_handler", ["potts", 0.5, 3, "x", 2], "lambda must be a number, not 'x'"),
     ("measure_handler", [HUGE, 0.5, 3, 1.0, 2], "target is 100000 characters long"),
 ])
 def test_the_pages_queued_handlers_check_their_fields_too(served, name, data, needle):
