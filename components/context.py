@@ -169,8 +169,11 @@ class AppContext:
         return model, reward
 
     def warm(self) -> None:
-        """Load the default models now so the first Run starts at once."""
-        get_models(*self.resolve(self.default_model, self.default_reward, self.default_preference))
+        """Load the default models now (on the app's torch thread) so the first Run starts at once."""
+        from .worker import torch_worker
+
+        torch_worker().call(get_models, *self.resolve(self.default_model, self.default_reward,
+                                                      self.default_preference))
 
 
 def _has_embedded_generator() -> bool:

@@ -39,6 +39,7 @@ from .guard import check_request
 from .retry import OutOfMemory, retry_on_oom
 from .trace import write_traces
 from .view import RunView
+from .worker import torch_worker
 
 log = logging.getLogger("specrej.app")
 GPU_DURATION = env_int("SPECREJ_GPU_DURATION", 120)
@@ -104,7 +105,7 @@ RunRequest = make_dataclass(
     + [(name, Any, field(default=_DEFAULTS[name])) for name in CONFIG_FIELDS]
     + [("second", Any, field(default=False)), ("second_alpha", Any, field(default=0.9)),
        ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="flops")),
-       ("sr_start", Any, field(default="same")), ("stop_when_matched", Any, field(default=False))],
+       ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False))],
     bases=(_Request,), frozen=True)
 RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
                       "settings the page offers, the model and reward choices, a second Speculative Rejection "
@@ -176,7 +177,8 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
 
     def attempt(view: RunView) -> Iterator[Frame]:
         yield start_frame(view)
-        events = events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw)
+        # every torch call of the race runs on the app's one torch thread (worker.py)
+        events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw))
         last = 0.0
         try:
             for event in events:

@@ -122,10 +122,10 @@ def build_controls(ctx: AppContext) -> Controls:
             budget = gr.Number(value=0, minimum=0, maximum=ctx.limits.max_budget, precision=0,
                                label="Memory budget (KV-cache slots)",
                                info="Rows × length both methods may hold at once. 0 = auto (from free GPU "
-                                    "memory; 2048 on a CPU). A small budget means early decisions.",
+                                    "memory; 576 on a CPU). A small budget means early decisions.",
                                elem_id="budget")
         with gr.Row():
-            sr_start = gr.Radio(SR_STARTS, value="same", label="Speculative Rejection starts with",
+            sr_start = gr.Radio(SR_STARTS, value="auto", label="Speculative Rejection starts with",
                                 info="The paper's first batch is 'auto': as many rows as fill the memory budget "
                                      "at the first decision, far more than Best-of-N fits at full length.",
                                 elem_id="sr_start")

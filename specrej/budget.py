@@ -9,7 +9,7 @@ from .config import AUTO, RunConfig, env_int
 from .models import LM
 
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
-DEFAULT_CPU_BUDGET = 2048
+DEFAULT_CPU_BUDGET = 576   # 8 full-length rows of 64 tokens, or ~67 rows at token 8 (README: the defaults)
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
 FEW_TOKENS = 4       # Speculative Rejection must fit N rows for at least this many tokens
 AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's free memory could fit far more)
@@ -25,6 +25,11 @@ def resolve_budget(cfg: RunConfig, lm: LM) -> int:
     if lm.device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(lm.device)
         return int(free * GPU_FRACTION) // lm.kv_bytes_per_slot
+    return cpu_budget()
+
+
+def cpu_budget() -> int:
+    """The budget a run without one gets on a CPU: SPECREJ_CPU_BUDGET, else DEFAULT_CPU_BUDGET."""
     return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 

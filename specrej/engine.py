@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from .kvcache import grow_in_place
 from .models import LM
+from .packed import PackedLinear
 from .shared_prefix import SharedPrefixCache
 
 
@@ -88,7 +89,8 @@ _PLAIN_HEAD = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qw
 def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, object]:
     """Run the model on input_ids ([rows, len]) and return (last position's logits [rows, vocab] fp32, cache).
 
-    Speed trick (CPU only): for a plain head, the vocab projection is computed as ``W @ h.T``
+    Speed trick (CPU only): for a plain head, the vocab projection is computed by the head's
+    prepacked oneDNN kernel where the model was packed (``packed.py``), else as ``W @ h.T``
     instead of ``F.linear(h, W)``. Same math; with few rows and a large vocabulary (49152 x 576
     for SmolLM2) oneDNN's skinny-GEMM path for ``h @ W.T`` measured ~2.5x slower in isolation; a
     whole 32-row decoding step measured ~8% faster (identical tokens).
@@ -98,9 +100,11 @@ def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, o
     # a shared-prefix cache goes to the attention function too (it reads the prompt's part there)
     extra = {"shared_prefix": cache} if isinstance(cache, SharedPrefixCache) else {}
     if (lm.device.type == "cpu" and type(model).__name__ in _PLAIN_HEAD
-            and isinstance(head, torch.nn.Linear) and head.bias is None):
+            and isinstance(head, (torch.nn.Linear, PackedLinear)) and head.bias is None):
         out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True, **extra)
         h = out.last_hidden_state[:, -1]                          # [rows, hidden]
+        if isinstance(head, PackedLinear):                        # prepacked (packed.py): its own kernel
+            return head(h).float(), out.past_key_values
         return torch.mm(head.weight, h.t()).t().float(), out.past_key_values
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
     return out.logits[:, -1].float(), out.past_key_values

@@ -324,8 +324,9 @@ def test_a_second_setting_races_three_arms(ctx):
     last = out[-1]
     assert last.view.state == "done", last.status
     labels = [label for _, label, _ in out[0].slots]
-    assert labels[0].startswith("Speculative Rejection (alpha=0.5, decision=budget)")
-    assert labels[1].startswith("Speculative Rejection (alpha=0.8, decision=interval)")
+    # both Speculative Rejection arms open with the paper's first batch by default (n=auto)
+    assert labels[0].startswith("Speculative Rejection (alpha=0.5, decision=budget, n=auto)")
+    assert labels[1].startswith("Speculative Rejection (alpha=0.8, decision=interval, n=auto)")
     assert labels[2].startswith("Best-of-N")
     assert last.view.arms["sr2"].round_events and set(last.summary_json["comparison"]) == {"sr", "sr2"}
     assert last.summary.count("Speed-up") == 2 and len([t for t in last.race_plot["data"]
