@@ -1,7 +1,7 @@
 """Memory of the public app around runs at the deployment's limits (issue 18).
 
-Serves the app (the embedded models, the environment's limits) in this process on 127.0.0.1 and
-reads this process's resident memory (RSS, /proc): idle after a warm-up run, the peak during a race
+Builds the app (the embedded models, the environment's limits) in this process, calls its handlers
+as the queue would (no HTTP: the numbers are the handlers' own) and reads this process's resident memory (RSS, /proc): idle after a warm-up run, the peak during a race
 at the public limits (N = SPECREJ_MAX_N, max new tokens, the budget, Speculative Rejection's `auto`
 start), idle after it; then the peak of the lab's heaviest exactness check, measurement and sample,
 and of an instant replay. ``--no-trim`` turns off the return of memory after runs (for comparison).
@@ -56,14 +56,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-trim", action="store_true", help="collect garbage only, never malloc_trim")
     ap.add_argument("--skip-race", action="store_true")
+    ap.add_argument("--skip-lab", action="store_true")
     args = ap.parse_args()
 
-    import app
-    from gradio_client import Client
+    import dataclasses
 
+    import app
     from components import memory
     from components.context import AppContext
     from components.replay import RECORDINGS, load
+    from components.stream import RunRequest
 
     if args.no_trim:
         memory._trim = None
@@ -72,57 +74,52 @@ def main() -> None:
     ctx = AppContext.from_env()
     ctx.warm()
     demo = app.build_demo(ctx)
-    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=_free_port(), prevent_thread_lock=True,
-                           quiet=True)
-    client = Client(url, verbose=False, analytics_enabled=False)
+    handler = {fn.name: fn.fn for fn in demo.fns.values()}
     lim = ctx.limits
     out = {"trim": not args.no_trim, "limits": {"max_n": lim.max_n, "max_new_tokens": lim.max_new_tokens,
                                                   "max_budget": lim.max_budget, "max_auto_n": lim.max_auto_n,
                                                   "max_run_seconds": lim.max_run_seconds}}
     base = dict(prompt="Give me three tips for staying healthy.", model=ctx.default_model, reward=ctx.default_reward,
                 preference="")
-    try:
-        client.predict(**base, n=4, max_new_tokens=8, api_name="/run")   # warm-up: models, kernels, caches
-        out["idle_before_mb"] = mb(idle(rss))
-        if not args.skip_race:
-            with Peak(rss) as p:
-                status = client.predict(**base, n=lim.max_n, max_new_tokens=lim.max_new_tokens,
-                                        budget=lim.max_budget, sr_start="auto", api_name="/run")[0]
-            out["race_peak_mb"] = mb(p.peak)
-            out["race_status"] = str(status.get("value") if isinstance(status, dict) else status)[:160]
-            out["idle_after_race_mb"] = mb(idle(rss))
-            out["after_over_before"] = round(out["idle_after_race_mb"] / out["idle_before_mb"], 3)
+
+    def race(**settings) -> str:
+        values = dataclasses.astuple(RunRequest(**base, **settings))
+        last = None
+        for last in handler["run"](*values, None):
+            pass
+        return str(getattr(last[0], "value", last[0]))[:200] if last else ""
+
+    race(n=4, max_new_tokens=8, sr_start="same")   # warm-up: models, kernels, caches
+    out["idle_before_mb"] = mb(idle(rss))
+    if not args.skip_race:
+        with Peak(rss) as p:
+            out["race_status"] = race(n=lim.max_n, max_new_tokens=lim.max_new_tokens, budget=lim.max_budget,
+                                      sr_start="auto")
+        out["race_peak_mb"] = mb(p.peak)
+        out["idle_after_race_mb"] = mb(idle(rss))
+        out["after_over_before"] = round(out["idle_after_race_mb"] / out["idle_before_mb"], 3)
+    print(json.dumps(out), flush=True)
+    if not args.skip_lab:
         lab = [("exactness_handler", ["mixture", 10, 0.5, 64, 1.0, 2, "token", 100_000]),
                ("measure_handler", ["mixture", 0.5, 64, 1.0, 2]),
                ("sample_handler", ["mixture", 1024, 0.5, 64, 1.0, 2, "token", 0, 0])]
         for name, data in lab:
-            fn = next(fn for fn in demo.fns.values() if fn.name == name)
             before = rss()
             with Peak(rss) as p:
-                result = fn.fn(*data)
+                result = handler[name](*data)
                 if hasattr(result, "__next__"):
                     for _ in result:
                         pass
             out[f"{name}_peak_above_idle_mb"] = mb(p.peak - before)
+            print(json.dumps(out), flush=True)
         rec = sorted(RECORDINGS.glob("*.json.gz"))[0]
         before = rss()
-        replay = next(fn for fn in demo.fns.values() if fn.name == "replay").fn
         with Peak(rss) as p:
-            for _ in replay(load(rec).meta["prompt"], "inf", None):
+            for _ in handler["replay"](load(rec).meta["prompt"], "inf", None):
                 pass
         out["replay_peak_above_idle_mb"] = mb(p.peak - before)
         out["idle_end_mb"] = mb(idle(rss))
-    finally:
-        demo.close()
     print(json.dumps(out, indent=1))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
