@@ -87,7 +87,9 @@ def main() -> None:
         last = None
         for last in handler["run"](*values, None):
             pass
-        return str(getattr(last[0], "value", last[0]))[:200] if last else ""
+        shown = " ".join(str(getattr(v, "value", "")) for v in (last or {}).values())
+        return ("finished" if "Done" in shown else "stopped at the time limit" if "MAX_RUN_SECONDS" in shown
+                else shown[:200])
 
     race(n=4, max_new_tokens=8, sr_start="same")   # warm-up: models, kernels, caches
     out["idle_before_mb"] = mb(idle(rss))
