@@ -211,7 +211,7 @@ def test_stop_through_the_api_stops_the_callers_own_race_within_a_step(served, s
 
     demo, ctx, url, gate = served
     guard = demo.specrej_guard
-    mine, other = client(url, "10.0.0.31"), client(url, "10.0.0.32")
+    mine, other, bystander = client(url, "10.0.0.31"), client(url, "10.0.0.32"), client(url, "10.0.0.34")
     at_stop: dict = {}
     real_stop = guard.stop_session
 
@@ -223,8 +223,8 @@ def test_stop_through_the_api_stops_the_callers_own_race_within_a_step(served, s
     job = mine.submit(**kwargs(ctx, LONG, prompt="stopped by the api"), api_name="/run")
     theirs = other.submit(**kwargs(ctx, LONG, prompt="not mine"), api_name="/run")
     assert wait_for(lambda: steps_by_prompt.get("stopped by the api", 0) >= 3)
-    # another client's /stop does not touch this run
-    assert "Nothing to stop" in text(other.predict(api_name="/stop"))
+    # a client with no run of its own has nothing to stop, and touches no one else's
+    assert "Nothing to stop" in text(bystander.predict(api_name="/stop"))
     assert "Nothing to stop" not in text(mine.predict(api_name="/stop"))
     assert wait_for(lambda: job.done())
     steps = steps_by_prompt["stopped by the api"]
