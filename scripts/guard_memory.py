@@ -80,7 +80,7 @@ def main() -> None:
                                                   "max_budget": lim.max_budget, "max_auto_n": lim.max_auto_n,
                                                   "max_run_seconds": lim.max_run_seconds}}
     base = dict(prompt="Give me three tips for staying healthy.", model=ctx.default_model, reward=ctx.default_reward,
-                preference="")
+                preference="concise, friendly, with a concrete example")
 
     def race(**settings) -> str:
         values = dataclasses.astuple(RunRequest(**base, **settings))
