@@ -95,8 +95,9 @@ def main() -> None:
     out["idle_before_mb"] = mb(idle(rss))
     if not args.skip_race:
         with Peak(rss) as p:
+            # auto N = budget / first decision must stay within SPECREJ_MAX_AUTO_N
             out["race_status"] = race(n=lim.max_n, max_new_tokens=lim.max_new_tokens, budget=lim.max_budget,
-                                      sr_start="auto")
+                                      sr_start="auto", first_decision=-(-lim.max_budget // lim.max_auto_n))
         out["race_peak_mb"] = mb(p.peak)
         out["idle_after_race_mb"] = mb(idle(rss))
         out["after_over_before"] = round(out["idle_after_race_mb"] / out["idle_before_mb"], 3)
