@@ -19,6 +19,7 @@ from specrej.record import Recording, RecordingError, load, replay
 
 from .context import ASSETS, model_label, reward_kind_label
 from .frames import Frame, error_frame, final_frame, live_frame, start_frame
+from .guard import check_choice, check_text_field
 from .theme import md_escape
 from .view import RunView
 
@@ -87,20 +88,33 @@ def _show(v) -> str:
 REPLAY_START = "**Replaying** the recorded race…"
 
 
-def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS,
+def check_replay(prompt, pace, max_prompt_chars: int = 2000) -> tuple[str, float]:
+    """(prompt, speed) from a replay request as the page or the API sends it; ValueError naming the
+    field otherwise. ``pace`` is one of ``PACES``' values (a number equal to one is accepted too)."""
+    prompt = check_text_field("prompt", prompt, max_prompt_chars)
+    if isinstance(pace, (int, float)) and not isinstance(pace, bool):
+        pace = "inf" if pace == math.inf else f"{pace:g}"
+    pace = check_choice("pace", pace, [v for _, v in PACES])
+    return prompt, float(pace)
+
+
+def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,
                   min_frame_interval: float = 0.25, sleep=time.sleep) -> Iterator[Frame]:
     """Frames of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
+    try:
+        prompt, speed = check_replay(prompt, pace, max_prompt_chars)
+    except ValueError as e:
+        yield error_frame(str(e))
+        return
     path = find(prompt, folder)
     if path is None:
         yield error_frame("there is no recorded race for this prompt: recordings exist for the example prompts. "
                           "Press Run to run it live.")
         return
     try:
-        speed = float(pace)
-        assert speed > 0
         rec = load(path)
         view = view_for(rec)
-    except (ValueError, AssertionError, RecordingError) as e:
+    except (ValueError, RecordingError) as e:
         yield error_frame(f"cannot replay {path.name}: {e}")
         return
     first = start_frame(view)   # a live run's first frame, but nothing loads or prefills here

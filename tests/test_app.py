@@ -281,7 +281,8 @@ def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx, monkeypa
     # the same) and calls the /stop listener, which says so in the status line.
     job.cancel()   # returns when Gradio has cancelled the event and closed its generator
     steps["after_stop"] = 0
-    assert "Stopped" in text(client.predict(api_name="/stop"))
+    said = text(client.predict(api_name="/stop"))   # the cancel may have ended the run already
+    assert "Stopped" in said or "Nothing to stop" in said, said
     assert wait_for(lambda: not ctx.active and job.done()), "the race was not closed (memory not freed)"
     assert steps["after_stop"] <= 1, steps            # within a step of Stop
     assert steps["all"] < 2 * 200, steps              # far from a whole run (both arms take >= 200 steps)
