@@ -23,7 +23,7 @@ from specrej.autospec.targets import all_states
 
 from . import memory
 from .context import ASSETS
-from .guard import check_choice, check_number
+from .guard import check_choice, check_number, started
 
 MAX_N = 1024           # cells on the grid
 MAX_EXACT_N = 10
@@ -191,8 +191,9 @@ def counter_markdown(sampler: str, rounds: int, queries, fixed: int, n: int, don
     return head + tail
 
 
-def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay):
+def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay, request: gr.Request = None):
     """One exact sample, animated round by round: yields (status, round counter, grid HTML)."""
+    started(request)
     try:
         t = _target(target, n, beta, components, lam, q)
         sampler = _sampler(sampler)
@@ -247,8 +248,9 @@ def scaling_panels(scaling: list[dict]):
     return fig
 
 
-def measure_handler(target, beta, components, lam, q):
+def measure_handler(target, beta, components, lam, q, request: gr.Request = None):
     """Rounds against n = 32…256 for the chosen target, live (4 samples per point)."""
+    started(request)
     try:
         _target(target, 32, beta, components, lam, q)
         params = _params(target, beta, components, lam, q)
@@ -290,8 +292,9 @@ def chunked_counts(target, sampler: str, samples: int, chunk: int = EXACT_CHUNK)
     return counts, exact
 
 
-def exactness_handler(target, n, beta, components, lam, q, sampler, samples):
+def exactness_handler(target, n, beta, components, lam, q, sampler, samples, request: gr.Request = None):
     """Empirical against exact probabilities of states (n <= 10), with the chi² p-value and TV."""
+    started(request)
     try:
         n = _int("n (exactness)", n, 2, MAX_EXACT_N)
         samples = _int("samples", samples, 1000, MAX_EXACT_SAMPLES)

@@ -287,11 +287,19 @@ class Guard:
 
     def on_start(self, request) -> Callable[[], bool]:
         """A run starts; returns whether its client has cancelled it (asked at every event)."""
-        run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
-        if run is None:
-            return lambda: False
-        run.seen = True
-        return lambda: run.cancelled
+        return started(request)
+
+
+def started(request) -> Callable[[], bool]:
+    """Every queued handler calls this first (``request``: its ``gr.Request``): the admitted run is
+    marked as started, so the per-client cap forgets it once it leaves Gradio's queue (a run never
+    marked is held for IN_FLIGHT_S: a third quick lab sample was refused). Returns whether the
+    client has cancelled the run (``/stop``)."""
+    run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
+    if run is None:
+        return lambda: False
+    run.seen = True
+    return lambda: run.cancelled
 
 
 def _quiet(fn: Callable) -> Callable:

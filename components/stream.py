@@ -178,7 +178,8 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
     def attempt(view: RunView) -> Iterator[Frame]:
         yield start_frame(view)
         # every torch call of the race runs on the app's one torch thread (worker.py)
-        events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw))
+        events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw),
+                                       cancelled=stop_requested)
         last, read = 0.0, False
         try:
             for event in events:

@@ -59,9 +59,11 @@ class TorchWorker:
         self._jobs.put((fut, fn, args, {}))
         return fut
 
-    def stream(self, factory: Callable[[], Iterator[T]]) -> "Stream[T]":
-        """The events of ``factory()``, each produced on the worker (``Stream``)."""
-        return Stream(self, factory)
+    def stream(self, factory: Callable[[], Iterator[T]],
+               cancelled: Callable[[], bool] = lambda: False) -> "Stream[T]":
+        """The events of ``factory()``, each produced on the worker (``Stream``); ``cancelled`` (e.g.
+        the guard's "did this run's client press Stop?") is asked before every event there."""
+        return Stream(self, factory, cancelled)
 
 
 class Stream(Iterator[T]):
@@ -74,15 +76,16 @@ class Stream(Iterator[T]):
     ``close()`` (Stop, a closed tab, the end) lets a prefetched event finish, never starts
     another, and closes the generator on the worker, whose ``finally`` frees the KV cache."""
 
-    def __init__(self, worker: TorchWorker, factory: Callable[[], Iterator[T]]):
-        self._worker, self._factory = worker, factory
+    def __init__(self, worker: TorchWorker, factory: Callable[[], Iterator[T]],
+                 cancelled: Callable[[], bool] = lambda: False):
+        self._worker, self._factory, self._cancelled = worker, factory, cancelled
         self._it: Iterator[T] | None = None
         self._pending: Future | None = None
         self._cancel = threading.Event()
         self._ended = False
 
     def _advance(self):   # on the worker
-        if self._cancel.is_set():
+        if self._cancel.is_set() or self._cancelled():
             return _DONE
         if self._it is None:
             self._it = self._factory()

@@ -6,6 +6,7 @@ steps, events and HTTP statuses, never in seconds."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import threading
 
@@ -226,8 +227,10 @@ def test_stop_through_the_api_stops_the_callers_own_race_within_a_step(served, s
     real_stop = guard.stop_session
 
     def stop_session(session):
-        at_stop.setdefault("steps", steps_by_prompt.get("stopped by the api", 0))
-        return real_stop(session)
+        found = real_stop(session)   # counted from the moment the caller's stop is recorded
+        if found:                    # (the bystander's /stop finds nothing and starts no count)
+            at_stop.setdefault("steps", steps_by_prompt.get("stopped by the api", 0))
+        return found
 
     monkeypatch.setattr(guard, "stop_session", stop_session)
     job = mine.submit(**kwargs(ctx, LONG, prompt="stopped by the api"), api_name="/run")
@@ -322,6 +325,7 @@ def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, n
     stream = httpx.get(f"{base}/call/autospec_sample/{r.json()['event_id']}", timeout=HANG_GUARD_S).text
     assert "event: complete" in stream and "event: error" not in stream, stream[:500]
     message = json.loads([line for line in stream.splitlines() if line.startswith("data:")][-1][5:])[0]
+    message = html.unescape(message)   # the status is markdown with HTML entities (&#x27; reads ')
     assert message.startswith("**Cannot run:**") and needle in message, message
     assert len(message) < 300 and SURROGATE not in message
 
@@ -343,7 +347,7 @@ def test_the_pages_queued_handlers_check_their_fields_too(served, name, data, ne
     status, msg = join(url, fn_index(demo, name), data, session=f"f-{name}-{len(json.dumps(data))}",
                        address=fresh_address())
     assert status == 200 and msg["success"], msg
-    out = shown(msg)
+    out = html.unescape(shown(msg))
     assert needle in out, out[:400]
     assert SURROGATE not in out and HUGE[:1000] not in out
 
@@ -351,9 +355,9 @@ def test_the_pages_queued_handlers_check_their_fields_too(served, name, data, ne
 def test_the_races_fields_are_checked_with_short_messages(served):
     demo, ctx, url, gate = served
     c = client(url, "10.0.0.53")
+    # (a lone surrogate in a race field is posted raw in test_guard.py: gradio_client cannot encode one)
     for field, value, needle in (("n", HUGE, "n is 100000 characters long"),
-                                 ("decision", HUGE, "decision is 100000 characters long"),
-                                 ("model", "m" + SURROGATE, "model contains a character")):
+                                 ("decision", HUGE, "decision is 100000 characters long")):
         out = text(c.predict(**kwargs(ctx, **{field: value}), api_name="/run")[0])
         assert out.startswith("**Can't run") and needle in out and len(out) < 400, (field, out[:400])
 
@@ -372,7 +376,7 @@ def test_a_null_payload_gets_no_raw_python_message(served):
 
 def test_memory_is_returned_after_every_run_and_a_timed_out_run_writes_its_trace(ctx, tmp_path):
     """A run that reaches the deployment's time limit (0 s here: every run passes it at its first
-    event) ends with a message, frees its rows, writes a trace marked failed, and memory is
+    event) ends with a message, frees its rows, writes a trace marked "stopped at the time limit", and memory is
     returned to the system after it (and after a finished run)."""
     import app
     from gradio_client import Client
@@ -392,7 +396,8 @@ def test_memory_is_returned_after_every_run_and_a_timed_out_run_writes_its_trace
         assert wait_for(lambda: memory.TRIMS["count"] > before or not memory.release())
         assert not limited.active
         traces = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
-        assert traces and all(t["state"] == "failed" and "SPECREJ_MAX_RUN_SECONDS" in t["message"] for t in traces)
+        assert traces and all(t["state"] == "stopped at the time limit" and "SPECREJ_MAX_RUN_SECONDS" in t["message"]
+                              for t in traces)
     finally:
         demo.close()
 

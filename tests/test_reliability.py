@@ -568,7 +568,8 @@ def test_stop_in_every_phase_ends_the_run_within_a_step_and_the_next_run_works(s
     assert state["entered"].wait(TIMEOUT_S), f"the run never reached {phase}"
     job.cancel()   # returns once the run's task was cancelled (and the held phase released)
     assert state["release"].is_set()
-    assert "Stopped" in text(client.predict(api_name="/stop"))
+    said = text(client.predict(api_name="/stop"))   # the run was cancelled already: Stopped, or nothing left
+    assert "Stopped" in said or "Nothing to stop" in said, said
     assert wait_for(lambda: not ctx.active), f"{phase}: the run was not closed"
     assert state["steps_after"] <= 1, state["steps_after"]  # within one step
     assert all_released(engines)
