@@ -81,8 +81,9 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
 
         on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
                                    concurrency_limit=4, api_visibility="private", preprocess=False)
-        paper = ui.paper_scale_updates(ctx, page)
-        c.paper.click(lambda: ui.paper_scale_updates(ctx, page), None, list(paper), queue=False,
+        # the outputs by name only: building the updates here would place new components on the page
+        paper = list(ui.paper_scale(ctx, c)) + [c.settings, a.status]
+        c.paper.click(lambda: ui.paper_scale_updates(ctx, page), None, paper, queue=False,
                       api_visibility="private")
         # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
         # already in flight can land after the first message (seen in the browser test).

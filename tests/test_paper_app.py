@@ -83,3 +83,13 @@ def test_paper_scale_preset_and_committed_recordings(ctx):
         assert "n=auto" in rec.meta["settings"]["arms"]
         last = list(replay_frames(rec.meta["prompt"], "inf"))[-1]
         assert last.view.state == "done"
+
+
+def test_the_page_shows_the_paper_scale_words_only_after_the_click():
+    """Building the click's outputs must not build its updates: they would sit at the page's foot."""
+    import app
+    from components.context import AppContext
+
+    demo = app.build_demo(AppContext.from_env({}))
+    shown = [str(getattr(b, "value", "")) for b in demo.blocks.values() if type(b).__name__ == "Markdown"]
+    assert not any("Paper scale set" in t for t in shown)
