@@ -257,21 +257,6 @@ def test_one_client_gets_at_most_its_cap_of_runs_queued_plus_running(served_gate
     assert "Done" in text(client.predict(**kwargs(ctx), api_name="/run")[0])   # the cap freed
 
 
-@pytest.fixture
-def steps_by_prompt(monkeypatch):
-    from specrej import methods
-
-    counts: dict = {}
-    real = methods._Run.step
-
-    def counting(self):
-        counts[self.cfg.prompt] = counts.get(self.cfg.prompt, 0) + 1
-        return real(self)
-
-    monkeypatch.setattr(methods._Run, "step", counting)
-    return counts
-
-
 def test_a_queued_run_cancelled_without_an_event_id_stops_within_a_step(served_gated, steps_by_prompt):
     """The run is queued behind another when its client cancels without an event id: Gradio
     removes nothing, so the run starts later; it must stop at its first event."""

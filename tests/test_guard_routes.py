@@ -202,21 +202,6 @@ def test_a_body_over_the_limit_is_refused_before_gradio_reads_it(served):
 
 # ---------------------------------------------------------------- /stop through the API
 
-@pytest.fixture
-def steps_by_prompt(monkeypatch):
-    from specrej import methods
-
-    counts: dict = {}
-    real = methods._Run.step
-
-    def counting(self):
-        counts[self.cfg.prompt] = counts.get(self.cfg.prompt, 0) + 1
-        return real(self)
-
-    monkeypatch.setattr(methods._Run, "step", counting)
-    return counts
-
-
 def test_stop_through_the_api_stops_the_callers_own_race_within_a_step(served, steps_by_prompt, monkeypatch):
     from components.panels import STOPPED
 
