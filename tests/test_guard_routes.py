@@ -140,8 +140,8 @@ def test_no_queued_handler_runs_on_a_direct_route_and_only_public_ones_on_call(s
     public = {"run", "stop", "autospec_sample"}
     assert guard.public_api == public
     queued = {demo.fns[i].name for i in guard.queued_fns}
-    assert {"run", "replay", "sample_handler", "measure_handler", "exactness_handler"} <= queued, queued
-    assert {demo.fns[i].name for i in guard.stop_fns} == {"run", "replay"}
+    assert {"run", "replay", "paper_scale", "sample_handler", "measure_handler", "exactness_handler"} <= queued, queued
+    assert {demo.fns[i].name for i in guard.stop_fns} == {"run", "replay", "paper_scale"}
     for index, fn in demo.fns.items():
         data = [None] * len(fn.inputs)
         for route in ROUTES:
@@ -320,6 +320,8 @@ def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, n
     ("replay", [PROMPT, "2"], "pace '2' is not one of: 1, 4, 16, inf"),
     ("replay", ["tips " + SURROGATE, "inf"], "prompt contains a character that is not valid text"),
     ("replay", [HUGE, "inf"], "prompt is 100000 characters long"),
+    ("paper_scale", [PROMPT, "2"], "pace '2' is not one of: 1, 4, 16, inf"),
+    ("paper_scale", [["not text"], "inf"], "prompt must be text"),
     ("exactness_handler", ["mixture", 10, 0.5, 64, 1.0, 2, "token", 1_000_000], "samples must be a whole number"),
     ("exactness_handler", ["mixture" + SURROGATE, 6, 0.5, 3, 1.0, 2, "token", 1000], "target contains a character"),
     ("exactness_handler", [None] * 8, "must be"),
