@@ -170,6 +170,7 @@ class VllmEngine:
     name = "vllm"
     allow_sharing = True
     exclusive = True
+    refills = True              # a paged KV cache: a new request joins the running batch (VllmRows.add)
 
     @classmethod
     def from_config(cls, lm: VllmLM, prompt_ids: list[int], cfg, *, n_total: int | None = None,
@@ -248,16 +249,24 @@ class VllmRows:
 
     def __init__(self, backend: VllmEngine, cand_ids: list[int]):
         self.backend = backend
-        self.ids = cand_ids
-        self.tokens: list[list[int]] = [[] for _ in cand_ids]
-        self.generated = 0
-        self._logprob = [0.0] * len(cand_ids)
-        self._pending: dict[int, object] = {}         # cand -> its latest RequestOutput
+        self.ids: list[int] = []
+        self.tokens: list[list[int]] = []
+        self.generated = 0                            # steps this batch has taken (its oldest row's length)
+        self._logprob: list[float] = []
         self._counted: set[int] = set()
-        for c in cand_ids:
-            backend.lm.engine.add_request(backend.request_id(c), {"prompt_token_ids": backend.prompt_ids},
-                                          backend.params(c))
         backend.live[id(self)] = self
+        self.add(cand_ids)
+
+    def add(self, cand_ids: list[int]) -> None:
+        """Refill: new rows join the running batch now (vLLM schedules them in the next step; each
+        starts from the cached prompt and writes its own tokens at its own pace)."""
+        b = self.backend
+        for c in cand_ids:
+            b.lm.engine.add_request(b.request_id(c), {"prompt_token_ids": b.prompt_ids}, b.params(c))
+        self.ids += list(cand_ids)
+        self.tokens += [[] for _ in cand_ids]
+        self._logprob += [0.0] * len(cand_ids)
+        b.live[id(self)] = self
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -267,7 +276,8 @@ class VllmRows:
         return self.backend.prompt_len
 
     def slots(self) -> int:
-        return self.backend.prompt_len + len(self.ids) * self.generated if self.ids else 0
+        """The prompt once plus every live row's own tokens (rows of a refilled batch differ in length)."""
+        return self.backend.prompt_len + sum(map(len, self.tokens)) if self.ids else 0
 
     def slots_per_row_after_step(self) -> int:
         g = self.generated + 1
@@ -280,8 +290,9 @@ class VllmRows:
 
     def step(self) -> list[Done]:
         """Run vLLM until every live row has one more token (or has ended); return the rows that ended."""
-        b, target = self.backend, self.generated + 1
+        b = self.backend
         position = {c: i for i, c in enumerate(self.ids)}
+        want = {c: len(self.tokens[i]) + 1 for i, c in enumerate(self.ids)}
         rid_to_cand = {b.request_id(c): c for c in self.ids}
         ended: dict[int, str] = {}
         while True:
@@ -298,9 +309,9 @@ class VllmRows:
                     self._counted.add(c)
                 if out.finished:
                     ended[c] = _reason(comp, b.lm.eos_ids)
-            if all(c in ended or len(self.tokens[position[c]]) >= target for c in self.ids):
+            if all(c in ended or len(self.tokens[position[c]]) >= want[c] for c in self.ids):
                 break
-        self.generated = target
+        self.generated += 1
         done = []
         for c, reason in ended.items():
             i = position[c]
