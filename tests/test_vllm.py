@@ -13,6 +13,8 @@ vllm = pytest.importorskip("vllm")
 
 from specrej import Finished, Round, RunConfig, load_generator, load_reward, race_arms, run_to_completion  # noqa: E402
 from specrej import best_of_n, speculative_rejection  # noqa: E402
+from specrej.events import Progress, to_dict  # noqa: E402
+from specrej.methods import best_of_n_refill  # noqa: E402
 from specrej.backends.vllm import VllmEngine, load_vllm_generator  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -100,3 +102,24 @@ def test_the_ledger_counts_like_the_transformers_backend_on_the_same_prompt(vlm,
         assert f.ledger.generator_flops == 2.0 * hf.n_params * (f.ledger.prompt_tokens + f.ledger.generated_tokens)
         assert f.ledger.peak_kv_slots <= cfg.budget and f.ledger.kv_sharing == "shared"
     assert (a.ledger.backend, b.ledger.backend) == ("vllm", "transformers")
+
+
+def test_continuous_batching_refills_a_freed_slot_the_step_it_frees(vlm, reward):
+    """bonc: the rows that fit at full length decode together and a waiting candidate takes a slot the
+    step a row ends; it samples the same candidates as the fixed passes in no more engine steps."""
+    cfg = config(vlm, n=8, new=24, progress_every=1)                      # 4 rows fit: fixed passes of 4
+    width = 4
+    fixed = run_to_completion(best_of_n(vlm, reward, cfg))
+    events = list(best_of_n_refill(vlm, reward, cfg))
+    cont = events[-1]
+    assert isinstance(cont, Finished) and cont.arm == "bonc"
+    assert [c.status for c in cont.candidates] == ["finished"] * 8 and cont.winner.score is not None
+    for p in (e for e in events if isinstance(e, Progress)):
+        if any(c.status == "waiting" for c in p.candidates):              # someone waits: no slot is idle
+            assert sum(c.status == "live" for c in p.candidates) == width
+        assert p.ledger.peak_kv_slots <= cfg.budget
+    led = cont.ledger
+    assert led.backend == "vllm" and to_dict(cont)["ledger"]["backend"] == "vllm"    # the trace records it
+    assert led.generated_tokens == sum(c.tokens for c in cont.candidates)
+    assert led.peak_kv_slots <= cfg.budget and 0 < led.steps <= fixed.ledger.steps
+    assert not vlm.engine.has_unfinished_requests()
