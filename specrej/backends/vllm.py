@@ -86,24 +86,28 @@ _load_lock = threading.Lock()
 
 def load_vllm_generator(spec: str = "embedded", *, dtype: str = "auto", tensor_parallel_size: int = 1,
                         gpu_memory_utilization: float | None = None, max_num_seqs: int = 256,
-                        max_model_len: int | None = None, block_size: int | None = None) -> VllmLM:
+                        max_model_len: int | None = None, block_size: int | None = None,
+                        enforce_eager: bool = False) -> VllmLM:
     """Load (once per process and settings) ``spec`` into a vLLM ``LLMEngine``.
 
     ``spec`` as ``load_generator``'s ("embedded", a folder, a .gguf file, a hub id); a GGUF file is
     dequantised once to a safetensors folder first (the same cache). ``dtype``: "auto" (fp32 on a
     CPU, the model's own on a GPU), "float32", "bfloat16". ``tensor_parallel_size``: GPUs to split
     the model over. ``gpu_memory_utilization``: vLLM's share of GPU memory (default 0.9 on a GPU;
-    on a CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, in GiB)."""
-    key = (spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len, block_size)
+    on a CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, in GiB). ``enforce_eager``: no
+    compilation (on a CPU, vLLM otherwise compiles the model with inductor at load: minutes on two
+    cores; the tests load it eager)."""
+    key = (spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len, block_size,
+           enforce_eager)
     with _load_lock:
         if key not in _loaded:
             _loaded[key] = _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs,
-                                 max_model_len, block_size)
+                                 max_model_len, block_size, enforce_eager)
         return _loaded[key]
 
 
 def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len,
-          block_size) -> VllmLM:
+          block_size, enforce_eager) -> VllmLM:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # LLMEngine in this process
     try:
         import torch
@@ -119,7 +123,7 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
         dtype = "auto" if cuda else "float32"
     kwargs = dict(model=source, tokenizer=source, dtype=dtype, enable_prefix_caching=True, seed=0,
                   max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
-                  max_num_batched_tokens=max(8192, max_num_seqs * 64))
+                  max_num_batched_tokens=max(8192, max_num_seqs * 64), enforce_eager=enforce_eager)
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
     if block_size:
