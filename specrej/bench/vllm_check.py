@@ -2,6 +2,7 @@
 
     python -m specrej.bench.vllm_check coupling [--n 16] [--new 48] [--set quick --prompts 3]
     python -m specrej.bench.vllm_check steps [--rows 1,8,32,128] [--steps 8]
+    (both: [--eager] no compile at load, [--block-size 32]; run with VLLM_ENABLE_V1_MULTIPROCESSING=0)
 
 ``coupling``: candidate c is seeded from (seed, c) in every arm (``SamplingParams(seed=...)``), so
 it writes the same text wherever the kernels give it the same logits whatever the batch. Counted
@@ -91,10 +92,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", default="quick", help="a prompt set (bench's --prompts names)")
     ap.add_argument("--rows", default="1,8,32,128")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--eager", action="store_true", help="no inductor compile at load (as the tests load it)")
+    ap.add_argument("--block-size", type=int, default=None, help="KV block size (vLLM's CPU default: 128)")
     args = ap.parse_args(argv)
     from ..backends.vllm import load_vllm_generator
 
-    lm = load_vllm_generator(args.model)
+    lm = load_vllm_generator(args.model, enforce_eager=args.eager, block_size=args.block_size)
     prompts = [p["prompt"] for p in load_prompts(args.set)][:args.prompts]
     if args.what == "steps":
         rows = [int(r) for r in args.rows.split(",")]
