@@ -50,8 +50,7 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
             *values, request = values   # RunRequest's fields, then Gradio's request
             req = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
             try:
-                for frame in frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)):
-                    yield page.updates(frame)
+                yield from page.stream(frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)))
             finally:
                 memory.release()   # the allocator keeps freed KV caches otherwise
 
@@ -73,11 +72,11 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
         def replay(prompt, pace, request: gr.Request):
             """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
             stop_requested = guard.on_start(request)
-            for frame in replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                                       max_prompt_chars=ctx.limits.max_prompt_chars):
+            for update in page.stream(replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                                                    max_prompt_chars=ctx.limits.max_prompt_chars)):
                 if stop_requested():
                     return
-                yield page.updates(frame)
+                yield update
 
         on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
                                    concurrency_limit=4, api_visibility="private", preprocess=False)
@@ -106,9 +105,23 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
     # guard's gate lets through only the page's unqueued ones.
     demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue, api_open=False)
+    quiet_queue(demo)
     guard.bind(demo)
     demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
     return demo
+
+
+QUEUE_POLL_SECONDS = 0.05   # Gradio's own value on Windows
+
+
+def quiet_queue(demo: gr.Blocks) -> None:
+    """Poll the queue every 50 ms, not every 1 ms. On Linux Gradio's queue loop sleeps 1 ms between
+    looks while no slot is free, i.e. during every run (and its progress loop 10 ms): ~1,100 wake-ups
+    a second, which took ~8% of a core on an idle server and, on a 2-core CPU Space, preempted the
+    race's two torch threads a thousand times a second. A queued run now starts up to 50 ms later."""
+    q = demo._queue
+    q.sleep_when_free = max(q.sleep_when_free, QUEUE_POLL_SECONDS)
+    q.progress_update_sleep_when_free = max(q.progress_update_sleep_when_free, 2 * QUEUE_POLL_SECONDS)
 
 
 def request_signature() -> inspect.Signature:

@@ -43,6 +43,29 @@ def slots(view: RunView) -> list[tuple[str, str, str]]:
     return [(a.arm, f"{a.spec.label}: {CHART_LABELS[a.chart]}", colour(a.spec)) for a in view.display_order()]
 
 
+def since(frame: Frame, sent: Frame | None) -> Frame:
+    """``frame`` with what ``sent`` (the last frame sent) already shows left as ``KEEP``: a live
+    frame then carries only what changed (per arm slot for the charts and leaders; a leader whose
+    label is unchanged as its text alone). Gradio's work per frame grows with what it carries, and
+    on a CPU Space that work takes the cores from the race."""
+    if sent is None:
+        return frame
+    out = Frame(**vars(frame))
+    for name in ("status", "status_kind", "slots", "race_plot", "summary", "table", "trace_path", "summary_json",
+                 "results_visible"):
+        if getattr(out, name) is not KEEP and getattr(out, name) == getattr(sent, name):
+            setattr(out, name, KEEP)
+    if out.slots is KEEP:   # same layout: per slot
+        if isinstance(out.arm_plots, list) and isinstance(sent.arm_plots, list):
+            out.arm_plots = [KEEP if i < len(sent.arm_plots) and p == sent.arm_plots[i] else p
+                             for i, p in enumerate(out.arm_plots)]
+        if isinstance(out.arm_leaders, list) and isinstance(sent.arm_leaders, list):
+            out.arm_leaders = [KEEP if i < len(sent.arm_leaders) and lead == sent.arm_leaders[i]
+                               else lead[1] if i < len(sent.arm_leaders) and lead[0] == sent.arm_leaders[i][0]
+                               else lead for i, lead in enumerate(out.arm_leaders)]
+    return out
+
+
 def error_frame(message: str) -> Frame:
     """Bad input: the message, nothing starts."""
     return Frame(status=panels.error_markdown(message), status_kind="error")

@@ -11,10 +11,11 @@ What a hostile client tried, and what stops it here (no algorithm logic, no page
   queued plus running per client. The client is the address Gradio reports
   (``request.client.host``; behind a proxy set uvicorn's ``FORWARDED_ALLOW_IPS`` so that it is the
   user's), else the session.
-- **A run cancelled before it had an event id** (``Guard.stop_requested``): ``/cancel`` without an
+- **A cancelled run that goes on computing** (``Guard.note_cancel``): ``/cancel`` without an
   event id (gradio_client's ``Job.cancel()`` while the job is starting) cancels nothing in Gradio
-  and the run went on unread. ``ApiGate`` notes such cancels; a run of that session that joined
-  before the cancel stops at its next event.
+  and the run went on unread; with one, Gradio cancels the task but not the thread computing it.
+  ``ApiGate`` notes every cancel; the run it names (or, without an id, every run of that session
+  that joined before the cancel) stops at its next event.
 - **One client filling the queue with anything** (``Guard.bind``): the cap counts every queued
   endpoint together (races, replays, the lab's samples, measurements and exactness checks); each
   gets the same validator.
@@ -252,10 +253,20 @@ class Guard:
 
     # -- cancels: without an event id, and /stop through the API
     def note_cancel(self, body: dict) -> None:
-        """``/cancel`` without an event id (the client did not know it yet): Gradio cancels only a
-        task already running, so mark every admitted run of that session and event as cancelled; if
-        it has none, its run has not joined yet, and is refused when it does."""
-        if not isinstance(body, dict) or body.get("event_id"):
+        """``/cancel`` (the page's Stop, ``Job.cancel()``). With an event id, Gradio cancels the run's
+        task, but a thread computing it goes on until it next yields: mark that run as cancelled, so
+        its torch thread stops before its next event. Without one (the client did not know it yet),
+        Gradio cancels nothing: mark every admitted run of that session and event as cancelled; if it
+        has none, its run has not joined yet, and is refused when it does."""
+        if not isinstance(body, dict):
+            return
+        if body.get("event_id"):
+            with self._lock:
+                for e in self._gradio_runs():
+                    if getattr(e, "_id", None) == body["event_id"]:
+                        run = self._runs.get(id(getattr(e, "request", None)))
+                        if run is not None:
+                            run.cancelled = True
             return
         fn, session = body.get("fn_index"), body.get("session_hash")
         if fn not in self.queued_fns or not isinstance(session, str):

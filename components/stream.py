@@ -45,6 +45,7 @@ log = logging.getLogger("specrej.app")
 GPU_DURATION = env_int("SPECREJ_GPU_DURATION", 120)
 MAX_SEED = 2**63 - 1
 MAX_ARMS = 3   # arm slots on the page
+CATCH_UP_SECONDS = 1.0   # a live frame waits at most this long for the reader to catch up with the race
 
 
 class RunTooLong(Exception):
@@ -180,7 +181,7 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
         # every torch call of the race runs on the app's one torch thread (worker.py)
         events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw),
                                        cancelled=stop_requested)
-        last, read = 0.0, False
+        last = 0.0
         try:
             for event in events:
                 if stop_requested():
@@ -190,17 +191,12 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
                     raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
                                      "(SPECREJ_MAX_RUN_SECONDS).")
                 now = time.perf_counter()
-                if isinstance(event, Progress) and now - last < ctx.min_frame_interval:
-                    continue  # the browser redraws per message: a few frames a second is plenty
+                if isinstance(event, Progress) and (now - last < ctx.min_frame_interval
+                                                    or events.ready() and now - last < CATCH_UP_SECONDS):
+                    continue  # a few frames a second is plenty, each drawn once the reader has caught up
                 last = now
                 if not view.done:
-                    frame = live_frame(view)
-                    if read:
-                        events.prefetch()   # the torch thread computes the next event while this frame is sent
-                    yield frame
-                    # the run is being read: prefetch from now on (a Stop pressed during the loading or the
-                    # prefill lands at the first frame, before any step was started ahead)
-                    read = True
+                    yield live_frame(view)   # the torch thread computes on while this frame is sent
         finally:
             events.close()  # closes the race and every arm: their KV caches are freed now
 

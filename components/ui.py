@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import gradio as gr
 
@@ -15,7 +16,7 @@ from specrej import RunConfig
 
 from . import charts
 from .context import ASSETS, PREFERENCE, AppContext, reward_kind_label
-from .frames import KEEP, Frame, slots, table_value
+from .frames import KEEP, Frame, since, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
 from .replay import PACES, PAPER_REWARD, PAPER_SCALE
 from .stream import MAX_ARMS, REQUEST_FIELDS
@@ -321,6 +322,14 @@ class Page:
                 + [a.race_plot, a.summary, r.table, r.trace_file, r.summary_json, self.view, r.group]
                 + [s.column for s in a.slots])
 
+    def stream(self, frames: Iterable[Frame]) -> Iterator[dict]:
+        """Each frame's updates: a live frame carries only what changed since the frame before
+        (``frames.since``); the first and the last (the result) carry everything."""
+        shown = None
+        for frame in frames:
+            yield self.updates(since(frame, shown) if frame.results_visible is KEEP else frame)
+            shown = frame
+
     def updates(self, frame: Frame) -> dict:
         """A frame as {component: new value}; ``gr.skip()`` where the frame keeps a field."""
         a, r = self.arena, self.results
@@ -339,8 +348,8 @@ class Page:
                                 column_widths=value["column_widths"])
 
         out = {
-            a.status: gr.skip() if frame.status is KEEP else gr.Markdown(
-                value=frame.status, elem_classes=[f"status-{frame.status_kind if frame.status_kind is not KEEP else 'live'}"]),
+            a.status: gr.skip() if frame.status is KEEP else frame.status if frame.status_kind is KEEP else gr.Markdown(
+                value=frame.status, elem_classes=[f"status-{frame.status_kind}"]),
             a.race_plot: val(frame.race_plot, plot), a.summary: val(frame.summary),
             r.table: val(frame.table, table), r.trace_file: val(frame.trace_path),
             r.summary_json: val(frame.summary_json), self.view: val(frame.view),
@@ -351,12 +360,14 @@ class Page:
             here = layout is not KEEP and i < len(layout)
             out[s.column] = gr.skip() if layout is KEEP else gr.Column(visible=here)
             plots, leaders = frame.arm_plots, frame.arm_leaders
-            if plots is KEEP or i >= len(plots):
+            if plots is KEEP or i >= len(plots) or plots[i] is KEEP:
                 out[s.plot] = gr.Plot(label=layout[i][1]) if here else gr.skip()
             else:
                 out[s.plot] = gr.Plot(value=plot(plots[i]), label=layout[i][1]) if here else plot(plots[i])
-            if leaders is KEEP or i >= len(leaders):
+            if leaders is KEEP or i >= len(leaders) or leaders[i] is KEEP:
                 out[s.leader] = gr.skip()
+            elif isinstance(leaders[i], str):   # the text alone: the label and style stay
+                out[s.leader] = leaders[i]
             else:
                 label, text = leaders[i]
                 classes = ["leader"] + ([_colour_class(layout[i][2])] if here else [])

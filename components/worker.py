@@ -8,9 +8,9 @@ lab's samplers on this one thread; handlers only hand it work and wait.
 
 ``TorchWorker.call(fn, ...)`` runs ``fn`` there and returns its result (or raises its exception).
 ``TorchWorker.stream(factory)`` runs the generator ``factory()`` on the worker, one event per
-job (``Stream``), with the next event prefetched while the reader sends a frame. Closing the
-stream (Stop, a closed tab) closes the generator on the worker after at most the step in
-progress: its ``finally`` frees the KV cache there.
+job, ahead of its reader (``Stream``). Closing the stream (Stop, a closed tab) closes the
+generator on the worker after at most the step in progress: its ``finally`` frees the KV cache
+there.
 """
 from __future__ import annotations
 
@@ -66,21 +66,34 @@ class TorchWorker:
         return Stream(self, factory, cancelled)
 
 
-class Stream(Iterator[T]):
-    """A generator run on the worker, one event per job, so two streams (a race and a lab sample)
-    take turns event by event.
+class _Raised:
+    def __init__(self, error: BaseException):
+        self.error = error
 
-    ``prefetch()`` starts the next event now, before the reader asks for it: the reader calls it
-    just before it yields a frame, so the torch thread computes while Gradio sends the frame
-    (when it waited instead, the race measured ~1.4x its library time through ``/run``).
-    ``close()`` (Stop, a closed tab, the end) lets a prefetched event finish, never starts
+
+class Stream(Iterator[T]):
+    """A generator run on the worker a little ahead of its reader, one event per job.
+
+    Each job computes one event, hands it to the reader's queue and queues the job for the next
+    one, so the torch thread does not wait for the reader (a frame being serialised and sent), and
+    two streams (a race and a lab sample) take turns event by event. When the reader asked for each
+    event in turn instead, every step paid a hand-off between the two threads. At most ``AHEAD``
+    events wait unread: a reader that stops reading (a closed tab, a cancelled task whose
+    generator Gradio leaves suspended) stops the race within ``AHEAD`` events, and the pump
+    resumes when the reader reads on. ``cancelled`` is asked on the worker before every event, so a
+    Stop pressed during the loading or the prefill stops the race before its first step.
+    ``close()`` (Stop, a closed tab, the end) lets the event in progress finish, never starts
     another, and closes the generator on the worker, whose ``finally`` frees the KV cache."""
+
+    AHEAD = 2
 
     def __init__(self, worker: TorchWorker, factory: Callable[[], Iterator[T]],
                  cancelled: Callable[[], bool] = lambda: False):
         self._worker, self._factory, self._cancelled = worker, factory, cancelled
         self._it: Iterator[T] | None = None
-        self._pending: Future | None = None
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pumping = False   # a job for the next event is queued or running
         self._cancel = threading.Event()
         self._ended = False
 
@@ -91,9 +104,21 @@ class Stream(Iterator[T]):
             self._it = self._factory()
         return next(self._it, _DONE)
 
-    def prefetch(self) -> None:
-        if self._pending is None and not self._ended and not self._worker.on_worker:
-            self._pending = self._worker.submit(self._advance)
+    def _pump(self) -> None:   # on the worker: one event, then the job for the next unless enough wait
+        try:
+            item = self._advance()
+        except BaseException as e:
+            item = _Raised(e)
+        with self._lock:
+            self._events.put(item)
+            self._pumping = not isinstance(item, _Raised) and item is not _DONE \
+                and self._events.qsize() < self.AHEAD
+            if self._pumping:
+                self._worker.submit(self._pump)
+
+    def ready(self) -> int:
+        """Events computed and not read yet."""
+        return self._events.qsize()
 
     def __next__(self) -> T:
         if self._ended:
@@ -101,12 +126,19 @@ class Stream(Iterator[T]):
         if self._worker.on_worker:
             item = self._advance()
         else:
-            fut, self._pending = self._pending or self._worker.submit(self._advance), None
-            try:
-                item = fut.result()
-            except BaseException:
-                self._ended = True
-                raise
+            with self._lock:
+                if not self._pumping and self._events.empty():   # the first event, or the pump paused
+                    self._pumping = True
+                    self._worker.submit(self._pump)
+            item = self._events.get()
+            with self._lock:   # the pump paused with AHEAD unread: one was read, so it goes on
+                if not self._pumping and not isinstance(item, _Raised) and item is not _DONE \
+                        and not self._ended and self._events.qsize() < self.AHEAD:
+                    self._pumping = True
+                    self._worker.submit(self._pump)
+        if isinstance(item, _Raised):
+            self._ended = True
+            raise item.error
         if item is _DONE:
             self._ended = True
             raise StopIteration
@@ -115,13 +147,7 @@ class Stream(Iterator[T]):
     def close(self) -> None:
         self._cancel.set()
         self._ended = True
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            try:
-                pending.result()   # the step in progress finishes; no other starts
-            except BaseException:
-                pass
-        self._worker.call(self._close_it)
+        self._worker.call(self._close_it)   # queued after the event in progress, which then stops
 
     def _close_it(self) -> None:
         if self._it is not None and hasattr(self._it, "close"):

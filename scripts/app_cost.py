@@ -8,8 +8,9 @@ the app's ``/run`` API, timed on one machine, one after the other. Run it on a q
    as ``python -m specrej`` does; the time from the race's start to its last event.
 2. app: ``python app.py`` in a subprocess (it warms the models before it listens), one
    ``gradio_client`` call of ``/run`` with the same settings; the time from submit to the final frame.
-Each side runs ``--repeats`` races after one warm-up race; the medians and their ratio are printed
-(and written as JSON with ``--out``). The API client draws nothing: a browser's own redraws are not
+After one warm-up race on each side, ``--repeats`` pairs run in turn (library, app, library, ...),
+so a drift in the machine's speed hits both sides; the medians and the median of the pairs'
+ratios are printed (and written as JSON with ``--out``). The API client draws nothing: a browser's own redraws are not
 counted here.
 """
 from __future__ import annotations
@@ -49,84 +50,98 @@ def request_kwargs(sets: list[str]) -> dict:
     return kw
 
 
-def library_times(kw: dict, repeats: int) -> list[float]:
-    from components.context import AppContext, get_models
-    from components.stream import RunRequest
-    from specrej.arms import race_arms
+class Library:
+    """The race through the library, as ``python -m specrej`` runs it: models loaded here, the race
+    drained in the main thread; ``race()`` is the time from the race's start to its last event."""
 
-    ctx = AppContext.from_env()
-    req = RunRequest(**kw)
-    cfg, arms = req.config(0), req.arms(ctx.arms)
-    lm, reward = get_models(*ctx.resolve(req.model, req.reward, req.preference))
-    out = []
-    for i in range(repeats + 1):
+    def __init__(self, kw: dict):
+        from components.context import AppContext, get_models
+        from components.stream import RunRequest
+
+        ctx = AppContext.from_env()
+        req = RunRequest(**kw)
+        self.cfg, self.arms = req.config(0), req.arms(ctx.arms)
+        self.lm, self.reward = get_models(*ctx.resolve(req.model, req.reward, req.preference))
+
+    def race(self) -> float:
+        from specrej.arms import race_arms
+
         t = time.perf_counter()
-        for _ in race_arms(lm, reward, cfg, arms):
+        for _ in race_arms(self.lm, self.reward, self.cfg, self.arms):
             pass
-        if i:
-            out.append(time.perf_counter() - t)
-        print(f"[library] race {i} {'(warm-up) ' if not i else ''}{time.perf_counter() - t:.1f} s", flush=True)
-    return out
+        return time.perf_counter() - t
 
 
-def app_times(kw: dict, repeats: int) -> list[float]:
-    from gradio_client import Client
+class App:
+    """``python app.py`` in a subprocess; ``race()`` is one ``/run`` call, from submit to the final frame."""
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "SPECREJ_MAX_RUNS_PER_CLIENT": "100"}
-    server = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}/"
+    def __init__(self, kw: dict):
+        from gradio_client import Client
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+               "GRADIO_ANALYTICS_ENABLED": "False", "SPECREJ_MAX_RUNS_PER_CLIENT": "1000"}
+        self.kw = kw
+        self.server = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 600
         while True:
             try:
-                client = Client(url, verbose=False, analytics_enabled=False)
-                break
+                self.client = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)
+                return
             except Exception:
-                if server.poll() is not None or time.time() > deadline:
+                if self.server.poll() is not None or time.time() > deadline:
+                    self.close()
                     raise RuntimeError("the app did not start")
                 time.sleep(1)
-        out = []
-        for i in range(repeats + 1):
-            t = time.perf_counter()
-            job = client.submit(api_name="/run", **{k: v for k, v in kw.items()})
-            last = None
-            for last in job:
-                pass
-            dt = time.perf_counter() - t
-            status = str(last[0] if last else "")
-            if "Done" not in status:
-                raise RuntimeError(f"the app's race did not finish: {status[:300]}")
-            if i:
-                out.append(dt)
-            print(f"[app] race {i} {'(warm-up) ' if not i else ''}{dt:.1f} s", flush=True)
-        return out
-    finally:
-        server.terminate()
-        server.wait(30)
+
+    def race(self) -> float:
+        t = time.perf_counter()
+        last = None
+        for last in self.client.submit(api_name="/run", **self.kw):
+            pass
+        dt = time.perf_counter() - t
+        status = str(last[0] if last else "")
+        if "Done" not in status:
+            raise RuntimeError(f"the app's race did not finish: {status[:300]}")
+        return dt
+
+    def close(self) -> None:
+        self.server.terminate()
+        self.server.wait(30)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a RunRequest field (the /run API's parameters), e.g. n=16; default: the page's defaults")
-    p.add_argument("--repeats", type=int, default=2, help="timed races on each side (after one warm-up)")
+    p.add_argument("--repeats", type=int, default=5, help="timed pairs of races (after one warm-up each)")
     p.add_argument("--out", type=Path, help="write the figures here as JSON")
     args = p.parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     kw = request_kwargs(args.set)
-    lib = library_times(kw, args.repeats)
-    app = app_times(kw, args.repeats)
+    app = App(kw)
+    try:
+        lib = Library(kw)
+        print(f"[warm-up] library {lib.race():.1f} s, app {app.race():.1f} s", flush=True)
+        libs, apps = [], []
+        for i in range(args.repeats):   # in turn, so a drift in the machine's speed hits both sides
+            libs.append(lib.race())
+            apps.append(app.race())
+            print(f"[pair {i + 1}] library {libs[-1]:.1f} s, app {apps[-1]:.1f} s: {apps[-1] / libs[-1]:.2f}x",
+                  flush=True)
+    finally:
+        app.close()
+    ratios = [a / b for a, b in zip(apps, libs)]
     result = {"settings": {k: v for k, v in kw.items() if k != "prompt"}, "prompt": kw["prompt"],
-              "library_s": lib, "app_s": app, "library_median_s": statistics.median(lib),
-              "app_median_s": statistics.median(app),
-              "ratio": statistics.median(app) / statistics.median(lib), "load": os.getloadavg()[0]}
-    print(f"library {result['library_median_s']:.1f} s, app {result['app_median_s']:.1f} s: "
-          f"the app takes {result['ratio']:.2f}x the library's time")
+              "library_s": libs, "app_s": apps, "library_median_s": statistics.median(libs),
+              "app_median_s": statistics.median(apps), "ratios": ratios, "ratio": statistics.median(ratios),
+              "load": os.getloadavg()[0]}
+    print(f"library {result['library_median_s']:.1f} s, app {result['app_median_s']:.1f} s (medians); "
+          f"pair by pair the app takes {result['ratio']:.2f}x the library's time (median of "
+          f"{min(ratios):.2f}-{max(ratios):.2f}x)")
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     return 0

@@ -88,6 +88,25 @@ def test_an_id_less_cancel_stops_the_runs_of_its_session_or_refuses_its_next_joi
     assert join("u", host="10.0.0.3")[1] is None
 
 
+def test_a_cancel_with_an_event_id_stops_that_run_at_its_next_event():
+    """Gradio cancels the task; the guard also tells the torch thread computing it (and no other run)."""
+    from types import SimpleNamespace as NS
+
+    from components.guard import Guard
+
+    g = Guard(queued_fns=frozenset({4}))
+    requests = [NS(session_hash="s", client=NS(host=f"10.0.0.{i}"), request=NS(state=NS())) for i in (1, 2)]
+    assert all(g.admit(r, 4) is None for r in requests)
+    running = [NS(fn=NS(_id=4), _id=f"event{i}", request=r.request, session_hash="s", client=r.client)
+               for i, r in enumerate(requests)]
+    g.blocks = NS(_queue=NS(event_queue_per_concurrency_id={}, active_jobs=[running]))
+    first, second = (g.on_start(r) for r in requests)
+    g.note_cancel({"fn_index": 4, "session_hash": "s", "event_id": "event-unknown"})
+    assert not first() and not second()
+    g.note_cancel({"fn_index": 4, "session_hash": "s", "event_id": "event1"})
+    assert second() and not first()
+
+
 def test_early_cancels_of_sessions_that_never_join_are_forgotten(monkeypatch):
     from components import guard as guard_mod
 
