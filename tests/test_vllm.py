@@ -130,3 +130,12 @@ def test_continuous_batching_refills_a_freed_slot_the_step_it_frees(vlm, reward)
     assert led.generated_tokens == sum(c.tokens for c in cont.candidates)
     assert led.peak_kv_slots <= cfg.budget and 0 < led.steps <= fixed.ledger.steps
     assert not vlm.engine.has_unfinished_requests()
+
+
+def test_the_step_time_check_decodes_r_rows_and_leaves_the_engine_empty(vlm):
+    """specrej.bench.vllm_check steps (its times mean something on a quiet machine only; here: its counts)."""
+    from specrej.bench.vllm_check import step_times
+
+    rows = step_times(vlm, PROMPT, [1, 3], steps=2)
+    assert [r["rows"] for r in rows] == [1, 3] and all(r["step_ms"] > 0 for r in rows)
+    assert not vlm.engine.has_unfinished_requests()
