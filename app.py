@@ -15,12 +15,13 @@ import inspect
 
 import gradio as gr
 
-from components import charts, memory, ui
+from components import charts, memory, paper, ui
 from components.autospec_tab import build_autospec_tab
 from components.context import PREFERENCE, AppContext
 from components.guard import ApiGate, Guard
 from components.panels import STOPPED
-from components.replay import replay_frames
+from components.frames import error_frame
+from components.replay import check_replay, replay_frames
 from components.stream import REQUEST_FIELDS, RunRequest, frames, race_events
 
 TITLE = "Speculative Rejection vs Best-of-N"
@@ -80,10 +81,30 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
 
         on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
                                    concurrency_limit=4, api_visibility="private", preprocess=False)
-        # the outputs by name only: building the updates here would place new components on the page
-        paper = list(ui.paper_scale(ctx, c)) + [c.settings, a.status]
-        c.paper.click(lambda: ui.paper_scale_updates(ctx, page), None, paper, queue=False,
-                      api_visibility="private")
+        def paper_scale(prompt, pace, request: gr.Request):
+            """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
+            that fits, with the recorded paper-scale race played meanwhile."""
+            stop_requested = guard.on_start(request)
+            try:
+                prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
+                plan = paper.plan(ctx, prompt)
+            except (ValueError, OSError) as e:   # a bad field, a model that cannot load (PolicyError too)
+                yield page.updates(error_frame(str(e)))
+                return
+            # the outputs by name only: building the updates at page build would place components on the page
+            yield ui.paper_scale_updates(ctx, page, plan, prompt)
+            if plan.fits or plan.replay_prompt is None:
+                return
+            for update in page.stream(replay_frames(plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                                                    max_prompt_chars=ctx.limits.max_prompt_chars)):
+                if stop_requested():
+                    return
+                yield update
+
+        on_paper = c.paper.click(lambda: gr.Markdown(ui.PAPER_MEASURING, elem_classes=["status-live"]), None,
+                                 [a.status], queue=False, api_visibility="private") \
+            .then(paper_scale, [c.prompt, c.pace], ui.paper_outputs(page), concurrency_id="replay",
+                  concurrency_limit=4, api_visibility="private", preprocess=False)
         # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
         # already in flight can land after the first message (seen in the browser test).
         def stop(request: gr.Request):
@@ -91,7 +112,7 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
             found = guard.stop_session(getattr(request, "session_hash", None))
             return stopped() if found else gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
 
-        c.stop.click(stop, None, [a.status], cancels=[on_run, on_replay], queue=False, api_name="stop") \
+        c.stop.click(stop, None, [a.status], cancels=[on_run, on_replay, on_paper], queue=False, api_name="stop") \
             .then(stopped, None, [a.status], queue=False, api_visibility="private")
 
         c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,

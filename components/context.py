@@ -100,6 +100,7 @@ class AppContext:
     limits: Limits = field(default_factory=Limits)
     policy: ModelPolicy = field(default_factory=ModelPolicy)
     arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
+    step_costs: dict = field(default_factory=dict)   # generator spec -> its measured StepCost (paper.py)
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "AppContext":

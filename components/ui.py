@@ -18,6 +18,8 @@ from . import charts
 from .context import ASSETS, PREFERENCE, AppContext, reward_kind_label
 from .frames import KEEP, Frame, since, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
+from .paper import PaperPlan, duration
+from .theme import md_escape
 from .replay import PACES, PAPER_REWARD, PAPER_SCALE
 from .stream import MAX_ARMS, REQUEST_FIELDS
 from .view import RunView
@@ -30,10 +32,9 @@ X_AXES = [("FLOPs", "flops"), ("tokens generated", "tokens")]
 SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
 PAPER_NOTE = ("**Paper scale** sets the paper's protocol: Speculative Rejection opens with the rows that fill memory "
               "at token 16, Best-of-N writes 128 answers (or this deployment's largest N) of up to 256 tokens in "
-              "the passes that fit, and the race stops Best-of-N once it matches. Live on a CPU that takes "
-              "minutes (a private deployment lifts SPECREJ_MAX_N and SPECREJ_MAX_RUN_SECONDS), so the example "
-              "prompts come with **recorded** paper-scale races: pick one and press **Replay**, or **Run** to run "
-              "it live.")
+              "the passes that fit, and the race stops Best-of-N once it matches. It first measures this machine: "
+              "where that takes longer than the run limit (on a CPU it takes minutes), it plays the **recorded** "
+              "paper-scale race of an example prompt and sets a scaled-down version that fits for **Run**.")
 HEADER = (f"# Speculative Rejection vs Best-of-N\n"
           f"Both methods sample N answers from one language model and keep the one a reward model likes best. "
           f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
@@ -85,6 +86,7 @@ class Controls:
     replay: gr.Button
     pace: gr.Radio
     settings: gr.Accordion
+    paper_note: gr.Markdown
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -106,7 +108,7 @@ def build_controls(ctx: AppContext) -> Controls:
         replay = gr.Button("▶ Replay the recorded race", variant="secondary", size="md", scale=0, min_width=250,
                            elem_id="replay", elem_classes=["action"])
         pace = gr.Radio(PACES, value="inf", label="Replay pace", scale=1, elem_id="pace")
-    gr.Markdown(PAPER_NOTE, elem_id="paper-note")
+    paper_note = gr.Markdown(PAPER_NOTE, elem_id="paper-note")
     with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings") as settings:
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
@@ -167,40 +169,56 @@ def build_controls(ctx: AppContext) -> Controls:
                              elem_id="seed")
     return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
                     max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group,
-                    sr_start, first_decision, stop_when_matched, paper, replay, pace, settings)
+                    sr_start, first_decision, stop_when_matched, paper, replay, pace, settings, paper_note)
 
 
-def paper_scale(ctx: AppContext, controls: Controls) -> dict:
-    """The "Paper scale" preset: {component: value} (the reward only where the app offers it)."""
-    named = controls.by_name()
-    out = {named[k]: v for k, v in PAPER_SCALE.items()}
-    out[named["n"]] = min(PAPER_SCALE["n"], ctx.limits.max_n)
-    out[named["max_new_tokens"]] = min(PAPER_SCALE["max_new_tokens"], ctx.limits.max_new_tokens)
-    if any(k == PAPER_REWARD for _, k in ctx.rewards):
-        out[named["reward"]] = PAPER_REWARD
-    return out
+def paper_outputs(page: "Page") -> list:
+    """What "Paper scale" changes: the preset's controls, the Settings, the note, the prompt, and
+    the page's outputs (for the recording it plays when the paper's setting does not fit)."""
+    c, named = page.controls, page.controls.by_name()
+    return list(dict.fromkeys([named[k] for k in PAPER_SCALE] + [c.reward, c.settings, c.paper_note, c.prompt]
+                              + page.outputs()))
 
 
-def paper_scale_words(ctx: AppContext) -> str:
-    """What pressing "Paper scale" set, for the status line."""
-    p = PAPER_SCALE
-    n = min(p["n"], ctx.limits.max_n)
-    capped = "" if n == p["n"] else f" (the paper's {p['n']} is above this deployment's largest N)"
+def paper_scale_words(ctx: AppContext, plan: PaperPlan) -> str:
+    """What pressing "Paper scale" did, for the status line and the note under the button."""
+    s = plan.settings
     reward = (f", reward {reward_kind_label(PAPER_REWARD)}" if any(k == PAPER_REWARD for _, k in ctx.rewards)
               else "")
-    return (f"**Paper scale set** (see Settings): Speculative Rejection starts with the rows that fill memory at "
-            f"token {p['first_decision']}; Best-of-N N = {n}{capped}; up to "
-            f"{min(p['max_new_tokens'], ctx.limits.max_new_tokens)} new tokens; memory budget {p['budget']}; "
-            f"alpha {p['alpha']}{reward}; Best-of-N stops once it matches. Press **Replay** for a recorded race "
-            f"of an example prompt, or **Run** to run it live.")
+    what = (f"Speculative Rejection starts with the rows that fill memory at token {s['first_decision']}; "
+            f"Best-of-N N = {s['n']}; up to {s['max_new_tokens']} new tokens; memory budget {s['budget']}; "
+            f"alpha {s['alpha']}{reward}; Best-of-N stops once it matches")
+    capped = "" if plan.paper["n"] == PAPER_SCALE["n"] else \
+        f" (the paper's N = {PAPER_SCALE['n']} is above this deployment's largest N)"
+    if plan.fits:
+        return (f"**Paper scale set** (see Settings): {what}{capped}. Live here it takes at most about "
+                f"{duration(plan.paper_s)} (estimated from this machine's measured decoding speed). Press **Run** "
+                "to run it, or **Replay** for a recorded race of an example prompt.")
+    played = (f"Playing the recorded paper-scale race of \u201c{md_escape(plan.replay_prompt)}\u201d instead. "
+              if plan.replay_prompt else "")
+    return (f"**Paper scale live would take about {duration(plan.paper_s)} here**, more than this deployment's "
+            f"limit of {plan.limit_s} s (estimated from this machine's measured decoding speed). {played}"
+            f"**Run** now runs the paper's protocol scaled down to fit (about {duration(plan.scaled_s)}): {what}.")
 
 
-def paper_scale_updates(ctx: AppContext, page: "Page") -> dict:
-    """Pressing "Paper scale": the preset, the Settings opened to show it, and the status line saying it."""
-    out = paper_scale(ctx, page.controls)
-    out[page.controls.settings] = gr.Accordion(open=True)
-    out[page.arena.status] = gr.Markdown(paper_scale_words(ctx), elem_classes=["status-idle"])
+def paper_scale_updates(ctx: AppContext, page: "Page", plan: PaperPlan, prompt: str | None = None) -> dict:
+    """Pressing "Paper scale": the setting that fits, the Settings opened to show it, the status line
+    and the note saying what was set (and the prompt of the recording about to play)."""
+    c, named = page.controls, page.controls.by_name()
+    out = {named[k]: v for k, v in plan.settings.items() if k in named}
+    if any(k == PAPER_REWARD for _, k in ctx.rewards):
+        out[c.reward] = PAPER_REWARD
+    out[c.settings] = gr.Accordion(open=True)
+    words = paper_scale_words(ctx, plan)
+    out[c.paper_note] = words
+    out[page.arena.status] = gr.Markdown(words, elem_classes=["status-idle"])
+    if plan.replay_prompt and plan.replay_prompt != prompt:
+        out[c.prompt] = plan.replay_prompt
     return out
+
+
+PAPER_MEASURING = ("**Paper scale:** measuring this machine's decoding speed to see whether the paper's "
+                   "setting fits this deployment's time limit…")
 
 
 def waiting_status(ctx: AppContext):

@@ -93,3 +93,33 @@ def test_the_page_shows_the_paper_scale_words_only_after_the_click():
     demo = app.build_demo(AppContext.from_env({}))
     shown = [str(getattr(b, "value", "")) for b in demo.blocks.values() if type(b).__name__ == "Markdown"]
     assert not any("Paper scale set" in t for t in shown)
+
+
+def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
+    """Whether the paper's setting fits the run limit comes from this machine's measured decoding
+    step; when it does not, the largest scaled-down setting that fits is set and a recording plays."""
+    import dataclasses
+
+    from components import paper
+    from components.replay import find
+    from specrej.core.cost import StepCost
+
+    measured = paper.step_cost(ctx, ctx.default_model)     # measured for real on the tiny model
+    assert measured.rows == paper.CALIBRATION_ROWS and all(s > 0 for s in measured.seconds)
+
+    fast = dataclasses.replace(ctx, step_costs={ctx.default_model: StepCost((1, 128), (1e-4, 2e-4))})
+    plan = paper.plan(fast, PROMPT)
+    assert plan.fits and plan.settings == plan.paper == paper.capped(fast, {}) and plan.replay_prompt is None
+
+    slow = dataclasses.replace(ctx, step_costs={ctx.default_model: StepCost((1, 128), (0.05, 0.5))})
+    plan = paper.plan(slow, "A prompt without a recording")
+    assert not plan.fits and plan.paper_s > paper.FIT_SHARE * plan.limit_s
+    assert plan.scaled_s <= paper.FIT_SHARE * plan.limit_s
+    ladder = [paper.capped(slow, s) for s in paper.SCALED_DOWN]
+    chosen = ladder.index(plan.settings)
+    cost = slow.step_costs[ctx.default_model]   # every larger step of the ladder is too long
+    assert all(paper.live_seconds(slow, s, 10, True, cost) > paper.FIT_SHARE * plan.limit_s
+               for s in ladder[:chosen])
+    assert plan.settings["sr_start"] == "auto" and plan.settings["stop_when_matched"] is True
+    assert plan.replay_prompt in ctx.examples and find(plan.replay_prompt) is not None
+    assert paper.plan(slow, PROMPT).replay_prompt == PROMPT   # its own recording when it has one

@@ -95,17 +95,29 @@ def test_paper_scale_opens_the_settings_and_says_what_it_set():
 
     from components import ui
     from components.context import AppContext
+    from components.paper import PaperPlan, capped
 
     ctx = AppContext.from_env({})
     with gr.Blocks():
         page = ui.build_page(ctx)
-    out = ui.paper_scale_updates(ctx, page)
     c = page.controls
-    assert out[c.sr_start] == "auto" and out[c.stop_when_matched] is True
-    assert out[c.settings].open is True
+    paper = capped(ctx, {})
+    fits = PaperPlan(paper, 42.0, 120, paper, None, None)
+    out = ui.paper_scale_updates(ctx, page, fits, "Why is the sky blue?")
+    assert out[c.sr_start] == "auto" and out[c.stop_when_matched] is True and out[c.max_new_tokens] == 256
+    assert out[c.settings].open is True and c.prompt not in out
     words = out[page.arena.status].value
     assert words.startswith("**Paper scale set**") and f"N = {min(128, ctx.limits.max_n)}" in words
-    assert "token 16" in words and "Replay" in words
+    assert "token 16" in words and "about 42 s" in words and out[c.paper_note] == words
+
+    scaled = capped(ctx, dict(n=32, max_new_tokens=96, budget=768, first_decision=12))
+    too_long = PaperPlan(paper, 162.0, 120, scaled, 59.0, "Give me three tips for staying healthy.")
+    out = ui.paper_scale_updates(ctx, page, too_long, "Why is the sky blue?")
+    assert out[c.max_new_tokens] == 96 and out[c.budget] == 768 and out[c.first_decision] == 12
+    assert out[c.prompt] == "Give me three tips for staying healthy."    # the recording about to play
+    words = out[c.paper_note]
+    assert "would take about 2 min 42 s here" in words and "limit of 120 s" in words
+    assert "Playing the recorded paper-scale race" in words and "scaled down to fit (about 59 s)" in words
 
 
 def test_waiting_only_when_every_slot_is_taken():

@@ -1,0 +1,70 @@
+"""How long a race will take, before it runs: the rows each arm decodes at each step, at most,
+and a measured cost of one decoding step by batch size. No torch here.
+
+``race_rows(budget, cfg)`` bounds the work from above: Best-of-N decodes its N candidates in
+passes of ``rows_per_pass`` rows to full length (no answer ends early, no stop once matched);
+Speculative Rejection's rows at token t are at most its first batch and at most what the memory
+budget holds at t (memory-full decisions never leave more). ``StepCost`` turns rows into seconds
+by interpolating decoding steps measured at a few batch sizes. The app uses the two to say, before
+a run starts, whether it fits the deployment's time limit.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..config import AUTO, RunConfig
+from .budget import KVBudget
+
+
+def bon_rows(budget: KVBudget, n: int, max_new_tokens: int) -> list[int]:
+    """Rows at each decoding step of Best-of-N: passes of ``rows_per_pass`` rows, each to full length."""
+    per_pass = budget.rows_per_pass(n, max_new_tokens)
+    out: list[int] = []
+    left = n
+    while left > 0:
+        rows = min(per_pass, left)
+        out += [rows] * max_new_tokens
+        left -= rows
+    return out
+
+
+def sr_rows(budget: KVBudget, n0: int, max_new_tokens: int) -> list[int]:
+    """At most the rows of Speculative Rejection at each step: its first batch, capped at each token
+    by what the budget holds (at least one row: a decision always keeps one)."""
+    return [max(1, min(n0, budget.rows_that_fit(t))) for t in range(1, max_new_tokens + 1)]
+
+
+def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool) -> dict[str, list[int]]:
+    """{"bon": rows per step, "sr": rows per step} of a race at ``cfg`` (``sr_auto``: Speculative
+    Rejection opens with the batch that fills memory at ``cfg.first_decision``)."""
+    n = budget.auto_n(cfg.first_decision) if cfg.n == AUTO else cfg.n
+    n0 = budget.auto_n(cfg.first_decision) if sr_auto else n
+    return {"bon": bon_rows(budget, n, cfg.max_new_tokens), "sr": sr_rows(budget, n0, cfg.max_new_tokens)}
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Seconds per decoding step at the measured batch sizes; between them linear, beyond the
+    largest the last segment's slope (a step's cost grows at most linearly in its rows)."""
+
+    rows: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.rows) < 2 or len(self.rows) != len(self.seconds) or list(self.rows) != sorted(set(self.rows)):
+            raise ValueError("StepCost needs two or more distinct batch sizes, in increasing order, each with its time")
+        if any(not (s > 0 and math.isfinite(s)) for s in self.seconds):
+            raise ValueError("StepCost's times must be positive")
+
+    def step(self, rows: int) -> float:
+        r, s = self.rows, self.seconds
+        i = min(max(bisect.bisect_left(r, rows), 1), len(r) - 1)
+        slope = max(0.0, (s[i] - s[i - 1]) / (r[i] - r[i - 1]))
+        return max(min(s), s[i - 1] + slope * (rows - r[i - 1]))
+
+    def total(self, rows_per_step: Iterable[int]) -> float:
+        """Seconds for these steps (rows at each)."""
+        return sum(self.step(r) for r in rows_per_step)

@@ -1,0 +1,47 @@
+"""The estimate of a race's time before it runs: rows per step bounded by the memory budget, and a
+step's cost interpolated from measured batch sizes (hand-made numbers with known answers)."""
+from __future__ import annotations
+
+import pytest
+
+from specrej import RunConfig
+from specrej.core.budget import KVBudget
+from specrej.core.cost import StepCost, bon_rows, race_rows, sr_rows
+
+
+def test_best_of_n_decodes_its_passes_to_full_length():
+    kv = KVBudget(100, 10, shared=True)   # 90 slots beside the prompt: 10 rows of 9 own slots (the last token is never fed)
+    assert kv.rows_per_pass(None, 10) == 10
+    assert bon_rows(kv, 25, 10) == [10] * 10 + [10] * 10 + [5] * 10
+
+
+def test_speculative_rejection_holds_at_most_what_memory_does():
+    kv = KVBudget(100, 10, shared=True)
+    rows = sr_rows(kv, 40, 8)
+    assert rows == [40, 40, 30, 22, 18, 15, 12, 11]   # its first batch, then 90 // t
+    assert sr_rows(KVBudget(12, 10, shared=True), 5, 3) == [2, 1, 1]   # never below one row
+
+
+def test_race_rows_opens_speculative_rejection_with_the_auto_batch():
+    kv = KVBudget(90, 10, shared=True)
+    cfg = RunConfig(prompt="-", n=4, max_new_tokens=6, first_decision=3, budget=90)
+    out = race_rows(kv, cfg, sr_auto=True)
+    assert out["sr"][0] == kv.auto_n(3) == 26 and len(out["sr"]) == 6
+    assert out["bon"] == [4] * 6
+    assert race_rows(kv, cfg, sr_auto=False)["sr"][0] == 4
+
+
+def test_step_cost_interpolates_and_extends_the_last_slope():
+    cost = StepCost((1, 8, 32), (0.05, 0.1, 0.2))
+    assert cost.step(1) == pytest.approx(0.05) and cost.step(8) == pytest.approx(0.1)
+    assert cost.step(20) == pytest.approx(0.15)
+    assert cost.step(64) == pytest.approx(0.2 + 32 * 0.1 / 24)
+    assert cost.total([1, 8, 8]) == pytest.approx(0.25)
+    assert StepCost((1, 8), (0.1, 0.05)).step(100) == pytest.approx(0.1)   # noise: never a negative slope
+
+
+@pytest.mark.parametrize("rows, secs", [((1,), (0.1,)), ((8, 1), (0.1, 0.2)), ((1, 8), (0.1, 0.0)),
+                                        ((1, 8), (0.1, float("nan")))])
+def test_step_cost_refuses_what_it_cannot_interpolate(rows, secs):
+    with pytest.raises(ValueError):
+        StepCost(rows, secs)
