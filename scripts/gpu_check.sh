@@ -12,7 +12,8 @@
 #   6. the vLLM backend (VLLM=1, the default; VLLM=0 skips 6-8): the CUDA wheel in its own environment
 #      (.venv-vllm-gpu: vLLM pins its own torch and transformers), this package there with --no-deps;
 #   7. the vLLM backend's tests on CUDA (tests/test_vllm.py: a race, a decision, aborts free blocks,
-#      coupling, the ledger against the transformers backend);
+#      coupling, the ledger against the transformers backend, continuous batching); then coupling counts
+#      without and with VLLM_BATCH_INVARIANT=1 and step times at 1/8/32/128 rows (specrej.bench.vllm_check);
 #   8. a paper-scale live race on vLLM (Best-of-N N=128 against Speculative Rejection n=auto, 256 new
 #      tokens, VLLM_MODEL, default the embedded model; VLLM_REWARD, default the embedded preference
 #      reward: vLLM reports no self-certainty) and, with BENCH=full, the paper's protocol in full mode
@@ -138,6 +139,16 @@ if [ "${VLLM:-1}" = 1 ]; then
       tests/test_vllm.py > "$OUT/vllm_tests.log" 2>&1
     say "vLLM tests exit code $? (log: vllm_tests.log)"
     grep -E "coupling on vLLM|passed|failed" "$OUT/vllm_tests.log" | tee -a "$SUMMARY"
+    # 7b. coupling without and with vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1), then step times
+    for BI in 0 1; do
+      say "coupling, VLLM_BATCH_INVARIANT=$BI [t=$(elapsed)s]"
+      VLLM_BATCH_INVARIANT=$BI VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 150)" "$VPY" -m specrej.bench.vllm_check \
+        coupling --prompts 2 > "$OUT/vllm_coupling_bi$BI.log" 2>&1
+      grep -E "identical texts|Error" "$OUT/vllm_coupling_bi$BI.log" | tee -a "$SUMMARY"
+    done
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 120)" "$VPY" -m specrej.bench.vllm_check steps \
+      > "$OUT/vllm_steps.log" 2>&1
+    grep -E '"rows"|Error' "$OUT/vllm_steps.log" | tee -a "$SUMMARY"
     # 8. a paper-scale live race on vLLM: Best-of-128 against Speculative Rejection n=auto
     say "paper-scale race on vLLM: bon:n=128 vs sr:n=auto,first_decision=16, 256 new tokens [t=$(elapsed)s]"
     VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 240)" "$VPY" -m specrej --backend vllm \

@@ -35,6 +35,7 @@ class Ledger:
     dtype: str = "float32"      # the generator's dtype ("bfloat16", "float32")
     kv_sharing: str = "copied"  # "shared": the prompt's KV cache stored once; "copied": once per row
     backend: str = "transformers"  # the engine that decoded: "transformers", "vllm"
+    steps: int = 0              # decoding steps the engine ran (vLLM: its own LLMEngine.step calls)
 
     @property
     def flops(self) -> float:

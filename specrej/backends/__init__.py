@@ -62,6 +62,11 @@ class Batch(Protocol):
 
     def release(self) -> None: ...
 
+    def add(self, cand_ids: list[int]) -> None:
+        """Refill: new rows join the running batch (only where the factory says ``refills``); they
+        start at their own token 0 while the others go on, so ``generated`` is then the oldest row's
+        length, and ``slots`` counts each row's own length."""
+
     def slots(self) -> int:
         """KV slots held now (the shared prompt counted once)."""
 
@@ -92,6 +97,9 @@ class BackendFactory(Protocol):
     allow_sharing: bool           # may rows hold the prompt's slots once?
     exclusive: bool               # does a step advance every request the engine holds (vLLM)? Then arms
                                   # on one engine run one after the other (methods.race, sequential)
+    refills: bool                 # can a running batch take new rows (``Batch.add``)? A paged KV cache
+                                  # (vLLM) can; the transformers engine's rows share one length (no
+                                  # padding, no attention mask), so it cannot
 
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,
                  max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,

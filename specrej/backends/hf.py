@@ -115,6 +115,7 @@ class Engine:
     name = "transformers"
     allow_sharing = True        # rows may hold the prompt's cache once (where ``lm.shares_prefix``)
     exclusive = False           # each Engine has its own cache: arms interleave freely
+    refills = False             # rows share one length (no padding): a running batch takes no new rows
     extra_prefill_tokens = 0
 
     @classmethod

@@ -86,24 +86,28 @@ _load_lock = threading.Lock()
 
 def load_vllm_generator(spec: str = "embedded", *, dtype: str = "auto", tensor_parallel_size: int = 1,
                         gpu_memory_utilization: float | None = None, max_num_seqs: int = 256,
-                        max_model_len: int | None = None, block_size: int | None = None) -> VllmLM:
+                        max_model_len: int | None = None, block_size: int | None = None,
+                        enforce_eager: bool = False) -> VllmLM:
     """Load (once per process and settings) ``spec`` into a vLLM ``LLMEngine``.
 
     ``spec`` as ``load_generator``'s ("embedded", a folder, a .gguf file, a hub id); a GGUF file is
     dequantised once to a safetensors folder first (the same cache). ``dtype``: "auto" (fp32 on a
     CPU, the model's own on a GPU), "float32", "bfloat16". ``tensor_parallel_size``: GPUs to split
     the model over. ``gpu_memory_utilization``: vLLM's share of GPU memory (default 0.9 on a GPU;
-    on a CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, in GiB)."""
-    key = (spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len, block_size)
+    on a CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, in GiB). ``enforce_eager``: no
+    compilation (on a CPU, vLLM otherwise compiles the model with inductor at load: minutes on two
+    cores; the tests load it eager)."""
+    key = (spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len, block_size,
+           enforce_eager)
     with _load_lock:
         if key not in _loaded:
             _loaded[key] = _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs,
-                                 max_model_len, block_size)
+                                 max_model_len, block_size, enforce_eager)
         return _loaded[key]
 
 
 def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len,
-          block_size) -> VllmLM:
+          block_size, enforce_eager) -> VllmLM:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # LLMEngine in this process
     try:
         import torch
@@ -119,7 +123,7 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
         dtype = "auto" if cuda else "float32"
     kwargs = dict(model=source, tokenizer=source, dtype=dtype, enable_prefix_caching=True, seed=0,
                   max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
-                  max_num_batched_tokens=max(8192, max_num_seqs * 64))
+                  max_num_batched_tokens=max(8192, max_num_seqs * 64), enforce_eager=enforce_eager)
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
     if block_size:
@@ -170,6 +174,7 @@ class VllmEngine:
     name = "vllm"
     allow_sharing = True
     exclusive = True
+    refills = True              # a paged KV cache: a new request joins the running batch (VllmRows.add)
 
     @classmethod
     def from_config(cls, lm: VllmLM, prompt_ids: list[int], cfg, *, n_total: int | None = None,
@@ -248,16 +253,24 @@ class VllmRows:
 
     def __init__(self, backend: VllmEngine, cand_ids: list[int]):
         self.backend = backend
-        self.ids = cand_ids
-        self.tokens: list[list[int]] = [[] for _ in cand_ids]
-        self.generated = 0
-        self._logprob = [0.0] * len(cand_ids)
-        self._pending: dict[int, object] = {}         # cand -> its latest RequestOutput
+        self.ids: list[int] = []
+        self.tokens: list[list[int]] = []
+        self.generated = 0                            # steps this batch has taken (its oldest row's length)
+        self._logprob: list[float] = []
         self._counted: set[int] = set()
-        for c in cand_ids:
-            backend.lm.engine.add_request(backend.request_id(c), {"prompt_token_ids": backend.prompt_ids},
-                                          backend.params(c))
         backend.live[id(self)] = self
+        self.add(cand_ids)
+
+    def add(self, cand_ids: list[int]) -> None:
+        """Refill: new rows join the running batch now (vLLM schedules them in the next step; each
+        starts from the cached prompt and writes its own tokens at its own pace)."""
+        b = self.backend
+        for c in cand_ids:
+            b.lm.engine.add_request(b.request_id(c), {"prompt_token_ids": b.prompt_ids}, b.params(c))
+        self.ids += list(cand_ids)
+        self.tokens += [[] for _ in cand_ids]
+        self._logprob += [0.0] * len(cand_ids)
+        b.live[id(self)] = self
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -267,7 +280,8 @@ class VllmRows:
         return self.backend.prompt_len
 
     def slots(self) -> int:
-        return self.backend.prompt_len + len(self.ids) * self.generated if self.ids else 0
+        """The prompt once plus every live row's own tokens (rows of a refilled batch differ in length)."""
+        return self.backend.prompt_len + sum(map(len, self.tokens)) if self.ids else 0
 
     def slots_per_row_after_step(self) -> int:
         g = self.generated + 1
@@ -280,8 +294,9 @@ class VllmRows:
 
     def step(self) -> list[Done]:
         """Run vLLM until every live row has one more token (or has ended); return the rows that ended."""
-        b, target = self.backend, self.generated + 1
+        b = self.backend
         position = {c: i for i, c in enumerate(self.ids)}
+        want = {c: len(self.tokens[i]) + 1 for i, c in enumerate(self.ids)}
         rid_to_cand = {b.request_id(c): c for c in self.ids}
         ended: dict[int, str] = {}
         while True:
@@ -298,9 +313,9 @@ class VllmRows:
                     self._counted.add(c)
                 if out.finished:
                     ended[c] = _reason(comp, b.lm.eos_ids)
-            if all(c in ended or len(self.tokens[position[c]]) >= target for c in self.ids):
+            if all(c in ended or len(self.tokens[position[c]]) >= want[c] for c in self.ids):
                 break
-        self.generated = target
+        self.generated += 1
         done = []
         for c, reason in ended.items():
             i = position[c]

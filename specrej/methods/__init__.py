@@ -49,6 +49,28 @@ def _bon_body(run: _Run) -> Iterator[Event]:
     yield run.finished(rounds=index + 1)
 
 
+def _bon_refill_body(run: _Run) -> Iterator[Event]:
+    """Best-of-N with continuous batching: as many rows as fit at full length decode together, and
+    the step a row ends, a waiting candidate takes its slot (vLLM's own scheduling; no pass waits
+    for its longest row). One Round when the last candidate ends."""
+    cfg = run.cfg
+    run.prefill()
+    width = run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens)
+    waiting = list(range(cfg.n))
+    rows = run.start(waiting[:width])
+    del waiting[:width]
+    while len(rows):
+        done = run.step()
+        if done and waiting:
+            run.add(waiting[:len(done)])
+            del waiting[:len(done)]
+        if (p := run.progress()) is not None:
+            yield p
+    yield Round(run.arm, 0, max(len(r.tokens) for r in run.recs), run.candidates(), None, cfg.n, 0, False,
+                run.ledger())
+    yield run.finished(rounds=1)
+
+
 def _sr_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
     rule = rule_for(cfg)
@@ -91,6 +113,13 @@ def best_of_n(lm: LM, reward: Reward, cfg: RunConfig, *, engine: BackendFactory 
     return _timed(lambda: _Run("bon", lm, reward, cfg, engine), _bon_body)
 
 
+def best_of_n_refill(lm: LM, reward: Reward, cfg: RunConfig, *,
+                     engine: BackendFactory | None = None) -> Iterator[Event]:
+    """Best-of-N with continuous batching (freed slots refilled at once): the baseline a vLLM user runs.
+    Needs a backend that ``refills`` (vLLM); the transformers engine cannot add rows to a batch."""
+    return _timed(lambda: _Run("bonc", lm, reward, cfg, engine, refill=True), _bon_refill_body)
+
+
 def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *,
                           engine: BackendFactory | None = None) -> Iterator[Event]:
     """Start with N rows (n='auto': the rows that fill the budget at cfg.first_decision tokens); at each
@@ -100,6 +129,7 @@ def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *,
 
 METHODS: dict[str, Callable[[LM, Reward, RunConfig], Iterator[Event]]] = {
     "bon": best_of_n,
+    "bonc": best_of_n_refill,
     "sr": speculative_rejection,
 }
 

@@ -40,8 +40,12 @@ class _Run:
     """State of one arm: candidates, the engine, the ledger and its clock."""
 
     def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: BackendFactory | None = None,
-                 auto_n: bool = False):
+                 auto_n: bool = False, refill: bool = False):
         engine = engine or backend_for(lm)
+        if refill and not getattr(engine, "refills", False):
+            raise ValueError(f"{arm}: continuous batching adds rows to a running batch, which the {engine.name} "
+                             "backend cannot (its rows share one length); run it on the vLLM backend "
+                             "(--backend vllm), or use bon (fixed passes) here.")
         self.arm, self.lm, self.reward, self.cfg, self.engine_factory = arm, lm, reward, cfg, engine
         self.auto_n = auto_n   # n='auto' allowed: the first batch fills the budget at cfg.first_decision
         # rewards that never read the engine's token statistics spare it computing them
@@ -87,6 +91,7 @@ class _Run:
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
             dtype=precision.short_name(self.lm.dtype), kv_sharing="shared" if self.shared else "copied",
             backend=self.engine_factory.name,
+            steps=getattr(self.engine, "engine_steps", self.steps) if self.engine is not None else self.steps,
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
@@ -104,6 +109,12 @@ class _Run:
         for i in ids:
             self.recs[i].status = "live"
         return self.rows
+
+    def add(self, ids: list[int]) -> None:
+        """Refill: candidates ``ids`` join the running batch (a backend that ``refills``)."""
+        self.rows.add(ids)
+        for i in ids:
+            self.recs[i].status = "live"
 
     def step(self) -> list[Done]:
         rows = self.rows
