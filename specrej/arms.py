@@ -76,7 +76,7 @@ def register(kind: ArmKind) -> ArmKind:
 # Okabe-Ito colours (distinguishable with the common colour-vision deficiencies)
 register(ArmKind("bon", "Best-of-N", ("#0072B2", "#56B4E9"), "final", ("n",), "pass", "BoN"))
 register(ArmKind("sr", "Speculative Rejection", ("#D55E00", "#CC79A7", "#E69F00"), "pruning",
-                 ("n", "alpha", "decision", "interval", "keep_finished", "first_decision"), "decision", "SR"))
+                 ("n", "alpha", "decision", "interval", "keep_finished", "first_decision", "rule"), "decision", "SR"))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 

@@ -13,6 +13,8 @@ them together with finished candidates still in contention; keep the top
 ``max(1, round((1 - alpha) * n))``; free the rejected rows; repeat. If the kept live rows still
 cannot fit the next token, memory forces more pruning (the round says ``forced``).
 ``keep_finished=True`` keeps finished candidates out of the ranking: they always stay.
+Which candidates are kept is the rule's (``cfg.rule``, ``specrej.rules``): the paper's keeps the
+highest partial rewards; the method decides only how many.
 
 Both take an optional ``engine`` factory (default ``Engine``): the public seam through which the
 bench runs the same method on a differently built engine (``bench/reference.py``).
@@ -32,6 +34,7 @@ from .events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
 from . import precision
 from .models import LM
 from .rewards import Reward, TokenStats, checked
+from .rules import Contender, get_rule
 
 EngineFactory = Callable[..., Engine]
 
@@ -46,6 +49,7 @@ class _Rec:
     history: list[tuple[int, float]] = field(default_factory=list)
     round_pruned: int | None = None
     finish_reason: str | None = None
+    stats: TokenStats | None = None   # the engine's statistics at its last score (what a rule may read)
 
     def view(self) -> Candidate:
         return Candidate(self.id, self.text, len(self.tokens), self.status, self.score,
@@ -160,8 +164,9 @@ class _Run:
     def _apply_scores(self, recs: list[_Rec], stats: list[TokenStats] | None) -> list[float]:
         out = checked(self.reward, self.cfg.prompt, [r.text for r in recs], stats)
         self.reward_tokens += out.tokens_read
-        for rec, s in zip(recs, out.scores):
+        for i, (rec, s) in enumerate(zip(recs, out.scores)):
             rec.score = s
+            rec.stats = stats[i] if stats else None
             rec.history.append((len(rec.tokens), s))
         return out.scores
 
@@ -248,7 +253,8 @@ def _decide(run: _Run, index: int, per_row: int) -> Round:
     if not cfg.keep_finished:
         pool += [r for r in run.recs if r.status == "finished"]
     n_keep = max(1, round((1 - cfg.alpha) * len(pool)))
-    ranked = sorted(pool, key=lambda r: (-r.score, r.id))
+    by_id = {r.id: r for r in pool}
+    ranked = [by_id[i] for i in get_rule(cfg.rule).rank([contender(r) for r in pool], rows.generated)]
     kept, pruned = ranked[:n_keep], ranked[n_keep:]
     kept_ids = {r.id for r in kept}
     kept_live = [r for r in kept if r.status == "live"]
@@ -272,6 +278,13 @@ def _decide(run: _Run, index: int, per_row: int) -> Round:
         r.status = "live"
     assert len(live_scores) == len(live)
     return event
+
+
+def contender(r: _Rec) -> Contender:
+    """What the decision rule sees of a candidate."""
+    st = r.stats
+    return Contender(r.id, r.score, len(r.tokens), r.status == "finished",
+                     st.mean_logprob if st else None, st.mean_self_certainty if st else None)
 
 
 def best_of_n(lm: LM, reward: Reward, cfg: RunConfig, *, engine: EngineFactory = Engine) -> Iterator[Event]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..budget import AUTO_MAX_ROWS, rows_that_fit
+from ..metrics import spearman
+from ..rules import Contender, Rule, get_rule
 from .coupled import CoupledRun, PrefixScorer
 
 
@@ -48,8 +50,18 @@ def rows_per_pass(budget: int, prompt_tokens: int, max_new_tokens: int, shared: 
 
 
 def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: float, n0: int,
-                max_new_tokens: int, shared: bool = True, keep_finished: bool = False) -> SimResult:
-    """Speculative Rejection on candidates 0..n0-1 of ``run`` (n0 <= run.n), decided by ``scorer``."""
+                max_new_tokens: int, shared: bool = True, keep_finished: bool = False,
+                rule: str | Rule = "paper") -> SimResult:
+    """Speculative Rejection on candidates 0..n0-1 of ``run`` (n0 <= run.n), scored by ``scorer``,
+    kept by ``rule`` (``specrej.rules``), as the live method does."""
+    rule = get_rule(rule)
+    with_stats = bool(getattr(scorer.reward, "uses_token_stats", True))
+
+    def contender(c: int, score: float, tokens: int, done: bool) -> Contender:
+        st = run.stats(c, tokens) if with_stats else None
+        return Contender(c, score, tokens, done, st.mean_logprob if st else None,
+                         st.mean_self_certainty if st else None)
+
     if not 1 <= n0 <= run.n:
         raise ValueError(f"n0={n0} must be within the recorded run's 1..{run.n} candidates")
     P = run.prompt_tokens
@@ -76,7 +88,8 @@ def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: fl
             scored += g * len(live)
             pool = list(live) + ([] if keep_finished else list(finished))
             both = {**finished, **scores}
-            ranked = sorted(pool, key=lambda c: (-both[c], c))
+            ranked = rule.rank([contender(c, both[c], g if c in scores else length[c], c not in scores)
+                                for c in pool], g)
             n_keep = max(1, round((1 - alpha) * len(pool)))
             kept = ranked[:n_keep]
             kept_live = [c for c in kept if c in scores]
@@ -90,7 +103,9 @@ def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: fl
             for c in live:
                 if c not in kept_live:
                     status[c] = "pruned"
-            decisions.append({"position": g, "live": len(live), "kept_live": len(kept_live), "forced": forced})
+            rho = spearman([scores[c] for c in live], [final[c] for c in live]) if len(live) > 1 else None
+            decisions.append({"position": g, "live": len(live), "kept_live": len(kept_live), "forced": forced,
+                              "spearman": rho, "kept_bon_winner": bon_winner in kept})
             first = g if first is None else first
             rounds += 1
             live = sorted(kept_live)

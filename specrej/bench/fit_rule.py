@@ -1,0 +1,205 @@
+"""Fit a calibrated rejection rule on coupled runs, and compare rules on others, offline.
+
+    python -m specrej.bench.reward_study collect --out fit.json.gz --ids <prompts outside the quick set>
+    python -m specrej.bench.fit_rule fit fit.json.gz --name calibrated --out assets/rules/calibrated.json
+    python -m specrej.bench.fit_rule evaluate quick_runs.json.gz --rules paper,calibrated
+
+The fit: at each decision length t in ``POSITIONS``, every candidate of every run is a sample:
+its features at t (``specrej.rules.features`` over the whole pool: partial reward, token
+statistics, finished or not, length) and a label, 1 when its final reward is among the pool's
+top ``TOP`` fraction (at least the best one). A logistic regression (L2, Newton's method, pure
+Python) gives one weight vector per t; the rule ranks a pool by the linear score. The rewards
+are the bench's reward (``--reward``), read off the coupled run (``PrefixScorer``), so the fit
+never runs the generator, only its tokenizer.
+
+``evaluate`` replays Speculative Rejection with each rule (``simulate``) and prints how often
+it kept Best-of-N's winner and its capped improvement score: simulated numbers, labelled so.
+The fit must never see the prompts it is evaluated on (the bench's quick set): ``fit`` refuses
+runs whose prompts are in ``assets/prompts/quick.jsonl`` unless told otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from ..rules import FEATURES, CalibratedRule, Contender, features
+
+POSITIONS = (8, 16, 32, 64, 128)
+TOP = 0.05
+L2 = 1.0
+
+
+# ---------------------------------------------------------------------------------- samples
+def samples(run, scorer, position: int, top: float = TOP) -> tuple[list[list[float]], list[int]]:
+    """Features and labels of every candidate of ``run`` at ``position`` generated tokens."""
+    final = scorer.final()
+    lengths = run.lengths()
+    with_stats = bool(getattr(scorer.reward, "uses_token_stats", True))
+    pool = []
+    partial = scorer.score(list(range(run.n)), position)
+    for c in range(run.n):
+        t = min(position, lengths[c])
+        st = run.stats(c, t) if with_stats else None
+        pool.append(Contender(c, partial[c], t, lengths[c] <= position,
+                              st.mean_logprob if st else None, st.mean_self_certainty if st else None))
+    n_top = max(1, round(top * run.n))
+    best = set(sorted(range(run.n), key=lambda c: (-final[c], c))[:n_top])
+    return features(pool, position), [1 if c in best else 0 for c in range(run.n)]
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve a x = b (a small, symmetric positive definite) by Gaussian elimination with pivoting."""
+    n = len(b)
+    m = [row[:] + [v] for row, v in zip(a, b)]
+    for i in range(n):
+        p = max(range(i, n), key=lambda r: abs(m[r][i]))
+        m[i], m[p] = m[p], m[i]
+        for r in range(i + 1, n):
+            f = m[r][i] / m[i][i]
+            for j in range(i, n + 1):
+                m[r][j] -= f * m[i][j]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = (m[i][n] - sum(m[i][j] * x[j] for j in range(i + 1, n))) / m[i][i]
+    return x
+
+
+def logistic(xs: list[list[float]], ys: list[int], l2: float = L2, iters: int = 30) -> tuple[list[float], float]:
+    """L2-regularised logistic regression by Newton's method: (weights, intercept). The intercept is
+    not penalised (it does not change a ranking, but it keeps the weights honest)."""
+    if not xs or len(xs) != len(ys):
+        raise ValueError("logistic needs as many labels as samples, at least one")
+    d = len(xs[0]) + 1
+    w = [0.0] * d
+    rows = [[1.0] + list(x) for x in xs]
+    for _ in range(iters):
+        grad = [0.0] * d
+        hess = [[0.0] * d for _ in range(d)]
+        for x, y in zip(rows, ys):
+            z = sum(a * b for a, b in zip(w, x))
+            p = 1.0 / (1.0 + math.exp(-z)) if z > -40 else 0.0
+            for i in range(d):
+                grad[i] += (p - y) * x[i]
+                for j in range(i, d):
+                    hess[i][j] += p * (1 - p) * x[i] * x[j]
+        for i in range(d):
+            for j in range(i):
+                hess[i][j] = hess[j][i]
+            if i:
+                grad[i] += l2 * w[i]
+                hess[i][i] += l2
+            hess[i][i] += 1e-9
+        step = _solve(hess, grad)
+        w = [a - b for a, b in zip(w, step)]
+        if max(abs(s) for s in step) < 1e-8:
+            break
+    return w[1:], w[0]
+
+
+def fit(runs, scorers, *, name: str = "calibrated", positions=POSITIONS, top: float = TOP, l2: float = L2,
+        fitted_on: tuple[str, ...] = ()) -> CalibratedRule:
+    """A ``CalibratedRule`` fitted on coupled runs (one scorer per run)."""
+    weights = []
+    for t in positions:
+        xs, ys = [], []
+        for run, scorer in zip(runs, scorers):
+            x, y = samples(run, scorer, t, top)
+            xs += x
+            ys += y
+        w, _ = logistic(xs, ys, l2)
+        weights.append(tuple(round(v, 6) for v in w))
+    return CalibratedRule(name, tuple(positions), tuple(weights),
+                          f"Calibrated on {len(runs)} coupled runs (P(final top {top:.0%}) at each length)", fitted_on)
+
+
+# ---------------------------------------------------------------------------------- evaluation
+def evaluate(runs, scorers, rules, *, budget: int, points, max_new_tokens: int, shared: bool = True) -> list[dict]:
+    """Simulated Speculative Rejection with each rule at each (alpha, first decision): the share of
+    prompts where it kept Best-of-N's winner, and the capped and raw improvement scores."""
+    from ..curve import PromptRun, improvement
+    from .simulate import auto_rows, simulate_sr
+
+    prs = [PromptRun(s.final(), r.lengths(), r.prompt_tokens, 1.0) for r, s in zip(runs, scorers)]
+    out = []
+    for rule in rules:
+        for alpha, first in points:
+            sims = [simulate_sr(r, s, budget=budget, alpha=alpha, max_new_tokens=max_new_tokens, shared=shared,
+                                n0=min(r.n, auto_rows(budget, r.prompt_tokens, first, shared)), rule=rule)
+                    for r, s in zip(runs, scorers)]
+            bests = [x.score for x in sims]
+            out.append({"rule": getattr(rule, "name", rule), "alpha": alpha, "first_decision": first,
+                        "kept_bon_winner": sum(x.kept_bon_winner for x in sims) / len(sims),
+                        "improvement": improvement(bests, prs), "improvement_capped": improvement(bests, prs, True),
+                        "steps": sum(x.steps for x in sims), "simulated": True})
+    return out
+
+
+def _load(path: str, reward_spec: str, model: str):
+    from ..models import load_generator
+    from ..rewards import load_reward
+    from .coupled import PrefixScorer, load_runs
+
+    meta, runs = load_runs(Path(path))
+    lm = load_generator(model, dtype=meta.get("dtype"))   # the tokenizer is what the scorer needs
+    reward = load_reward(reward_spec)
+    return meta, runs, [PrefixScorer(lm, reward, r) for r in runs]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m specrej.bench.fit_rule", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fit", help="fit a calibrated rule on coupled runs")
+    f.add_argument("runs", help="coupled runs (reward_study collect's output)")
+    f.add_argument("--name", default="calibrated")
+    f.add_argument("--out", required=True, help="the rule's JSON (assets/rules/<name>.json to bundle it)")
+    f.add_argument("--reward", default="self-certainty")
+    f.add_argument("--model", default="embedded")
+    f.add_argument("--top", type=float, default=TOP)
+    f.add_argument("--l2", type=float, default=L2)
+    f.add_argument("--allow-quick", action="store_true", help="allow fitting on the quick set's prompts")
+    e = sub.add_parser("evaluate", help="compare rules on coupled runs (simulated)")
+    e.add_argument("runs")
+    e.add_argument("--rules", default="paper,calibrated")
+    e.add_argument("--reward", default="self-certainty")
+    e.add_argument("--model", default="embedded")
+    e.add_argument("--budget", type=int, default=2048)
+    e.add_argument("--points", default="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32")
+    e.add_argument("--max-new-tokens", type=int, default=256)
+    args = p.parse_args(argv)
+    if args.cmd == "fit":
+        from .prompts import load_prompts
+
+        meta, runs, scorers = _load(args.runs, args.reward, args.model)
+        quick = {r["prompt"] for r in load_prompts("quick")}
+        leak = [r.prompt for r in runs if r.prompt in quick]
+        if leak and not args.allow_quick:
+            raise SystemExit(f"{len(leak)} of these runs are quick-set prompts (the bench evaluates on them): "
+                             f"{leak[:3]}; fit on others, or pass --allow-quick.")
+        rule = fit(runs, scorers, name=args.name, top=args.top, l2=args.l2,
+                   fitted_on=tuple(meta.get("ids") or [r.prompt for r in runs]))
+        d = rule.to_dict()
+        d["fit"] = {"runs": args.runs, "reward": args.reward, "n": meta.get("n"), "dtype": meta.get("dtype"),
+                    "max_new_tokens": meta.get("max_new_tokens"), "top": args.top, "l2": args.l2,
+                    "command": "python -m specrej.bench.fit_rule " + " ".join(argv or sys.argv[1:])}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
+        print(json.dumps(d, indent=1))
+    else:
+        from ..rules import get_rule
+        from .run import parse_points
+
+        meta, runs, scorers = _load(args.runs, args.reward, args.model)
+        rules = [get_rule(r) for r in args.rules.split(",") if r.strip()]
+        rows = evaluate(runs, scorers, rules, budget=args.budget, points=parse_points(args.points),
+                        max_new_tokens=args.max_new_tokens)
+        print(f"SIMULATED on {len(runs)} coupled runs ({meta.get('ids')}), budget {args.budget}:")
+        for r in rows:
+            print(f"  {r['rule']:<12} a={r['alpha']:g} T={r['first_decision']:<3} kept winner {r['kept_bon_winner']:>4.0%}"
+                  f"  improvement {r['improvement']:6.1f}  capped {r['improvement_capped']:6.1f}  steps {r['steps']}")
+
+
+if __name__ == "__main__":
+    main()
