@@ -12,6 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 from specrej import RunConfig
+from specrej.rules import RULES
 
 from . import charts
 from .context import ASSETS, PREFERENCE, AppContext
@@ -83,6 +84,7 @@ class Controls:
     paper: gr.Button
     replay: gr.Button
     pace: gr.Radio
+    rule: gr.Dropdown
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -139,6 +141,9 @@ def build_controls(ctx: AppContext) -> Controls:
         with gr.Row():
             decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="Speculative Rejection decides",
                                 elem_id="decision")
+            rule = gr.Dropdown(choices=[(getattr(r, "label", k), k) for k, r in RULES.items()],
+                               value=DEFAULTS["rule"], label="Which candidates a decision keeps",
+                               info=HELP["rule"], elem_id="rule")
             interval = gr.Slider(1, 256, value=DEFAULTS["interval"], step=1, label="k (tokens between decisions)",
                                  info=HELP["interval"], visible=DEFAULTS["decision"] == "interval",
                                  elem_id="interval")
@@ -163,7 +168,7 @@ def build_controls(ctx: AppContext) -> Controls:
                              elem_id="seed")
     return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
                     max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group,
-                    sr_start, first_decision, stop_when_matched, paper, replay, pace)
+                    sr_start, first_decision, stop_when_matched, paper, replay, pace, rule)
 
 
 def paper_scale(ctx: AppContext, controls: Controls) -> dict:

@@ -137,6 +137,35 @@ def evaluate(runs, scorers, rules, *, budget: int, points, max_new_tokens: int, 
     return out
 
 
+def table(runs, scorers, lm, reward, rules, *, budget: int, points, max_new_tokens: int, ids, meta: dict,
+          leave_one_out: bool = False) -> tuple[dict, str]:
+    """The bench's full table (raw and capped improvement with 90% intervals, speed-ups against both
+    Best-of-N baselines), every point SIMULATED from coupled runs. ``leave_one_out``: add the rule
+    'calibrated-loo', fitted for each prompt on the other runs only (an out-of-sample estimate)."""
+    from ..config import RunConfig
+    from ..rules import RULES
+    from .protocol import aggregate, run_prompt
+    from .report import paper_table
+
+    base = RunConfig(prompt="-", n=runs[0].n, max_new_tokens=max_new_tokens, budget=budget, progress_every=0)
+    records = []
+    for i, (run, scorer) in enumerate(zip(runs, scorers)):
+        names = list(rules)
+        if leave_one_out:
+            others = [j for j in range(len(runs)) if j != i]
+            RULES["calibrated-loo"] = fit([runs[j] for j in others], [scorers[j] for j in others],
+                                          name="calibrated-loo")
+            names.append("calibrated-loo")
+        try:
+            records.append(run_prompt(lm, reward, {"id": ids[i], "prompt": run.prompt}, base, n_ref=run.n,
+                                      points=points, budget=budget, rules=tuple(names), live=(), coupled=run))
+        finally:
+            RULES.pop("calibrated-loo", None)
+    agg = aggregate(records, gen_params=lm.n_params, step_model=None)
+    return agg, paper_table(agg, {**meta, "budget": budget, "max_new_tokens": max_new_tokens,
+                                  "wall_note": "no wall time: every point is simulated"})
+
+
 def _load(path: str, reward_spec: str, model: str):
     from ..models import load_generator
     from ..rewards import load_reward
@@ -168,6 +197,9 @@ def main(argv=None) -> None:
     e.add_argument("--budget", type=int, default=2048)
     e.add_argument("--points", default="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32")
     e.add_argument("--max-new-tokens", type=int, default=256)
+    e.add_argument("--leave-one-out", action="store_true",
+                   help="also a rule fitted for each prompt on the other runs only (calibrated-loo)")
+    e.add_argument("--json", help="write the aggregate here")
     args = p.parse_args(argv)
     if args.cmd == "fit":
         from .prompts import load_prompts
@@ -192,13 +224,19 @@ def main(argv=None) -> None:
         from .run import parse_points
 
         meta, runs, scorers = _load(args.runs, args.reward, args.model)
-        rules = [get_rule(r) for r in args.rules.split(",") if r.strip()]
-        rows = evaluate(runs, scorers, rules, budget=args.budget, points=parse_points(args.points),
-                        max_new_tokens=args.max_new_tokens)
-        print(f"SIMULATED on {len(runs)} coupled runs ({meta.get('ids')}), budget {args.budget}:")
-        for r in rows:
-            print(f"  {r['rule']:<12} a={r['alpha']:g} T={r['first_decision']:<3} kept winner {r['kept_bon_winner']:>4.0%}"
-                  f"  improvement {r['improvement']:6.1f}  capped {r['improvement_capped']:6.1f}  steps {r['steps']}")
+        rules = [get_rule(r).name for r in args.rules.split(",") if r.strip()]
+        ids = meta.get("ids") or [f"p{i + 1}" for i in range(len(runs))]
+        agg, text = table(runs, scorers, scorers[0].lm, scorers[0].reward, rules, budget=args.budget,
+                          points=parse_points(args.points), max_new_tokens=args.max_new_tokens, ids=ids,
+                          leave_one_out=args.leave_one_out,
+                          meta={"prompt_set": f"coupled runs {args.runs}: {', '.join(ids)}", "model": args.model,
+                                "reward": args.reward, "seed": meta.get("seed"), "dtype": meta.get("dtype")})
+        print("SIMULATED from coupled runs (no model run; exact in fp32):")
+        print(text)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"meta": {**meta, "command": "python -m specrej.bench.fit_rule "
+                                                            + " ".join(argv or sys.argv[1:])},
+                                                   "protocol": agg}, indent=1))
 
 
 if __name__ == "__main__":

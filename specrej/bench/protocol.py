@@ -36,7 +36,7 @@ from ..engine import Engine, Sampling
 from ..events import Finished, Round
 from ..methods import speculative_rejection
 from ..metrics import bootstrap_ci
-from .coupled import PrefixScorer, collect
+from .coupled import CoupledRun, PrefixScorer, collect
 from .simulate import auto_rows, rows_per_pass, simulate_sr
 
 
@@ -92,19 +92,21 @@ def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
 
 def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: list[tuple[float, int]],
                budget: int, rules: tuple[str, ...] = ("paper",), live: tuple[tuple[float, int], ...] | None = None,
-               tick: Callable[[str], None] = lambda label: None, runs_out: list | None = None) -> dict:
+               tick: Callable[[str], None] = lambda label: None, runs_out: list | None = None,
+               coupled: CoupledRun | None = None) -> dict:
     """One prompt: the coupled reference Best-of-N_ref (one batch) and Speculative Rejection with each
     rule at each (alpha, first decision) under ``budget``; a JSON-ready record.
 
     A point is replayed by the simulator from the coupled run (exact in fp32: the same tokens, the
     same rewards) unless it is in ``live`` (None: every point) or its first batch is larger than
     N_ref; those run for real, with their wall time, and are checked against the simulator and
-    the reference (``drift``: candidates whose text or score differ, bf16 rounding)."""
+    the reference (``drift``: candidates whose text or score differ, bf16 rounding). ``coupled``: a
+    coupled run collected before (``reward_study collect``) instead of collecting one here."""
     P = len(lm.render(row["prompt"]))
     shared = lm.shares_prefix
     t0 = time.perf_counter()
-    run = collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0))
-    wall = time.perf_counter() - t0
+    run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0))
+    wall = None if coupled else time.perf_counter() - t0
     if runs_out is not None:
         runs_out.append(run)
     scorer = PrefixScorer(lm, reward, run)
