@@ -281,7 +281,7 @@ def summary(agg: dict) -> list[dict]:
              "improvement": 100.0, "improvement_ci90": [100.0, 100.0], "improvement_capped": 100.0,
              "improvement_capped_ci90": [100.0, 100.0], "rel_flops": 1.0,
              "rel_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None, "speedup_flops": 1.0,
-             "speedup_steps": 1.0, "speedup_steps_refill": agg["bon_ref"]["steps"] / agg["bon_ref"]["steps_refill"],
+             "speedup_steps": 1.0, "speedup_steps_refill": agg["bon_ref"]["steps_refill"] / agg["bon_ref"]["steps"],
              "speedup_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None, "kept_bon_winner": 1.0,
              "n": agg["n_ref"]}]
     for p in agg["sr"]:
