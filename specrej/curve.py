@@ -29,7 +29,10 @@ Best-of-k is the improvement score of the expected bests.
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import math
+import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -125,10 +128,6 @@ def refill_steps(lengths: Sequence[int], slots: int, draws: int = 256, seed: int
     first k do not depend on later ones), so one pass over an order gives every k. The
     expectation is over orders: every order when N! <= ``draws`` (exact), else ``draws`` random
     orders from a seeded generator (the same inputs give the same curve)."""
-    import heapq
-    import itertools
-    import random
-
     n = len(lengths)
     if n == 0:
         raise ValueError("refill_steps needs at least one length")

@@ -27,6 +27,7 @@ Invalid inputs raise ``ValueError``.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -95,8 +96,6 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.9, draws: int = 4000,
     ``draws`` resamples of ``len(values)`` values with replacement (a seeded
     generator: the same inputs give the same interval); the interval holds
     the middle ``level`` of their means. Raises ``ValueError`` on no values."""
-    import random
-
     if not values:
         raise ValueError("bootstrap_ci needs at least one value")
     if not 0 < level < 1:
