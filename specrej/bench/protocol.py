@@ -134,7 +134,8 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
             if sim is not None and live is not None and (alpha, first) not in live:
                 entry.update(_from_sim(sim, P, lm.n_params, reward.n_params, texts))
             else:
-                entry.update(_live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, winner))
+                entry.update(_live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, winner,
+                                   lambda c, t: lm.decode(run.tokens[c][:t])))
                 if sim is not None:
                     entry["simulated"] = {"winner": sim.winner, "score": sim.score, "steps": sim.steps,
                                           "generated_tokens": sim.generated_tokens}
@@ -153,7 +154,7 @@ def _from_sim(sim, prompt_tokens: int, gen_params: int, reward_params: int, text
             "decisions": [{"position": d["position"], "spearman": d["spearman"]} for d in sim.decisions]}
 
 
-def _live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, bon_winner) -> dict:
+def _live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, bon_winner, prefix) -> dict:
     cfg = replace(base, prompt=row["prompt"], n=AUTO, first_decision=first, alpha=alpha, budget=budget,
                   progress_every=0, rule=rule)
     rounds: list[Round] = []
@@ -170,21 +171,22 @@ def _live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, bon_
             "rounds": fin.rounds, "steps": max(c.tokens for c in fin.candidates),
             "generated_tokens": led["generated_tokens"], "flops": led["flops"], "wall_s": led["wall_s"],
             "ledger": led, "kept_bon_winner": status.get(bon_winner) == "finished",
-            "drift": drift(fin, scores, texts),
+            "drift": drift(fin, scores, texts, prefix),
             "decisions": [{"position": d.position, "spearman": d.spearman}
                           for d in (decision_rank(r, finals) for r in rounds if live_at_decision(r))]}
 
 
-def drift(fin: Finished, scores: list[float], texts: list[str]) -> dict:
+def drift(fin: Finished, scores: list[float], texts: list[str], prefix: Callable[[int, int], str]) -> dict:
     """Candidates of a real Speculative Rejection run that wrote another text than their coupled
-    reference self (bf16 rounding can flip a sampled token), or finished with another score."""
+    reference self (bf16 rounding can flip a sampled token), or finished with another score.
+    ``prefix(c, t)``: the reference's text of candidate c's first t tokens (a pruned one's)."""
     compared = text = score = 0
     for c in fin.candidates:
         if c.id >= len(texts) or c.tokens == 0:
             continue
         compared += 1
-        ref = texts[c.id]
-        if (c.text != ref) if c.finish_reason is not None else not ref.startswith(c.text):
+        ref = texts[c.id] if c.finish_reason is not None else prefix(c.id, c.tokens)
+        if c.text != ref:
             text += 1
         elif c.finish_reason is not None and c.score is not None and not math.isclose(c.score, scores[c.id],
                                                                                         rel_tol=1e-6, abs_tol=1e-9):
