@@ -109,7 +109,7 @@ def test_table_and_figure(tiny_lm, records, tmp_path):
     agg = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model)
     meta = {"prompt_set": "t", "model": "tiny", "reward": "variety", "max_new_tokens": 24, "budget": 1, "seed": 2}
     text = paper_table(agg, meta)
-    assert "Best-of-16" in text and "SR a=0.5 T=4" in text and "MODELLED" in text
+    assert "Best-of-16" in text and "SR paper a=0.5 T=4" in text and "MODELLED" in text
     assert paper_png(agg, "t", tmp_path / "f.png") and (tmp_path / "f.png").stat().st_size > 10_000
 
 
