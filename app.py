@@ -15,7 +15,7 @@ import inspect
 
 import gradio as gr
 
-from components import charts, ui
+from components import charts, memory, ui
 from components.autospec_tab import build_autospec_tab
 from components.context import PREFERENCE, AppContext
 from components.guard import ApiGate, Guard
@@ -34,7 +34,8 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     never reachable from a request. The queue holds at most ``ctx.max_queue`` waiting runs
     (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again". ``guard``
     (``components/guard.py``, from the environment by default) caps each client's runs, checks the
-    raw inputs, stops runs cancelled before they had an event id and keeps the API to /run and /stop."""
+    raw inputs, stops runs cancelled before they had an event id or by /stop, and keeps the API to
+    /run, /stop and /autospec_sample: every other handler is reachable only as the page's own event."""
     ctx = ctx or AppContext.from_env()
     guard = guard or Guard.from_env()
     with gr.Blocks(title=TITLE, delete_cache=(3600, 3600)) as demo:
@@ -48,34 +49,50 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
             """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
             *values, request = values   # RunRequest's fields, then Gradio's request
             req = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
-            for frame in frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)):
-                yield page.updates(frame)
+            try:
+                for frame in frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)):
+                    yield page.updates(frame)
+            finally:
+                memory.release()   # the allocator keeps freed KV caches otherwise
 
         run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
         run.__annotations__ = {"request": gr.Request}
 
         # preprocess=False: the raw values reach guard.check_request (in frames), whose messages name
-        # the field; the guard's validator runs when a run joins the queue (the per-client cap).
+        # the field; the guard's validator runs when a run joins the queue (the per-client cap, set by
+        # guard.bind on every queued event).
         race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
                     concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
-                    preprocess=False, validator=guard.validator(REQUEST_FIELDS))
-        # Run and Enter in the prompt: say at once that the run is on its way (the queue position
-        # shows on the status line), then start the race in the queue; one handler, one API name.
-        on_run = gr.on([c.run.click, c.prompt.submit], waiting, None, [a.status], queue=False,
+                    preprocess=False)
+        # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
+        # taken (the queue position shows on the status line), then start the race in the queue; one handler,
+        # one API name.
+        on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
                        api_visibility="private").then(api_name="run", **race)
 
-        def replay(prompt, pace):
+        def replay(prompt, pace, request: gr.Request):
             """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
-            for frame in replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval):
+            stop_requested = guard.on_start(request)
+            for frame in replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                                       max_prompt_chars=ctx.limits.max_prompt_chars):
+                if stop_requested():
+                    return
                 yield page.updates(frame)
 
         on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
-                                   concurrency_limit=4, api_visibility="private")
-        preset = ui.paper_scale(ctx, c)
-        c.paper.click(lambda: ui.paper_scale(ctx, c), None, list(preset), queue=False, api_visibility="private")
+                                   concurrency_limit=4, api_visibility="private", preprocess=False)
+        # the outputs by name only: building the updates here would place new components on the page
+        paper = list(ui.paper_scale(ctx, c)) + [c.settings, a.status]
+        c.paper.click(lambda: ui.paper_scale_updates(ctx, page), None, paper, queue=False,
+                      api_visibility="private")
         # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
         # already in flight can land after the first message (seen in the browser test).
-        c.stop.click(stopped, None, [a.status], cancels=[on_run, on_replay], queue=False, api_name="stop") \
+        def stop(request: gr.Request):
+            """Stop this session's race or replay: at its next decoding step (the page also cancels it)."""
+            found = guard.stop_session(getattr(request, "session_hash", None))
+            return stopped() if found else gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
+
+        c.stop.click(stop, None, [a.status], cancels=[on_run, on_replay], queue=False, api_name="stop") \
             .then(stopped, None, [a.status], queue=False, api_visibility="private")
 
         c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,
@@ -86,8 +103,10 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
                         api_visibility="private")
         a.x_axis.change(rerender_race, [page.view, a.x_axis], [a.race_plot], queue=False,
                         api_visibility="private")
-    demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue)
-    guard.bind(demo, run)
+    # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
+    # guard's gate lets through only the page's unqueued ones.
+    demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue, api_open=False)
+    guard.bind(demo)
     demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
     return demo
 
@@ -100,9 +119,7 @@ def request_signature() -> inspect.Signature:
                                                   annotation=gr.Request)])
 
 
-def waiting():
-    return gr.Markdown("**Waiting for a free slot:** runs share this machine; your place in the queue shows "
-                       "on the right.", elem_classes=["status-live"])
+NOTHING_TO_STOP = "**Nothing to stop:** no run or replay of this session is running or queued."
 
 
 def stopped():
@@ -154,7 +171,7 @@ def main() -> None:
         except Exception as e:  # the page shows the same error when Run is pressed
             print(f"specrej: could not load the default models ({e}); starting anyway.", flush=True)
         built = globals()["demo"] = build_demo(ctx)
-    launch(built, show_error=True)  # prints the local URL
+    launch(built)  # prints the local URL; show_error off: no raw Python message reaches a client
 
 
 if __name__ == "__main__":

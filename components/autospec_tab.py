@@ -21,17 +21,27 @@ from specrej.autospec.report import scaling_figure
 from specrej.autospec.scaling import curve
 from specrej.autospec.targets import all_states
 
+from . import memory
 from .context import ASSETS
+from .guard import check_choice, check_number, started
 
 MAX_N = 1024           # cells on the grid
 MAX_EXACT_N = 10
 MAX_EXACT_STATES = 4096
+MAX_EXACT_SAMPLES = 100_000
+EXACT_CHUNK = 2000     # the exactness check samples this many chains at a time: its memory is one chunk's
+MEASURE_NS = (32, 64, 128, 256)
+MEASURE_CHAINS = 4
+MAX_DELAY = 1.5        # seconds per frame of the animation (the slider's range)
 MAX_FRAMES = 80        # a sequential run is shown in at most this many frames
 TARGET_CHOICES = [("Mixture of product distributions", "mixture"), ("Curie–Weiss (mean field)", "curie-weiss"),
                   ("Ising / Potts chain", "potts")]
 SAMPLER_CHOICES = [("block verification", "block"), ("token verification", "token"),
                    ("block verification, adaptive block", "block-adaptive"), ("sequential", "sequential")]
 RECORDED = ASSETS / "autospec_quick.json"
+# The default sample (Curie–Weiss, n = 64, beta = 0.5, block verification) at this seed drafts three blocks:
+# two end in a rejected draft and its correction, so the first Sample shows every step (6 rounds, not 64).
+DEFAULT_SEED = 7
 # Cell colours with their own text colour, so the grid reads the same in light and dark themes.
 STYLE = {
     "open": "background:transparent;color:#8a8f98;border:1px dashed #8a8f98;",
@@ -77,27 +87,38 @@ class AutospecTab:
 
 
 # ---------------------------------------------------------------- validation
+# Every field is checked as it arrives (the events take raw values: preprocess=False), with
+# messages that name the field and show at most a short excerpt of the value (``guard``).
 
 def _int(name: str, value, lo: int, hi: int) -> int:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    if math.isnan(v):
-        raise ValueError(f"{name} is missing or not a number: enter a whole number from {lo} to {hi}")
-    if math.isinf(v) or v != int(v) or not lo <= v <= hi:
-        raise ValueError(f"{name} must be a whole number from {lo} to {hi}, got {value:g}")
-    return int(v)
+    return check_number(name, value, lo, hi, whole=True)
+
+
+PARAMS = {   # each target's parameters: (the name messages use, the library's name); make_target checks ranges
+    "mixture": (("C (components)", "C"),),
+    "curie-weiss": (("beta", "beta"),),
+    "potts": (("lambda", "lam"), ("q", "q")),
+}
+
+
+def _params(name, beta, components, lam, q) -> dict:
+    """The chosen target's parameters as numbers (the other targets' fields are ignored; the
+    library says which values are in range)."""
+    name = check_choice("target", name, [v for _, v in TARGET_CHOICES])
+    given = {"beta": beta, "C": components, "lam": lam, "q": q}
+    params = {key: check_number(label, given[key]) for label, key in PARAMS[name]}
+    return {**params, "seed": 0} if name == "mixture" else params
 
 
 def _target(name, n, beta, components, lam, q):
     """The library target for the tab's inputs; ValueError with a message otherwise."""
     n = _int("n", n, 2, MAX_N)
-    params = {"mixture": {"C": components, "seed": 0}, "curie-weiss": {"beta": beta},
-              "potts": {"lam": lam, "q": q}}.get(name)
-    if params is None:
-        raise ValueError(f"unknown target {name!r}")
+    params = _params(name, beta, components, lam, q)
     return make_target(name, n, **params)
+
+
+def _sampler(sampler) -> str:
+    return check_choice("sampler", sampler, [v for _, v in SAMPLER_CHOICES])
 
 
 def _error(e: Exception) -> str:
@@ -170,15 +191,15 @@ def counter_markdown(sampler: str, rounds: int, queries, fixed: int, n: int, don
     return head + tail
 
 
-def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay):
+def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay, request: gr.Request = None):
     """One exact sample, animated round by round: yields (status, round counter, grid HTML)."""
+    started(request)
     try:
         t = _target(target, n, beta, components, lam, q)
-        if sampler not in LABELS:
-            raise ValueError(f"unknown sampler {sampler!r}")
+        sampler = _sampler(sampler)
         seed = _int("seed", seed, 0, 2 ** 31 - 1)
-        delay = 0.0 if delay is None or not math.isfinite(float(delay)) else min(max(float(delay), 0.0), 2.0)
-    except (TypeError, ValueError) as e:
+        delay = 0.0 if delay is None else check_number("seconds per frame", delay, 0.0, MAX_DELAY)
+    except ValueError as e:
         yield _error(e), gr.skip(), gr.skip()
         return
     yield f"Sampling {html.escape(t.describe())}…", gr.skip(), grid_html(["open"] * t.n, [-1] * t.n)
@@ -188,6 +209,7 @@ def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay):
         yield gr.skip(), counter_markdown(sampler, rounds, queries, fixed, t.n, False), last[2]
         if delay:
             time.sleep(delay)
+    memory.release()
     rounds, queries, grid = last
     # The last frame repeats the grid, so that an API caller's result is complete.
     yield (f"Done: one exact sample of the {html.escape(t.describe())}.",
@@ -206,21 +228,41 @@ def recorded_scaling():
     note = (f"Recorded by `python -m specrej.autospec --quick`: mean rounds over {meta.get('chains', '?')} samples "
             f"per point. Lines are least-squares fits on log-log axes; sequential has slope 1. Rounds are oracle "
             f"calls (parallel depth), not timings.")
-    return scaling_figure(data["scaling"]), note
+    return scaling_panels(data["scaling"]), note
 
 
-def measure_handler(target, beta, components, lam, q):
+def scaling_panels(scaling: list[dict]):
+    """The library's rounds-against-n figure with one legend under each panel (plotly's legend2, legend3):
+    one shared legend wrapped across the panels put a target's title over its neighbour's axis title."""
+    fig = scaling_figure(scaling)
+    axes = sorted({t.xaxis or "x" for t in fig.data}, key=lambda a: int(a[1:] or 1))
+    for trace in fig.data:
+        k = axes.index(trace.xaxis or "x")
+        trace.legend = "legend" if k == 0 else f"legend{k + 1}"
+    for k, axis in enumerate(axes):
+        domain = fig.layout["xaxis" + axis[1:]].domain
+        fig.layout["legend" if k == 0 else f"legend{k + 1}"] = dict(
+            x=domain[0], y=-0.2, xanchor="left", yanchor="top", orientation="v", groupclick="toggleitem",
+            bgcolor="rgba(0,0,0,0)", font=dict(size=12))
+    fig.update_layout(height=560, margin=dict(b=150))
+    return fig
+
+
+def measure_handler(target, beta, components, lam, q, request: gr.Request = None):
     """Rounds against n = 32…256 for the chosen target, live (4 samples per point)."""
+    started(request)
     try:
         _target(target, 32, beta, components, lam, q)
-        params = {"mixture": {"C": components, "seed": 0}, "curie-weiss": {"beta": beta},
-                  "potts": {"lam": lam, "q": q}}[target]
-        curves = [curve(target, s, [32, 64, 128, 256], chains=4, params=params).as_dict()
-                  for _, s in SAMPLER_CHOICES]
-    except (TypeError, ValueError) as e:
+        params = _params(target, beta, components, lam, q)
+    except ValueError as e:
         return gr.skip(), _error(e)
+    try:
+        curves = [curve(target, s, list(MEASURE_NS), chains=MEASURE_CHAINS, params=params).as_dict()
+                  for _, s in SAMPLER_CHOICES]
+    finally:
+        memory.release()
     slopes = ", ".join(f"{c['sampler']} {c['slope']:.2f}" for c in curves)
-    return scaling_figure(curves), f"Measured live, 4 samples per point, n = 32…256. Slopes: {slopes}."
+    return scaling_panels(curves), f"Measured live, 4 samples per point, n = 32…256. Slopes: {slopes}."
 
 
 def exact_figure(states: list[str], exact: list[float], emp: list[float]):
@@ -240,19 +282,32 @@ def exact_figure(states: list[str], exact: list[float], emp: list[float]):
     return fig
 
 
-def exactness_handler(target, n, beta, components, lam, q, sampler, samples):
+def chunked_counts(target, sampler: str, samples: int, chunk: int = EXACT_CHUNK):
+    """(counts per state, exact law) of ``samples`` draws made ``chunk`` chains at a time (chunk k
+    seeded k), so that memory stays that of one chunk, whatever the number of samples."""
+    counts, exact = None, None
+    for k, start in enumerate(range(0, samples, chunk)):
+        c, exact = empirical(target, sampler, min(chunk, samples - start), seed=k)
+        counts = c if counts is None else counts + c
+    return counts, exact
+
+
+def exactness_handler(target, n, beta, components, lam, q, sampler, samples, request: gr.Request = None):
     """Empirical against exact probabilities of states (n <= 10), with the chi² p-value and TV."""
+    started(request)
     try:
         n = _int("n (exactness)", n, 2, MAX_EXACT_N)
-        samples = _int("samples", samples, 1000, 100_000)
+        samples = _int("samples", samples, 1000, MAX_EXACT_SAMPLES)
         t = _target(target, n, beta, components, lam, q)
         if t.q ** t.n > MAX_EXACT_STATES:
             raise ValueError(f"q^n = {t.q}^{t.n} states is more than {MAX_EXACT_STATES} to enumerate: lower n or q")
-        if sampler not in LABELS:
-            raise ValueError(f"unknown sampler {sampler!r}")
-        counts, exact = empirical(t, sampler, samples, seed=0)
-    except (TypeError, ValueError) as e:
+        sampler = _sampler(sampler)
+    except ValueError as e:
         return gr.skip(), _error(e)
+    try:
+        counts, exact = chunked_counts(t, sampler, samples)
+    finally:
+        memory.release()
     f = score(t, sampler, counts, exact)
     top = exact.argsort(descending=True)[:32].tolist()
     names = ["".join(SYMBOLS[v] for v in s) for s in all_states(t.n, t.q)[top].tolist()]
@@ -289,7 +344,7 @@ def build_autospec_tab() -> AutospecTab:
                           visible=False)
             sampler = gr.Radio(SAMPLER_CHOICES, value="block", label="Sampler", elem_id="as-sampler")
             with gr.Row():
-                seed = gr.Number(value=0, label="seed", precision=0, elem_id="as-seed")
+                seed = gr.Number(value=DEFAULT_SEED, label="seed", precision=0, elem_id="as-seed")
                 delay = gr.Slider(0.0, 1.5, value=0.5, step=0.05, label="seconds per frame", elem_id="as-delay")
             run = gr.Button("▶ Sample", variant="primary", elem_id="as-sample")
         with gr.Column(scale=3):
@@ -301,7 +356,8 @@ def build_autospec_tab() -> AutospecTab:
         scaling_plot = gr.Plot(fig, label="oracle rounds against n", elem_id="as-scaling")
         with gr.Row():
             scaling_note = gr.Markdown(note, elem_id="as-scaling-note")
-            measure = gr.Button("Measure live for this target (n = 32…256)", size="sm", elem_id="as-measure")
+            measure = gr.Button("Measure live for this target (n = 32…256)", variant="secondary", size="md", scale=0,
+                                min_width=300, elem_id="as-measure", elem_classes=["action"])
     with gr.Accordion("Exactness check (n ≤ 10)", open=True):
         with gr.Row():
             exact_n = gr.Number(value=8, label=f"n (2 to {MAX_EXACT_N})", precision=0, elem_id="as-exact-n")
@@ -326,7 +382,9 @@ def show_parameters(target):
 
 
 def _wire(tab: AutospecTab) -> None:
-    opts = dict(concurrency_id="autospec", concurrency_limit=4)
+    # preprocess=False: the handlers check the raw values (messages that name the field); the app's
+    # guard gives every queued event the per-client cap as its validator.
+    opts = dict(concurrency_id="autospec", concurrency_limit=4, preprocess=False)
     tab.target.change(show_parameters, tab.target, [tab.beta, tab.components, tab.lam, tab.q], queue=False,
                       api_visibility="private")
     tab.sample.click(sample_handler, [tab.target, tab.n, tab.beta, tab.components, tab.lam, tab.q, tab.sampler,

@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 
 from specrej import Candidate
+from specrej.rewards import scale_of
 
+from .looks import colour as arm_colour
 from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text
 from .view import ArmView, RunView
 
@@ -37,7 +39,7 @@ def _layout(x_title: str, y_title: str, x_range: list | None, y_range: list | No
     return {
         "paper_bgcolor": "white", "plot_bgcolor": "white", "height": HEIGHT,
         "font": {"family": FONT, "size": 14, "color": TEXT},
-        "margin": {"l": 64, "r": 18, "t": 34, "b": 96},
+        "margin": {"l": 84, "r": 18, "t": 20, "b": 96},
         "uirevision": revision, "hovermode": "closest",
         "hoverlabel": {"font": {"size": 13, "family": FONT}, "align": "left"},
         # Below the x-axis title: the top-left corner belongs to gr.Plot's label.
@@ -49,6 +51,12 @@ def _layout(x_title: str, y_title: str, x_range: list | None, y_range: list | No
                   **({"range": y_range, "autorange": False} if y_range else {})},
         "annotations": [], "shapes": [],
     }
+
+
+def reward_title(view: RunView, what: str = "reward") -> str:
+    """A reward axis's title: which reward, and (smaller) what its numbers mean (``specrej.rewards.Scale``)."""
+    scale = scale_of(view.reward_label)
+    return f"{what} ({scale.name})<br><span style='font-size:12px'>{scale.unit}</span>"
 
 
 def _note(text: str) -> dict:
@@ -102,7 +110,7 @@ def pruning_chart(view: RunView, arm_id: str) -> dict:
     what that candidate became there."""
     arm = view.arms[arm_id]
     bon = _reference(view, arm, "final")
-    colour, y_range = arm.spec.colour, view.padded_y()
+    colour, y_range = arm_colour(arm.spec), view.padded_y()
     cands = list(arm.candidates)
     alive = [c for c in cands if c.status != "pruned"]
     pruned = [c for c in cands if c.status == "pruned" and c.history]
@@ -171,7 +179,7 @@ def pruning_chart(view: RunView, arm_id: str) -> dict:
                           f"<extra>from {bon.spec.kind.name if bon else '-'}</extra>"},
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
-    layout = _layout("tokens generated", "reward", [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
+    layout = _layout("tokens generated", reward_title(view), [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     for m in arm.rounds:  # the decision tokens, as faint vertical lines
         layout["shapes"].append({"type": "line", "xref": "x", "yref": "paper", "x0": m.position, "x1": m.position,
                                  "y0": 0, "y1": 1, "line": {"color": "#C8C8C8", "width": 1}, "layer": "below"})
@@ -207,7 +215,7 @@ def final_chart(view: RunView, arm_id: str) -> dict:
     the candidates the first pruning arm pruned (exact, thanks to coupled randomness)."""
     arm = view.arms[arm_id]
     sr = _reference(view, arm, "pruning")
-    colour, y_range = arm.spec.colour, view.padded_y()
+    colour, y_range = arm_colour(arm.spec), view.padded_y()
     sr_pruned = {c.id: c for c in sr.candidates if c.status == "pruned"} if sr is not None else {}
     pruner = sr.spec.short if sr is not None else "-"
     done = [c for c in arm.candidates if c.status == "finished"]
@@ -232,7 +240,7 @@ def final_chart(view: RunView, arm_id: str) -> dict:
         _star(arm.leader() if done else None, "winner" if won else "leader", partial=False),
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
-    layout = _layout("tokens generated", "reward", [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
+    layout = _layout("tokens generated", reward_title(view), [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     if not done:
         layout["annotations"].append(_note("each answer is scored once, when it is complete"))
     return _spec(arm_id, data, layout)
@@ -264,22 +272,23 @@ def race_chart(view: RunView, x_axis: str | None = None) -> dict:
             ends[arm.arm] = (xs[-1], ys[-1])
         base = i == 0
         data.append({"type": "scatter", "mode": "lines+markers", "name": arm.spec.label, "x": xs, "y": ys,
-                     "line": {"color": arm.spec.colour, "width": 5 if base else 2.5, "shape": "hv"},
-                     "marker": {"size": 8 if base else 6, "color": arm.spec.colour},
+                     "line": {"color": arm_colour(arm.spec), "width": 5 if base else 2.5, "shape": "hv"},
+                     "marker": {"size": 8 if base else 6, "color": arm_colour(arm.spec)},
                      "opacity": 0.75 if base else 1.0,
                      "hovertemplate": "%{fullData.name}<br>best reward %{y:.3f}<br>after %{x:.3s}"
                                       + (" FLOPs" if x_axis == "flops" else " tokens") + "<extra></extra>"})
     for arm in view.arms.values():
         x = at(arm.curve[-1]) if arm.curve and arm.finished is None else None
-        data.append(_cursor(x, y_range, arm.spec.colour, f"{arm.spec.label} now"))
-    layout = _layout(X_AXES[x_axis], "best reward so far", None, y_range, revision="race")
+        data.append(_cursor(x, y_range, arm_colour(arm.spec), f"{arm.spec.label} now"))
+    layout = _layout(X_AXES[x_axis], reward_title(view, "best reward so far"), None, y_range, revision="race")
     layout["xaxis"]["tickformat"] = ".2s"
     layout["xaxis"]["exponentformat"] = "SI"
     base = view.arms[view.baseline]
     if base.finished is not None:
-        for k, arm in enumerate(a for a in view.arms.values() if a is not base):
-            if arm.finished is None or arm.arm not in ends:
-                continue
+        done = [a for a in view.arms.values() if a is not base and a.finished is not None and a.arm in ends]
+        x_max = max((x for x, _ in ends.values()), default=0) or 1
+        lo, hi = y_range
+        for k, arm in enumerate(done):
             if x_axis == "flops":
                 frac = arm.finished.ledger.flops / max(base.finished.ledger.flops, 1e-9)
                 what = "FLOPs"
@@ -287,10 +296,15 @@ def race_chart(view: RunView, x_axis: str | None = None) -> dict:
                 frac = arm.finished.ledger.generated_tokens / max(base.finished.ledger.generated_tokens, 1)
                 what = "tokens"
             x, y = ends[arm.arm]
+            # The labels stack from the bottom of the plot, one above the other (never on top of each
+            # other, wherever the arms ended), each with an arrow to its arm's end.
+            right = x > 0.55 * x_max
             layout["annotations"].append({
-                "x": x, "y": y, "xref": "x", "yref": "y", "showarrow": True, "arrowhead": 2,
+                "x": x, "y": y, "xref": "x", "yref": "y", "axref": "x", "ayref": "y",
+                "ax": x, "ay": lo + (0.1 + 0.2 * k) * (hi - lo), "showarrow": True, "arrowhead": 2,
+                "xanchor": "right" if right else "left", "yanchor": "middle",
                 "text": f"{arm.spec.label} done<br>at {frac:.0%} of {base.spec.label}'s {what}",
-                "ax": 36, "ay": 58 + 44 * k, "align": "left", "font": {"size": 13, "color": arm.spec.colour},
+                "align": "right" if right else "left", "font": {"size": 13, "color": arm_colour(arm.spec)},
                 "bgcolor": "rgba(255,255,255,0.85)"})
     if not any(p.best is not None for a in view.arms.values() for p in a.curve):
         layout["annotations"].append(_note("a line starts when an arm has a finished answer"))

@@ -19,7 +19,7 @@ Environment:
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
                        SPECREJ_MAX_RUNS_PER_CLIENT (default 2, ``guard.py``)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
-                       (``specrej.limits``): slider ranges, per-run checks, a run-time cap
+                       (``components.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
                        written (atomically: a temp file in that folder, then a rename); unset: none
 """
@@ -31,10 +31,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrej import load_generator, load_reward
+from specrej import load_reward
+from specrej.backends import load_lm
 from specrej.arms import DEFAULT_ARMS, parse_arms
 from specrej.config import env_int
-from specrej.limits import Limits, ModelPolicy
+from components.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
 from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, REWARDS, offered_kinds
 
@@ -52,7 +53,7 @@ def reward_kind_label(key: str) -> str:
 def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = False):
     """(generator, reward) for resolved specs; loaded once per process by the library.
     ``trust_remote_code`` is True only where the operator set SPECREJ_ALLOW_REMOTE_CODE=1."""
-    return (load_generator(model_spec, trust_remote_code=trust_remote_code),
+    return (load_lm(model_spec, trust_remote_code=trust_remote_code),   # SPECREJ_BACKEND picks the engine
             load_reward(reward_spec, trust_remote_code=trust_remote_code))
 
 
@@ -92,7 +93,7 @@ class AppContext:
     concurrency: int = 1
     max_queue: int = 10
     progress_every: int = 1          # decoding steps between Progress events: bounds Stop's latency
-    min_frame_interval: float = 0.15  # seconds between streamed frames for Progress events
+    min_frame_interval: float = 0.25  # seconds between streamed frames for Progress events
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
     archive_dir: str | None = None    # SPECREJ_TRACE_DIR: the operator's copy of every trace (never pruned)
     active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)
@@ -169,8 +170,11 @@ class AppContext:
         return model, reward
 
     def warm(self) -> None:
-        """Load the default models now so the first Run starts at once."""
-        get_models(*self.resolve(self.default_model, self.default_reward, self.default_preference))
+        """Load the default models now (on the app's torch thread) so the first Run starts at once."""
+        from .worker import torch_worker
+
+        torch_worker().call(get_models, *self.resolve(self.default_model, self.default_reward,
+                                                      self.default_preference))
 
 
 def _has_embedded_generator() -> bool:

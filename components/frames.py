@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import charts, panels
+from .looks import colour
 from .view import RunView
 
 KEEP: Any = object()  # a Frame field left as it is ("skip")
@@ -39,7 +40,7 @@ CHART_LABELS = {"pruning": "reward of each candidate as it is written",
 
 
 def slots(view: RunView) -> list[tuple[str, str, str]]:
-    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[a.chart]}", a.spec.colour) for a in view.display_order()]
+    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[a.chart]}", colour(a.spec)) for a in view.display_order()]
 
 
 def error_frame(message: str) -> Frame:
@@ -74,6 +75,15 @@ def final_frame(view: RunView) -> Frame:
     f.summary, f.table = panels.summary_markdown(view), table_value(view)
     f.trace_path, f.summary_json, f.view = view.trace_path, panels.summary_dict(view), view
     f.results_visible = True
+    return f
+
+
+def limit_frame(view: RunView) -> Frame:
+    """The run reached the time limit: the charts keep what they showed, the partial result and the
+    candidates so far appear, and the trace can be downloaded."""
+    f = Frame(status=panels.status_markdown(view), status_kind=panels.status_kind(view), view=view,
+              summary=panels.partial_markdown(view), table=table_value(view), summary_json=panels.summary_dict(view),
+              trace_path=view.trace_path, results_visible=True)
     return f
 
 

@@ -15,13 +15,27 @@ What a hostile client tried, and what stops it here (no algorithm logic, no page
   event id (gradio_client's ``Job.cancel()`` while the job is starting) cancels nothing in Gradio
   and the run went on unread. ``ApiGate`` notes such cancels; a run of that session that joined
   before the cancel stops at its next event.
-- **Private handlers called through the REST API** (``ApiGate``): ``/gradio_api/call/<name>``
-  answers only for public endpoints (``/run`` and ``/stop``).
+- **One client filling the queue with anything** (``Guard.bind``): the cap counts every queued
+  endpoint together (races, replays, the lab's samples, measurements and exactness checks); each
+  gets the same validator.
+- **Private handlers called through the REST API** (``ApiGate``, with ``demo.queue(api_open=False)``):
+  ``/gradio_api/call/<name>`` (and ``call/v2/<name>``) answers only for public endpoints; the direct
+  routes ``/gradio_api/run/<name>`` and ``/gradio_api/api/<name>``, which call a handler outside the
+  queue, serve only the page's own unqueued events (visibility toggles, status lines, Stop), never a
+  queued handler; ``queue/join`` and the direct routes answer 404 for an unknown ``fn_index``; a
+  request body over ``MAX_BODY`` bytes is refused (413).
+- **Stop through the API** (``Guard.stop_session``): the page's Stop cancels in the browser; an API
+  client's ``/stop`` marks its own session's runs (the events Stop cancels) as cancelled, and each
+  stops at its next event (within one decoding step for a race).
+- **Values echoed in messages** (``excerpt``): at most a short excerpt of any value a client sent.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
+import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -31,11 +45,15 @@ import gradio as gr
 
 from specrej.config import check_text, env_int
 
+log = logging.getLogger("specrej.app")
 MAX_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_CLIENT"
 DEFAULT_MAX_RUNS = 2
 TEXT_FIELDS = ("prompt", "model", "reward", "preference", "decision", "second_decision", "x_axis")
 IN_FLIGHT_S = 10.0   # an admitted run shows up in Gradio's queue within milliseconds; forget it after this
 CANCEL_BODY_LIMIT = 4096
+MAX_BODY = 1 << 20     # bytes of a POST the gate reads (prompts are capped at a few kB)
+MAX_NAME_CHARS = 200   # model, reward, decision ... names are short
+EXCERPT_CHARS = 40
 
 
 # ---------------------------------------------------------------- request values
@@ -45,9 +63,56 @@ def _kind(value: Any) -> str:
         type(value), f"a {type(value).__name__}")
 
 
+def excerpt(value: Any) -> str:
+    """A short, printable excerpt of a value a client sent (for messages: never the whole of it)."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")   # a lone surrogate as its escape
+    short = text[:EXCERPT_CHARS]
+    return repr(short + ("…" if len(text) > EXCERPT_CHARS else ""))
+
+
+def check_text_field(label: str, value: Any, max_chars: int = MAX_NAME_CHARS) -> str:
+    """``value`` as text of at most ``max_chars`` valid characters; ValueError naming ``label``."""
+    if not isinstance(value, str):
+        raise ValueError(f"{label} must be text, not {_kind(value)}.")
+    check_text(label, value)
+    if len(value) > max_chars:
+        raise ValueError(f"{label} is {len(value)} characters long; at most {max_chars} are allowed.")
+    return value
+
+
+def check_choice(label: str, value: Any, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``; ValueError naming ``label`` and the choices."""
+    check_text_field(label, value)
+    if value not in choices:
+        raise ValueError(f"{label} {excerpt(value)} is not one of: {', '.join(choices)}.")
+    return value
+
+
+def check_number(label: str, value: Any, lo: float | None = None, hi: float | None = None, *,
+                 whole: bool = False) -> float | int:
+    """``value`` as a number (a number written as text, as a page's number box may send it, is read);
+    with ``lo`` and ``hi``, a finite one in [lo, hi] (a whole number when ``whole``). ValueError
+    naming ``label`` otherwise."""
+    kind = "a whole number" if whole else "a number"
+    span = f" from {lo:g} to {hi:g}" if lo is not None and hi is not None else ""
+    if isinstance(value, str):
+        check_text_field(label, value, 40)
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{label} must be {kind}{span}, not {excerpt(value)}.") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{label} must be {kind}{span}, not {_kind(value)}.")
+    if span and (not math.isfinite(value) or not lo <= value <= hi or (whole and value != int(value))):
+        raise ValueError(f"{label} must be {kind}{span}, got {value:g}.")
+    return int(value) if whole or isinstance(value, int) else float(value)
+
+
 def check_request(request) -> None:
     """Raise ValueError naming the first field of ``request`` (a RunRequest) whose value is not a
-    plain value of its kind, or whose text is not valid Unicode."""
+    plain value of its kind, or whose text is not valid Unicode, or (but for the prompt and the
+    preference, whose limits ``RunConfig`` and the context check) longer than a name can be."""
     for f in fields(request):
         value = getattr(request, f.name)
         label = f.name.replace("_", " ")
@@ -59,6 +124,8 @@ def check_request(request) -> None:
             check_text(label, value)   # e.g. n="auto"; RunConfig says whether the word is allowed
         elif value is not None and not isinstance(value, (int, float)):
             raise ValueError(f"{label} must be a number, not {_kind(value)}.")
+        if isinstance(value, str) and f.name not in ("prompt", "preference") and len(value) > MAX_NAME_CHARS:
+            raise ValueError(f"{label} is {len(value)} characters long; at most {MAX_NAME_CHARS} are allowed.")
 
 
 # ---------------------------------------------------------------- clients and their runs
@@ -74,10 +141,11 @@ def client_key(request) -> str:
 
 @dataclass
 class _Run:
-    """A run the guard admitted: whose it is, and whether its client cancelled it."""
+    """A run the guard admitted: whose it is, of which event, and whether its client cancelled it."""
 
     key: str
     session: str | None
+    fn: int                    # the event's fn index
     since: float               # time.monotonic() at admission
     seen: bool = False         # found in Gradio's queue or started
     cancelled: bool = False
@@ -85,40 +153,56 @@ class _Run:
 
 @dataclass
 class Guard:
-    """Per-app state of the guards: the race's functions, the runs admitted, early cancels."""
+    """Per-app state of the guards: the app's events by kind, the runs admitted, early cancels."""
 
     max_runs_per_client: int = DEFAULT_MAX_RUNS
-    blocks: Any = None                       # the gr.Blocks, once bound
-    race_fns: frozenset[int] = frozenset()   # fn ids of the events that start a race
+    blocks: Any = None                         # the gr.Blocks, once bound
+    queued_fns: frozenset[int] = frozenset()   # every queued event: all count towards the per-client cap
+    stop_fns: frozenset[int] = frozenset()     # the events the Stop button cancels (the race, the replay)
+    direct_fns: frozenset[int] = frozenset()   # the page's unqueued events: the only ones on direct routes
     public_api: frozenset[str] = frozenset()
     _lock: Any = field(default_factory=threading.Lock)
     _runs: dict = field(default_factory=dict)     # id(join request) -> _Run
-    _early: dict = field(default_factory=dict)    # session -> time of an id-less cancel that found no run
+    _early: dict = field(default_factory=dict)    # (session, fn) -> time of an id-less cancel that found no run
 
     @classmethod
     def from_env(cls, env=None) -> "Guard":
         return cls(max_runs_per_client=env_int(MAX_RUNS_ENV, DEFAULT_MAX_RUNS, env=env))
 
-    def bind(self, blocks, handler) -> None:
-        """Remember the app and which of its functions start a race (those that call ``handler``)."""
+    def bind(self, blocks) -> None:
+        """Sort the app's events (queued, cancelled by Stop, unqueued, public) and give every queued
+        event the per-client cap as its validator (Gradio runs it when the event joins the queue)."""
         self.blocks = blocks
-        self.race_fns = frozenset(i for i, fn in blocks.fns.items() if fn.fn is handler)
-        self.public_api = frozenset(fn.api_name for fn in blocks.fns.values()
+        fns = blocks.fns
+        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queue and fn.fn is not None)
+        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queue and fn.fn is not None)
+        # Gradio keeps an event's cancels in a dependency of its own on the same trigger (no function)
+        stop_triggers = [fn.targets for fn in fns.values() if fn.api_name == "stop"]
+        self.stop_fns = frozenset(c for fn in fns.values() if fn.targets in stop_triggers for c in fn.cancels)
+        for i in self.direct_fns:   # the page's own events: a malformed call gets a plain message
+            fns[i].fn = _quiet(fns[i].fn)
+        self.public_api = frozenset(fn.api_name for fn in fns.values()
                                     if fn.api_visibility == "public" and isinstance(fn.api_name, str))
+        for i in self.queued_fns:
+            fn = fns[i]
+            if fn.validator is not None or not fn.inputs:
+                raise ValueError(f"the queued event {fn.name!r} needs inputs and no validator of its own: "
+                                 "the guard's per-client cap is its validator")
+            fn.validator = self.validator(i, [f"value{k}" for k in range(len(fn.inputs))])
 
     # -- what is queued and running
     def _gradio_runs(self) -> list:
-        """Events of the race waiting in Gradio's queue or running now."""
+        """Queued events waiting in Gradio's queue or running now."""
         queue = getattr(self.blocks, "_queue", None)
         out = []
         for q in getattr(queue, "event_queue_per_concurrency_id", {}).values():
             out += list(getattr(q, "queue", []))
         for job in getattr(queue, "active_jobs", []) or []:
             out += list(job or [])
-        return [e for e in out if getattr(getattr(e, "fn", None), "_id", None) in self.race_fns]
+        return [e for e in out if getattr(getattr(e, "fn", None), "_id", None) in self.queued_fns]
 
     def _reconcile(self) -> tuple[list, list[_Run]]:
-        """(Gradio's race events, admitted runs not among them yet); forgets runs that are done
+        """(Gradio's queued events, admitted runs not among them yet); forgets runs that are done
         (seen, now gone) or never reached the queue. Call with the lock held."""
         events = self._gradio_runs()
         in_queue = {id(getattr(e, "request", None)) for e in events}
@@ -132,69 +216,110 @@ class Guard:
                 on_the_way.append(run)
         return events, on_the_way
 
-    # -- the per-client cap and early cancels (Gradio's validator for the race)
-    def admit(self, request) -> str | None:
-        """Why this run may not join the queue (None: it may, and is noted as on its way)."""
+    # -- the per-client cap and early cancels (Gradio's validator of every queued event)
+    def admit(self, request, fn: int) -> str | None:
+        """Why this run of event ``fn`` may not join the queue (None: it may, and is noted as on its way)."""
         if request is None:
             return None
         key, session = client_key(request), getattr(request, "session_hash", None)
         with self._lock:
             events, on_the_way = self._reconcile()
-            if time.monotonic() - self._early.pop(session, -IN_FLIGHT_S) < IN_FLIGHT_S:
+            if time.monotonic() - self._early.pop((session, fn), -IN_FLIGHT_S) < IN_FLIGHT_S:
                 return "This run was cancelled before it reached the queue."
             mine = sum(client_key(_RequestView(e)) == key for e in events)
             mine += sum(r.key == key for r in on_the_way)
             if mine >= self.max_runs_per_client:
-                return (f"You already have {self.max_runs_per_client} runs queued or running, the most this "
-                        f"deployment allows per client ({MAX_RUNS_ENV}): wait for one to finish, or stop it, "
-                        "and try again.")
+                return (f"You already have {self.max_runs_per_client} runs queued or running (races, replays "
+                        f"and lab runs together), the most this deployment allows per client ({MAX_RUNS_ENV}): "
+                        "wait for one to finish, or stop it, and try again.")
             raw = getattr(request, "request", None)
             if raw is not None:
-                self._runs[id(raw)] = run = _Run(key, session, time.monotonic())
+                self._runs[id(raw)] = run = _Run(key, session, fn, time.monotonic())
                 raw.state.specrej_run = run
         return None
 
-    def validator(self, names: Sequence[str]) -> Callable:
-        """Gradio's validator for the race (it runs when a run joins the queue): the per-client cap,
-        shown on the first input (the page paints it there; the API answers 422 with it). The
-        values themselves are checked by ``check_request`` when the run starts."""
+    def validator(self, fn: int, names: Sequence[str]) -> Callable:
+        """Gradio's validator for event ``fn`` (it runs when a run joins the queue): the per-client
+        cap, shown on the first input (the page paints it there; the API answers 422 with it). The
+        values themselves are checked by the handler when the run starts."""
         def admit(*args):
             *values, request = args
-            refused = self.admit(request)
+            refused = self.admit(request, fn)
             return tuple(gr.validate(not (refused and i == 0), refused if i == 0 and refused else "")
                          for i in range(len(values)))
 
         return with_request(admit, names)
 
-    # -- cancels without an event id
+    # -- cancels: without an event id, and /stop through the API
     def note_cancel(self, body: dict) -> None:
         """``/cancel`` without an event id (the client did not know it yet): Gradio cancels only a
-        task already running, so mark every admitted run of that session as cancelled; if it has
-        none, its run has not joined yet, and is refused when it does."""
-        if not isinstance(body, dict) or body.get("event_id") or body.get("fn_index") not in self.race_fns:
+        task already running, so mark every admitted run of that session and event as cancelled; if
+        it has none, its run has not joined yet, and is refused when it does."""
+        if not isinstance(body, dict) or body.get("event_id"):
             return
-        session = body.get("session_hash")
-        if not isinstance(session, str):
+        fn, session = body.get("fn_index"), body.get("session_hash")
+        if fn not in self.queued_fns or not isinstance(session, str):
             return
         with self._lock:
             self._reconcile()
-            runs = [r for r in self._runs.values() if r.session == session]
+            runs = [r for r in self._runs.values() if r.session == session and r.fn == fn]
             for r in runs:
                 r.cancelled = True
             now = time.monotonic()
-            for s, t in list(self._early.items()):   # sessions whose run never came: forget them
+            for k, t in list(self._early.items()):   # sessions whose run never came: forget them
                 if now - t > IN_FLIGHT_S:
-                    del self._early[s]
+                    del self._early[k]
             if not runs:
-                self._early[session] = now
+                self._early[(session, fn)] = now
+
+    def stop_session(self, session: Any) -> int:
+        """Stop (``/stop``): mark the session's runs of the events Stop cancels as cancelled; each
+        stops at its next event. Returns how many were running or queued."""
+        if not isinstance(session, str):
+            return 0
+        with self._lock:
+            self._reconcile()
+            runs = [r for r in self._runs.values() if r.session == session and r.fn in self.stop_fns
+                    and not r.cancelled]
+            for r in runs:
+                r.cancelled = True
+        return len(runs)
 
     def on_start(self, request) -> Callable[[], bool]:
         """A run starts; returns whether its client has cancelled it (asked at every event)."""
-        run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
-        if run is None:
-            return lambda: False
-        run.seen = True
-        return lambda: run.cancelled
+        return started(request)
+
+
+def started(request) -> Callable[[], bool]:
+    """Every queued handler calls this first (``request``: its ``gr.Request``): the admitted run is
+    marked as started, so the per-client cap forgets it once it leaves Gradio's queue (a run never
+    marked is held for IN_FLIGHT_S: a third quick lab sample was refused). Returns whether the
+    client has cancelled the run (``/stop``)."""
+    run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
+    if run is None:
+        return lambda: False
+    run.seen = True
+    return lambda: run.cancelled
+
+
+def _quiet(fn: Callable) -> Callable:
+    """``fn`` whose unexpected errors (a malformed call of one of the page's own events, such as a
+    null where the page sends a value) reach the client as a plain message, without a traceback."""
+    if getattr(fn, "_specrej_quiet", False) or inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def quiet(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception as e:
+            log.warning("malformed call of %s: %s", getattr(fn, "__name__", "an event"), type(e).__name__)
+            raise gr.Error("This event's input is not what the page sends.", print_exception=False) from None
+
+    quiet._specrej_quiet = True
+    return quiet
 
 
 def with_request(fn: Callable, names: Sequence[str]) -> Callable:
@@ -218,41 +343,100 @@ class _RequestView:
 # ---------------------------------------------------------------- the HTTP gate
 
 class ApiGate:
-    """ASGI middleware: notes ``/cancel`` calls (for ``Guard.note_cancel``) and answers 404 to
-    ``/gradio_api/call/<name>`` for a name that is not public."""
+    """ASGI middleware in front of Gradio's POST routes under ``/gradio_api/``:
+
+    - ``call/<name>``, ``call/v2/<name>``: 404 unless ``name`` is a public endpoint;
+    - ``run/<name>``, ``api/<name>`` (direct: outside the queue, its concurrency and validators):
+      only the page's unqueued events (``Guard.direct_fns``, by ``fn_index`` or by name), else 404;
+    - ``queue/join``: 404 for an ``fn_index`` the app does not have;
+    - ``cancel``: noted for ``Guard.note_cancel``;
+    - a body over ``MAX_BODY`` bytes: 413.
+    Every refusal is a short JSON ``{"detail": ...}``; what passes reaches Gradio byte for byte."""
 
     def __init__(self, app, guard: Guard):
         self.app, self.guard = app, guard
 
     async def __call__(self, scope, receive, send):
-        if scope.get("type") != "http" or scope.get("method") != "POST":
-            return await self.app(scope, receive, send)
         path = scope.get("path", "").rstrip("/")
-        if "/gradio_api/call/" in path:
-            name = path.rsplit("/gradio_api/call/", 1)[1].split("/")[0]
-            if name not in self.guard.public_api:
-                return await _json(send, 404, {"detail": f"No API endpoint {name[:40]!r}: this app's API is "
-                                               + ", ".join(f"/{n}" for n in sorted(self.guard.public_api))})
-        if not path.endswith("/gradio_api/cancel"):
+        if scope.get("type") != "http" or scope.get("method") != "POST" or "/gradio_api/" not in path:
             return await self.app(scope, receive, send)
+        route = path.rsplit("/gradio_api/", 1)[1].split("/")
+        head = route[0]
+        if head not in ("call", "run", "api", "queue", "cancel"):
+            return await self.app(scope, receive, send)
+        if head == "call":
+            name = route[2] if len(route) > 2 and route[1] == "v2" else route[1] if len(route) > 1 else ""
+            if name not in self.guard.public_api:
+                return await _json(send, 404, {"detail": f"No API endpoint {excerpt(name)}: this app's API is "
+                                               + ", ".join(f"/{n}" for n in sorted(self.guard.public_api))})
+        limit = CANCEL_BODY_LIMIT if head == "cancel" else MAX_BODY
         read, size, more = [], 0, True
-        while more and size <= CANCEL_BODY_LIMIT:   # a cancel is a few dozen bytes: read no more than this
+        while more and size <= limit:   # read no more than the limit
             message = await receive()
             read.append(message)
             if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
             more = message.get("more_body", False)
-        if not more and size <= CANCEL_BODY_LIMIT:
+        complete = not more and size <= limit
+        body: Any = None
+        if complete:
             try:
-                self.guard.note_cancel(json.loads(b"".join(m.get("body", b"") for m in read) or b"{}"))
+                body = json.loads(b"".join(m.get("body", b"") for m in read) or b"{}")
             except ValueError:
-                pass
+                body = None
+        if head == "cancel":
+            if complete and body is not None:
+                self.guard.note_cancel(body)
+        elif not complete:
+            return await _json(send, 413, {"detail": f"The request is larger than {MAX_BODY} bytes."})
+        elif head in ("run", "api") or route == ["queue", "join"]:
+            refused = self._refuse(head, route[1] if len(route) > 1 else "", body)
+            if refused:
+                return await _json(send, 404, {"detail": refused})
+        elif head == "call" and route[1] == "v2":
+            refused = self._refuse_keywords(route[2], body)
+            if refused:
+                return await _json(send, 400, {"detail": refused})
 
         async def replay():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()
 
         return await self.app(scope, replay, send)
+
+    def _refuse(self, head: str, name: str, body: Any) -> str | None:
+        """Why a direct call or a queue join may not reach Gradio (None: it may)."""
+        fns = getattr(self.guard.blocks, "fns", {})
+        index = body.get("fn_index") if isinstance(body, dict) else None
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index not in fns):
+            return f"No event with fn_index {excerpt(index)} in this app."
+        if head == "queue":
+            if index is None or index not in self.guard.queued_fns | self.guard.direct_fns:
+                return "A queue join needs the fn_index of one of this app's events."
+            return None
+        if index is None:
+            index = next((i for i, fn in fns.items() if fn.api_name == name), None)
+        if index not in self.guard.direct_fns:
+            return ("This route runs only the page's own unqueued events; join the queue instead "
+                    "(gradio_client, or /gradio_api/call/<name> for this app's API: "
+                    + ", ".join(f"/{n}" for n in sorted(self.guard.public_api)) + ").")
+        return None
+
+
+    def _refuse_keywords(self, name: str, body: Any) -> str | None:
+        """Why a ``call/v2/<name>`` body (the endpoint's parameters by keyword) may not reach Gradio."""
+        fn = next((fn for fn in getattr(self.guard.blocks, "fns", {}).values() if fn.api_name == name), None)
+        if not isinstance(body, dict):
+            return "call/v2 takes a JSON object of the endpoint's parameters by name."
+        sig = inspect.signature(fn.fn) if fn is not None and fn.fn is not None else inspect.Signature()
+        params = {p: v for p, v in sig.parameters.items() if p != "request" and v.annotation is not gr.Request}
+        unknown = [k for k in body if k not in params]
+        if unknown:
+            return f"/{name} has no parameter {excerpt(unknown[0])}; its parameters are: {', '.join(params)}."
+        missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p not in body]
+        if missing:
+            return f"/{name} needs a value for {', '.join(missing)}."
+        return None
 
 
 async def _json(send, status: int, payload: dict) -> None:

@@ -11,7 +11,9 @@ import dataclasses
 
 from specrej import Candidate
 from specrej.compare import Comparison, fmt_times, reached
+from specrej.rewards import scale_of
 
+from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
 from .view import ArmView, RunView
 
@@ -26,7 +28,7 @@ def _arm_status(arm: ArmView) -> str:
         return f"**{name}** done in {fmt_s(arm.ledger.wall_s)}, {fmt_flops(arm.ledger.flops)}"
     if not arm.events:
         return f"**{name}** prefilling…"
-    word = arm.spec.kind.round_word
+    word = look(arm.spec.method).round_word
     if arm.chart == "pruning":
         k = len(arm.rounds)
         where = (f"{k} {word}{'s' if k != 1 else ''} taken" if k else f"no {word} yet") + f", {arm.n_live} live"
@@ -42,6 +44,8 @@ def status_kind(view: RunView | None, *, starting: bool = False) -> str:
         return "idle"
     if view.state in ("error", "stopped", "done"):
         return view.state
+    if view.state == "limit":
+        return "stopped"
     return "live"
 
 
@@ -53,6 +57,9 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         return error_markdown(view.message) + note
     if view.state == "stopped":
         return STOPPED
+    if view.state == "limit":
+        return (f"**Stopped at the time limit** after {fmt_s(view.elapsed())}: {md_escape(view.message)} "
+                "The charts and the partial result below show how far each method got." + note)
     if starting:
         return "**Starting:** loading the models and prefilling the prompt…" + note
     head = f"**Done** in {fmt_s(view.elapsed())}" if view.state == "done" else f"**Racing** · {fmt_s(view.elapsed())}"
@@ -80,7 +87,7 @@ def leader(view: RunView, arm_id: str) -> tuple[str, str]:
         return f"{name} · winner #{c.id} · reward {fmt_score(c.score)} · {c.tokens} tokens", c.text
     pruning = arm.chart == "pruning"
     if c.score is None:
-        hint = f"scored at the first {arm.spec.kind.round_word}" if pruning else "scored when complete"
+        hint = f"scored at the first {look(arm.spec.method).round_word}" if pruning else "scored when complete"
         return f"{name} · #{c.id} writing ({hint}) · {c.tokens} tokens", c.text
     if c.status == "finished":
         what = "leader (finished)" if pruning else "best finished so far"
@@ -97,7 +104,8 @@ def _mb(x: int) -> str:
 
 def _ledger_rows(view: RunView) -> list[str]:
     arms = view.display_order()
-    rows: list[tuple[str, list[str]]] = [("winner", []), ("reward of the winner", []), ("winner's length", []),
+    reward = f"reward of the winner ({scale_of(view.reward_label).name})"
+    rows: list[tuple[str, list[str]]] = [("winner", []), (reward, []), ("winner's length", []),
                                          ("tokens generated (all candidates)", []), ("tokens read by the reward", []),
                                          ("compute (generator + reward)", []), ("wall time", []),
                                          ("peak KV cache", []), ("decisions / passes", [])]
@@ -106,7 +114,7 @@ def _ledger_rows(view: RunView) -> list[str]:
         cells = [f"#{f.winner.id}", f"**{fmt_score(f.winner.score)}**", f"{f.winner.tokens} tokens",
                  f"{led.generated_tokens:,}", f"{led.reward_tokens:,}", f"**{fmt_flops(led.flops)}**",
                  fmt_s(led.wall_s), f"{led.peak_kv_slots:,} slots ({_mb(led.peak_memory_bytes)})",
-                 arm.spec.kind.rounds(f.rounds)]
+                 look(arm.spec.method).rounds(f.rounds)]
         for (_, col), cell in zip(rows, cells):
             col.append(cell)
     out = ["| | " + " | ".join(md_escape(a.spec.label) for a in arms) + " |", "|---|" + "---:|" * len(arms)]
@@ -116,6 +124,14 @@ def _ledger_rows(view: RunView) -> list[str]:
 
 SUMMARY_PLACEHOLDER = ("### Result\nWhen every method finishes, their winners appear here side by side: reward, "
                        "tokens, compute, wall time and the speed-up.")
+
+
+def reward_words(view: RunView) -> str:
+    """Which reward scored the answers and what its numbers mean (``specrej.rewards.Scale``)."""
+    scale = scale_of(view.reward_label)
+    name = view.reward_label or scale.name
+    return (f"**Reward:** {md_escape(name)}: {md_escape(scale.meaning)}. Each reward has its own scale: "
+            f"compare rewards within one run, not across rewards.")
 
 
 def _reward_note(c: Comparison, base: str) -> str:
@@ -180,7 +196,7 @@ def summary_markdown(view: RunView) -> str:
     cmps = view.comparisons()
     if not view.done:
         return SUMMARY_PLACEHOLDER
-    lines = ["### Result", ""] + _ledger_rows(view) + [""]
+    lines = ["### Result", ""] + _ledger_rows(view) + ["", reward_words(view), ""]
     for arm in view.display_order():
         if arm.arm in cmps:
             lines += _challenger_lines(view, arm, cmps[arm.arm]) + [""]
@@ -189,6 +205,31 @@ def summary_markdown(view: RunView) -> str:
                  "candidate i writes the same text in every method while it survives"
                  + ("." if exact else f" (up to {view.arms[next(iter(view.arms))].ledger.dtype} rounding: a few "
                     "candidates can drift once the batch changes size; float32 is exact).") + "*")
+    return "\n".join(lines)
+
+
+def partial_markdown(view: RunView) -> str:
+    """A run stopped before every arm finished: each arm's best so far, what it spent, its rounds."""
+    lines = ["### Partial result (stopped at the time limit)", "",
+             "| | " + " | ".join(md_escape(a.spec.label) for a in view.display_order()) + " |",
+             "|---|" + "---:|" * len(view.arms)]
+    rows: dict[str, list[str]] = {k: [] for k in ("state", "best finished answer so far", "candidates finished",
+                                                   "tokens generated", "compute (generator + reward)", "wall time",
+                                                   "decisions / passes")}
+    for arm in view.display_order():
+        led, best = arm.ledger, arm.best_finished()
+        done = sum(c.status == "finished" for c in arm.candidates)
+        rows["state"].append("finished" if arm.finished is not None else f"at token {arm.position}")
+        rows["best finished answer so far"].append(f"#{best.id}: **{fmt_score(best.score)}**" if best else "none yet")
+        rows["candidates finished"].append(f"{done} of {len(arm.candidates)}")
+        rows["tokens generated"].append(f"{led.generated_tokens:,}")
+        rows["compute (generator + reward)"].append(f"**{fmt_flops(led.flops)}**")
+        rows["wall time"].append(fmt_s(led.wall_s))
+        rows["decisions / passes"].append(look(arm.spec.method).rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
+    lines += ["", reward_words(view)]
+    lines += ["", "*No speed-up is stated: the methods did not both finish. Lower N or the new tokens, or raise "
+              "the limit (SPECREJ_MAX_RUN_SECONDS) on a private deployment, to see the whole race.*"]
     return "\n".join(lines)
 
 
@@ -204,7 +245,7 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
     answer_from = base if base.chart != "pruning" else (finals[0] if finals else base)
     headers, types, widths, cols = ["id"], ["number"], [5], []
     for a in arms:
-        s = a.spec.short
+        s = _column_name(a, arms)
         by_id = {c.id: c for c in a.candidates}
         if a.chart == "pruning":
             win = a.finished.winner.id if a.finished else None
@@ -238,6 +279,14 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
         rows.append(row)
     total = sum(widths)
     return headers, types, [f"{100 * w / total:.0f}%" for w in widths], rows
+
+
+def _column_name(arm: ArmView, arms: list[ArmView]) -> str:
+    """An arm in a narrow table header: its kind's short name ("SR", "BoN"), with its settings only when
+    another arm of the same kind needs telling apart ("SR alpha=0.8")."""
+    kind = arm.spec.kind
+    alone = sum(a.spec.kind is kind for a in arms) == 1
+    return (kind.short or kind.name) if alone else arm.spec.short
 
 
 def _pruning_cells(c: Candidate | None, won: bool) -> list:

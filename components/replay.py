@@ -17,8 +17,10 @@ from specrej import Progress, RunConfig
 from specrej.arms import parse_arms
 from specrej.record import Recording, RecordingError, load, replay
 
-from .context import ASSETS
+from .context import ASSETS, model_label, reward_kind_label
 from .frames import Frame, error_frame, final_frame, live_frame, start_frame
+from .guard import check_choice, check_text_field
+from .theme import md_escape
 from .view import RunView
 
 RECORDINGS = ASSETS / "recordings"
@@ -55,28 +57,69 @@ def view_for(rec: Recording) -> RunView:
                     max_new_tokens=s.get("max_new_tokens", 128), budget=s.get("budget") or None,
                     first_decision=s.get("first_decision", 16), seed=s.get("seed", 0))
     specs = parse_arms([a["spec"] for a in m.get("arms", [])] or ("bon", "sr"))
-    view = RunView(cfg, model_label=m.get("model", "?"), reward_label=m.get("reward", "?"), specs=specs)
-    view.note = rec.label()
+    view = RunView(cfg, model_label=model_label(m.get("model", "?")),
+                   reward_label=reward_kind_label(m.get("reward", "?")), specs=specs)
+    view.note = recording_note(rec, view)
     return view
 
 
-def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS,
+def recording_note(rec: Recording, view: RunView) -> str:
+    """What the status line says beside a replay: model, reward, machine, date and the settings as run:
+    each arm with its own settings, then the shared ones no arm replaces (a recording's ``n=32`` beside
+    ``bon:n=128`` is not what ran)."""
+    m = rec.meta
+    settings = {k: v for k, v in m.get("settings", {}).items() if k != "arms"}
+    overrides = [dict(a.overrides) for a in view.specs]
+
+    def shown(k, v) -> bool:   # a shared setting some arm ran with, and not repeated in an arm's label
+        mine = [o[k] for o in overrides if k in o]
+        return len(mine) < len(overrides) and any(_show(x) != _show(v) for x in mine) or not mine
+
+    shared = ", ".join(f"{k}={_show(v)}" for k, v in settings.items() if shown(k, v))
+    arms = ", ".join(a.spec.label for a in view.display_order())
+    return (f"Recorded race: {view.model_label}, reward {view.reward_label}, {m.get('hardware', '?')}, "
+            f"{m.get('date', '?')}. {arms}; {shared}. Press Run to run it live.")
+
+
+def _show(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+REPLAY_START = "**Replaying** the recorded race…"
+
+
+def check_replay(prompt, pace, max_prompt_chars: int = 2000) -> tuple[str, float]:
+    """(prompt, speed) from a replay request as the page or the API sends it; ValueError naming the
+    field otherwise. ``pace`` is one of ``PACES``' values (a number equal to one is accepted too)."""
+    prompt = check_text_field("prompt", prompt, max_prompt_chars)
+    if isinstance(pace, (int, float)) and not isinstance(pace, bool):
+        pace = "inf" if pace == math.inf else f"{pace:g}"
+    pace = check_choice("pace", pace, [v for _, v in PACES])
+    return prompt, float(pace)
+
+
+def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,
                   min_frame_interval: float = 0.25, sleep=time.sleep) -> Iterator[Frame]:
     """Frames of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
+    try:
+        prompt, speed = check_replay(prompt, pace, max_prompt_chars)
+    except ValueError as e:
+        yield error_frame(str(e))
+        return
     path = find(prompt, folder)
     if path is None:
         yield error_frame("there is no recorded race for this prompt: recordings exist for the example prompts. "
                           "Press Run to run it live.")
         return
     try:
-        speed = float(pace)
-        assert speed > 0
         rec = load(path)
         view = view_for(rec)
-    except (ValueError, AssertionError, RecordingError) as e:
+    except (ValueError, RecordingError) as e:
         yield error_frame(f"cannot replay {path.name}: {e}")
         return
-    yield start_frame(view)
+    first = start_frame(view)   # a live run's first frame, but nothing loads or prefills here
+    first.status = REPLAY_START + f"\n\n*{md_escape(view.note)}*"
+    yield first
     last = 0.0
     for event in replay(rec, speed=speed, sleep=sleep):
         view.apply(event)

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from specrej.limits import smaller_budget
+from components.limits import smaller_budget
 
 from .view import RunView
 

@@ -29,16 +29,17 @@ from specrej.config import AUTO
 from specrej.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.config import env_int
-from specrej.limits import PolicyError
+from components.limits import PolicyError
 
 from . import charts
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
-from .frames import KEEP, Frame, error_frame, failure_frame, final_frame, live_frame, start_frame  # noqa: F401
+from .frames import KEEP, Frame, error_frame, failure_frame, final_frame, limit_frame, live_frame, start_frame  # noqa: F401
 from .gpu import GPU
 from .guard import check_request
 from .retry import OutOfMemory, retry_on_oom
 from .trace import write_traces
 from .view import RunView
+from .worker import torch_worker
 
 log = logging.getLogger("specrej.app")
 GPU_DURATION = env_int("SPECREJ_GPU_DURATION", 120)
@@ -63,7 +64,7 @@ class _Request:
         """A validated RunConfig (ValueError with a message that says what to change)."""
         kw = {name: getattr(self, name) for name in CONFIG_FIELDS}
         kw["budget"] = None if kw["budget"] in (None, 0, "") else kw["budget"]
-        kw["rule"] = self.rule if isinstance(self.rule, str) and self.rule else _DEFAULTS["rule"]
+        kw["rule"] = _DEFAULTS["rule"] if self.rule in (None, "") else self.rule   # RunConfig checks the rest
         seed = kw["seed"]
         if isinstance(seed, int) and not isinstance(seed, bool) and seed > MAX_SEED:
             raise ValueError(f"seed={seed} is too large: use a seed below 2**63.")
@@ -91,7 +92,7 @@ class _Request:
         if self.sr_start == "auto":   # the paper's first batch: every SR arm without its own N fills memory
             arms = [dataclasses.replace(a, overrides=a.overrides + (("n", AUTO),))
                     if a.method == "sr" and "n" not in dict(a.overrides) else a for a in arms]
-        arms = parse_arms([dataclasses.replace(a, id="", colour="") for a in arms])
+        arms = parse_arms([dataclasses.replace(a, id="") for a in arms])
         if len(arms) > MAX_ARMS:
             raise ValueError(f"{len(arms)} arms do not fit the page (at most {MAX_ARMS}): turn off the second "
                              "setting.")
@@ -105,7 +106,7 @@ RunRequest = make_dataclass(
     + [(name, Any, field(default=_DEFAULTS[name])) for name in CONFIG_FIELDS]
     + [("second", Any, field(default=False)), ("second_alpha", Any, field(default=0.9)),
        ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="flops")),
-       ("sr_start", Any, field(default="same")), ("stop_when_matched", Any, field(default=False)),
+       ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False)),
        ("rule", Any, field(default=_DEFAULTS["rule"]))],
     bases=(_Request,), frozen=True)
 RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
@@ -113,7 +114,7 @@ RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends i
                       "setting to compare, the race chart's axis, how Speculative Rejection starts ('same' N as "
                       "Best-of-N, or 'auto': the rows that fill memory at first_decision tokens) and whether the "
                       "race stops Best-of-N once it matches Speculative Rejection's winner, and the rule that picks which "
-                      "candidates a decision keeps (specrej.rules).")
+                      "candidates a decision keeps (specrej.core.rules).")
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))
 
 
@@ -179,8 +180,10 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
 
     def attempt(view: RunView) -> Iterator[Frame]:
         yield start_frame(view)
-        events = events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw)
-        last = 0.0
+        # every torch call of the race runs on the app's one torch thread (worker.py)
+        events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw),
+                                       cancelled=stop_requested)
+        last, read = 0.0, False
         try:
             for event in events:
                 if stop_requested():
@@ -188,13 +191,19 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
                 view.apply(event)
                 if view.elapsed() > ctx.limits.max_run_seconds:
                     raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
-                                     "(SPECREJ_MAX_RUN_SECONDS): try a smaller N or fewer new tokens.")
+                                     "(SPECREJ_MAX_RUN_SECONDS).")
                 now = time.perf_counter()
                 if isinstance(event, Progress) and now - last < ctx.min_frame_interval:
                     continue  # the browser redraws per message: a few frames a second is plenty
                 last = now
                 if not view.done:
-                    yield live_frame(view)
+                    frame = live_frame(view)
+                    if read:
+                        events.prefetch()   # the torch thread computes the next event while this frame is sent
+                    yield frame
+                    # the run is being read: prefetch from now on (a Stop pressed during the loading or the
+                    # prefill lands at the first frame, before any step was started ahead)
+                    read = True
         finally:
             events.close()  # closes the race and every arm: their KV caches are freed now
 
@@ -207,7 +216,12 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
             raise RuntimeError("the race ended before every method finished")
         view.trace_path = _write(ctx, view)
         yield final_frame(view)
-    except (ValueError, PolicyError, RunTooLong, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
+    except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
+        view = state["view"]
+        view.state, view.message = "limit", str(e)
+        view.trace_path = _write(ctx, view)
+        yield limit_frame(view)
+    except (ValueError, PolicyError, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
         view = state["view"]
         view.state, view.message = "error", str(e)
         view.trace_path = _write(ctx, view)

@@ -18,7 +18,7 @@ PRUNED_MARK = "#6B6B6B"  # the x where a candidate was rejected
 THRESHOLD = "#222222"    # dashed: the lowest kept score of a round
 GRID = "#E6E6E6"
 TEXT = "#1F2328"
-FONT = "Inter, 'Source Sans Pro', system-ui, -apple-system, 'Segoe UI', sans-serif"
+FONT = "'Specrej Sans', 'Source Sans Pro', system-ui, -apple-system, 'Segoe UI', sans-serif"  # assets/style.css
 
 
 def fmt_s(seconds: float) -> str:

@@ -15,11 +15,12 @@ FORMAT = "specrej-trace/1"
 KEEP_S = 3600  # traces older than this are removed from the app's folder
 
 
-STATES = {"done": "finished", "error": "failed", "stopped": "stopped", "running": "running"}
+STATES = {"done": "finished", "error": "failed", "stopped": "stopped", "limit": "stopped at the time limit",
+          "running": "running"}
 
 
 def trace_dict(view: RunView) -> dict:
-    """``state`` is finished, failed or stopped; ``message`` says why a run failed."""
+    """``state`` is finished, failed, stopped or stopped at the time limit; ``message`` says why."""
     out = {"format": FORMAT, **summary_dict(view), "events": view.trace}
     out["state"] = STATES.get(view.state, view.state)
     out["message"] = view.message

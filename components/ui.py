@@ -12,10 +12,10 @@ from pathlib import Path
 import gradio as gr
 
 from specrej import RunConfig
-from specrej.rules import RULES
+from specrej.core.rules import RULES
 
 from . import charts
-from .context import ASSETS, PREFERENCE, AppContext
+from .context import ASSETS, PREFERENCE, AppContext, reward_kind_label
 from .frames import KEEP, Frame, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
 from .replay import PACES, PAPER_REWARD, PAPER_SCALE
@@ -84,6 +84,7 @@ class Controls:
     paper: gr.Button
     replay: gr.Button
     pace: gr.Radio
+    settings: gr.Accordion
     rule: gr.Dropdown
 
     def by_name(self) -> dict[str, gr.components.Component]:
@@ -100,12 +101,14 @@ def build_controls(ctx: AppContext) -> Controls:
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
     gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
                 examples_per_page=len(ctx.examples) or 1, api_visibility="private")
-    with gr.Row(equal_height=True, elem_id="replay-row"):
-        paper = gr.Button("Paper scale", size="sm", scale=1, elem_id="paper-scale")
-        replay = gr.Button("▶ Replay the recorded race", size="sm", scale=1, elem_id="replay")
-        pace = gr.Radio(PACES, value="inf", label="Replay pace", scale=2, elem_id="pace")
+    with gr.Row(elem_id="replay-row"):
+        paper = gr.Button("Paper scale", variant="secondary", size="md", scale=0, min_width=150,
+                          elem_id="paper-scale", elem_classes=["action"])
+        replay = gr.Button("▶ Replay the recorded race", variant="secondary", size="md", scale=0, min_width=250,
+                           elem_id="replay", elem_classes=["action"])
+        pace = gr.Radio(PACES, value="inf", label="Replay pace", scale=1, elem_id="pace")
     gr.Markdown(PAPER_NOTE, elem_id="paper-note")
-    with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings"):
+    with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings") as settings:
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
                                 info="The language model both methods sample from.", elem_id="model")
@@ -124,10 +127,10 @@ def build_controls(ctx: AppContext) -> Controls:
             budget = gr.Number(value=0, minimum=0, maximum=ctx.limits.max_budget, precision=0,
                                label="Memory budget (KV-cache slots)",
                                info="Rows × length both methods may hold at once. 0 = auto (from free GPU "
-                                    "memory; 2048 on a CPU). A small budget means early decisions.",
+                                    "memory; 448 on a CPU). A small budget means early decisions.",
                                elem_id="budget")
         with gr.Row():
-            sr_start = gr.Radio(SR_STARTS, value="same", label="Speculative Rejection starts with",
+            sr_start = gr.Radio(SR_STARTS, value="auto", label="Speculative Rejection starts with",
                                 info="The paper's first batch is 'auto': as many rows as fill the memory budget "
                                      "at the first decision, far more than Best-of-N fits at full length.",
                                 elem_id="sr_start")
@@ -168,7 +171,7 @@ def build_controls(ctx: AppContext) -> Controls:
                              elem_id="seed")
     return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
                     max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group,
-                    sr_start, first_decision, stop_when_matched, paper, replay, pace, rule)
+                    sr_start, first_decision, stop_when_matched, paper, replay, pace, settings, rule)
 
 
 def paper_scale(ctx: AppContext, controls: Controls) -> dict:
@@ -180,6 +183,39 @@ def paper_scale(ctx: AppContext, controls: Controls) -> dict:
     if any(k == PAPER_REWARD for _, k in ctx.rewards):
         out[named["reward"]] = PAPER_REWARD
     return out
+
+
+def paper_scale_words(ctx: AppContext) -> str:
+    """What pressing "Paper scale" set, for the status line."""
+    p = PAPER_SCALE
+    n = min(p["n"], ctx.limits.max_n)
+    capped = "" if n == p["n"] else f" (the paper's {p['n']} is above this deployment's largest N)"
+    reward = (f", reward {reward_kind_label(PAPER_REWARD)}" if any(k == PAPER_REWARD for _, k in ctx.rewards)
+              else "")
+    return (f"**Paper scale set** (see Settings): Speculative Rejection starts with the rows that fill memory at "
+            f"token {p['first_decision']}; Best-of-N N = {n}{capped}; up to "
+            f"{min(p['max_new_tokens'], ctx.limits.max_new_tokens)} new tokens; memory budget {p['budget']}; "
+            f"alpha {p['alpha']}{reward}; Best-of-N stops once it matches. Press **Replay** for a recorded race "
+            f"of an example prompt, or **Run** to run it live.")
+
+
+def paper_scale_updates(ctx: AppContext, page: "Page") -> dict:
+    """Pressing "Paper scale": the preset, the Settings opened to show it, and the status line saying it."""
+    out = paper_scale(ctx, page.controls)
+    out[page.controls.settings] = gr.Accordion(open=True)
+    out[page.arena.status] = gr.Markdown(paper_scale_words(ctx), elem_classes=["status-idle"])
+    return out
+
+
+def waiting_status(ctx: AppContext):
+    """The status line the moment Run is pressed: "Waiting" only when every slot is taken by a run in
+    flight (Gradio's overlay on this line then shows the place in the queue), else "Starting"."""
+    busy = len(ctx.active)
+    if busy >= ctx.concurrency:
+        runs = f"{busy} run{'s' * (busy != 1)}"
+        return gr.Markdown(f"**Waiting for a free slot:** {runs} in progress share this machine; your place in "
+                           f"the queue shows on this line.", elem_classes=["status-live"])
+    return gr.Markdown("**Starting** the race…", elem_classes=["status-live"])
 
 
 # ---------------------------------------------------------------- the race
@@ -225,12 +261,12 @@ def build_arena() -> Arena:
                                     lines=5, max_lines=8, interactive=False, elem_id=f"leader-{i}",
                                     elem_classes=["leader"] + ([_colour_class(colour)] if colour else []))
             out.append(Slot(column, plot, leader))
-    with gr.Row():
-        with gr.Column(scale=3):
+    with gr.Row(elem_id="race-row"):
+        with gr.Column(scale=5):   # about half each: a narrower result wrapped its numbers and left a blank
             race_plot = gr.Plot(label="Compute race: best reward of a finished answer vs compute spent",
                                 elem_id="race-plot")
             x_axis = gr.Radio(X_AXES, value="flops", label="Compute axis", elem_id="x-axis")
-        with gr.Column(scale=2):
+        with gr.Column(scale=4):
             summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
     return Arena(status, out, race_plot, x_axis, summary)
 

@@ -16,6 +16,8 @@ from specrej import Candidate, Finished, Ledger, Progress, Round, RunConfig, to_
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
 from specrej.compare import Comparison, best_finished, compare_all
 
+from .looks import look
+
 
 @dataclass(frozen=True)
 class RoundMark:
@@ -53,7 +55,7 @@ class ArmView:
 
     @property
     def chart(self) -> str:
-        return self.spec.kind.chart
+        return look(self.spec.method).chart
 
     def best_finished(self) -> Candidate | None:
         return best_finished(self.candidates)

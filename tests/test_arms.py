@@ -17,10 +17,9 @@ from specrej.compare import Ratio, Tally, compare, first_match
 
 # ---------------------------------------------------------------- arm specs
 
-def test_specs_parse_with_ids_colours_and_typed_values():
+def test_specs_parse_with_ids_and_typed_values():
     arms = parse_arms(["bon", "sr:alpha=0.5", "sr:alpha=0.9,decision=interval,interval=16,keep_finished=yes"])
     assert [a.id for a in arms] == ["bon", "sr", "sr2"]
-    assert len({a.colour for a in arms}) == 3
     assert arms[2].overrides == (("alpha", 0.9), ("decision", "interval"), ("interval", 16), ("keep_finished", True))
     assert arms[1].label == "Speculative Rejection (alpha=0.5)" and arms[0].label == "Best-of-N"
     assert arms[2].spec == "sr:alpha=0.9,decision=interval,interval=16,keep_finished=true"
@@ -51,10 +50,19 @@ def test_values_runconfig_refuses_name_the_arm_and_the_value():
 
 
 def test_registry_entries_are_checked():
-    with pytest.raises(ValueError, match="chart"):
-        ArmKind("x", "X", ("#000000",), "pie", ())
     with pytest.raises(ValueError, match="RunConfig"):
-        ArmKind("x", "X", ("#000000",), "final", ("colour",))
+        ArmKind("x", "X", ("colour",))
+
+
+def test_looks_give_each_arm_of_a_method_its_own_colour_and_check_their_chart():
+    from components.looks import DEFAULT, Look, colour, look
+
+    arms = parse_arms(["bon", "sr:alpha=0.5", "sr:alpha=0.9", "bon:n=4"])
+    assert len({colour(a) for a in arms}) == 4
+    assert look("sr").rounds(1) == "1 decision" and look("bon").rounds(2) == "2 passes"
+    assert look("nope") is DEFAULT
+    with pytest.raises(ValueError, match="chart"):
+        Look(("#000000",), "pie")
 
 
 # ---------------------------------------------------------------- the comparison
@@ -118,7 +126,7 @@ def third_method(monkeypatch):
         return best_of_n(lm, reward, dataclasses.replace(cfg, n=1))
 
     monkeypatch.setitem(methods.METHODS, "first", best_of_one)
-    monkeypatch.setitem(REGISTRY, "first", ArmKind("first", "First answer", ("#009E73",), "final", (), "pass"))
+    monkeypatch.setitem(REGISTRY, "first", ArmKind("first", "First answer", ()))
     return "first"
 
 

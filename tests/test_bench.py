@@ -44,7 +44,7 @@ def test_decision_correlation_uses_only_rows_live_at_that_decision():
 
 def test_load_prompts_by_name_and_from_files(tmp_path):
     quick = load_prompts("quick")
-    assert len(quick) == 6 and all(set(r) == {"id", "kind", "prompt"} for r in quick)
+    assert len(quick) == 12 and all(set(r) == {"id", "kind", "prompt"} for r in quick)
     assert len(load_prompts("default")) >= 60
     (tmp_path / "p.json").write_text(json.dumps(["Say hi.", {"prompt": "Say bye.", "id": "x"}]))
     rows = load_prompts(str(tmp_path / "p.json"))

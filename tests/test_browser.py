@@ -93,6 +93,42 @@ def test_run_in_a_real_browser_shows_both_charts_and_the_winners(browser, app_ur
     page.close()
 
 
+# Every text the status line shows, recorded as it changes (a flash that a poll would miss included).
+WATCH_STATUS = """() => { window.__statuses = [document.querySelector('#status').innerText];
+    new MutationObserver(() => window.__statuses.push(document.querySelector('#status').innerText))
+        .observe(document.querySelector('#status'), {subtree: true, childList: true, characterData: true}); }"""
+
+
+def test_newcomer_details_in_a_real_browser(browser, app_url):
+    """Paper scale answers visibly; a Run with nothing ahead never says "Waiting"; the action buttons are
+    buttons; a chart's label sits above its plot; bold text has one typeface."""
+    url, ctx = app_url
+    page = open_page(browser, url)
+    for sel in ("#paper-scale", "#replay"):
+        box, size = page.locator(sel).bounding_box(), page.eval_on_selector(sel, "b => getComputedStyle(b).fontSize")
+        assert box["height"] < 60 and float(size.removesuffix("px")) >= 15, (sel, box, size)
+    assert page.evaluate("document.fonts.check(\"600 16px 'Specrej Sans'\", 'Best-of-N')")
+    family = page.eval_on_selector("#header strong", "e => getComputedStyle(e).fontFamily")
+    assert family.startswith('"Specrej Sans"') or family.startswith("'Specrej Sans'") or \
+        family.startswith("Specrej Sans"), family
+    page.click("#paper-scale")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Paper scale set')")
+    assert page.is_visible("#sr_start") and page.is_visible("#n")        # Settings opened to show it
+    page.goto(url)
+    page.wait_for_selector("#run")
+    page.fill("#prompt textarea", "Explain how a rainbow forms.")
+    page.evaluate(WATCH_STATUS)
+    page.click("#run")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Done')", timeout=120_000)
+    seen = page.evaluate("window.__statuses")
+    assert not any("Waiting" in t for t in seen), seen
+    for plot in ("#plot-0", "#plot-1", "#race-plot"):   # the label ends above the plot's drawing
+        label = page.locator(f"{plot} [data-testid=block-label], {plot} label.float").first.bounding_box()
+        svg = page.locator(f"{plot} .main-svg").first.bounding_box()
+        assert label["y"] + label["height"] <= svg["y"] + 1, (plot, label, svg)
+    page.close()
+
+
 def test_a_lone_surrogate_set_through_js_gets_cant_run_and_the_page_stays_usable(browser, app_url):
     url, ctx = app_url
     page = open_page(browser, url)

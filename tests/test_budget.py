@@ -1,8 +1,8 @@
-"""The memory budget at its boundaries: what ``check_fits`` refuses and what the methods then use.
+"""The memory budget at its boundaries: what ``KVBudget.check`` refuses and what the methods then use.
 
 A row of P prompt tokens at full length holds P + max_new_tokens - 1 KV slots (its last token is
 never fed back). Budgets are drawn over a range (hypothesis), not one value, so an off-by-one in
-``rows_per_pass`` or ``check_fits`` cannot hide at a budget where both formulas agree.
+``KVBudget.rows_per_pass`` or ``KVBudget.check`` cannot hide at a budget where both formulas agree.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from specrej import BudgetError, Round, RunConfig, best_of_n, run_to_completion, speculative_rejection
-from specrej.budget import FEW_TOKENS, check_fits
-from specrej.engine import Rows
+from specrej.core.budget import FEW_TOKENS, KVBudget
+from specrej.backends.hf import Rows
 
 # prompts of very different token lengths through the tiny tokenizer's chat template
 PROMPTS = ["Give me three tips for staying healthy.", "hi", "Write a haiku about the sea. " * 3,
@@ -23,12 +23,12 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(H
 def slots(rows: int, p: int, generated: int, shared: bool) -> int:
     """KV slots that ``rows`` rows of a P-token prompt hold after ``generated`` tokens were fed: the
     prompt once when the rows share it (``lm.shares_prefix``), else once per row. Stated here on
-    its own, not taken from ``specrej.budget``, so that a slip there cannot hide."""
+    its own, not taken from ``specrej.core.budget``, so that a slip there cannot hide."""
     return p + rows * generated if shared else rows * (p + generated)
 
 
 def lowest_budget(p: int, n: int, m: int, shared: bool) -> int:
-    """The smallest budget check_fits accepts: one row at full length, and all n rows for a few tokens."""
+    """The smallest budget KVBudget.check accepts: one row at full length, and all n rows for a few tokens."""
     return max(slots(1, p, m - 1, shared), slots(n, p, min(FEW_TOKENS, m), shared))
 
 
@@ -91,20 +91,20 @@ def test_speculative_rejection_never_holds_more_than_the_budget(tiny_lm, length_
 
 
 @pytest.mark.parametrize("n,max_new_tokens", [(1, 30), (3, 2), (5, 12), (16, 30)])
-def test_check_fits_refuses_exactly_one_slot_below_what_a_run_needs(tiny_lm, n, max_new_tokens):
+def test_budget_check_refuses_exactly_one_slot_below_what_a_run_needs(tiny_lm, n, max_new_tokens):
     p = len(tiny_lm.render(PROMPTS[0]))
     cfg = RunConfig(prompt=PROMPTS[0], n=n, max_new_tokens=max_new_tokens)
     low = lowest_budget(p, n, max_new_tokens, tiny_lm.shares_prefix)
-    shared = {"shared": True} if tiny_lm.shares_prefix else {}
-    check_fits(cfg, p, low, None, **shared)                      # exactly enough: runs
-    check_fits(cfg, p, low + 1, None, **shared)
+    shared = tiny_lm.shares_prefix
+    KVBudget(low, p, shared).check(n, max_new_tokens, None)      # exactly enough: runs
+    KVBudget(low + 1, p, shared).check(n, max_new_tokens, None)
     with pytest.raises(BudgetError) as e:                         # one slot short: refused, and told the fix
-        check_fits(cfg, p, low - 1, None, **shared)
+        KVBudget(low - 1, p, shared).check(n, max_new_tokens, None)
     assert f"at least {low}" in str(e.value)
     # the model's context: prompt + max_new_tokens may reach it, not pass it
-    check_fits(cfg, p, 10**6, p + max_new_tokens)
+    KVBudget(10**6, p, False).check(n, max_new_tokens, p + max_new_tokens)
     with pytest.raises(BudgetError, match="context"):
-        check_fits(cfg, p, 10**6, p + max_new_tokens - 1)
+        KVBudget(10**6, p, False).check(n, max_new_tokens, p + max_new_tokens - 1)
 
 
 @pytest.mark.parametrize("method", [best_of_n, speculative_rejection])

@@ -9,7 +9,7 @@ import torch
 from transformers import DynamicCache
 
 from specrej import load_generator
-from specrej.engine import Engine, Sampling, coupled_uniforms, next_logits, sample
+from specrej.backends.hf import Engine, Sampling, coupled_uniforms, next_logits, sample
 from specrej.shared_prefix import SharedPrefixCache
 
 GREEDY, SAMPLED = Sampling(1.0, 1.0, 1), Sampling(0.9, 0.95, 40)

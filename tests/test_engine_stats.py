@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from specrej import RunConfig, load_reward, run_to_completion, speculative_rejection
-from specrej import engine as engine_mod
-from specrej.engine import Engine, Rows, Sampling, next_logits
+from specrej.backends import hf as engine_mod
+from specrej.backends.hf import Engine, Rows, Sampling, next_logits
 
 PROMPT = "Explain how a rainbow forms."
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from specrej import RunConfig
-from specrej.limits import LimitError, Limits, ModelPolicy, PolicyError, smaller_budget
+from components.limits import LimitError, Limits, ModelPolicy, PolicyError, smaller_budget
 
 
 def test_defaults_and_env_overrides():

@@ -8,7 +8,7 @@ import pytest
 
 from specrej import (CallableReward, Finished, Progress, Round, RunConfig, best_of_n, run_to_completion,
                      speculative_rejection, to_dict)
-from specrej.engine import Engine, Rows
+from specrej.backends.hf import Engine, Rows
 
 PROMPT = "Give me three tips for staying healthy."
 P = 41  # tokens of PROMPT through the tiny tokenizer's chat template (checked below)

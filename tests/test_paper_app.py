@@ -57,7 +57,9 @@ def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
     frames = list(replay_frames(PROMPT, "inf", folder=tmp_path))
     assert all(isinstance(f, Frame) for f in frames)
     first, last = frames[0], frames[-1]
-    assert "recorded:" in first.status and "press Run to run it live" in first.status
+    assert first.status.startswith("**Replaying**") and "Starting" not in first.status
+    assert "Recorded race:" in first.status and "Press Run to run it live" in first.status
+    assert "Best-of-N \\(n=12\\)" in first.status and "n=32" not in first.status   # the settings as run
     assert last.view.state == "done" and last.results_visible and "### Result" in last.summary
     assert last.view.arms["bon"].finished.match is not None
     slept = []
@@ -81,3 +83,13 @@ def test_paper_scale_preset_and_committed_recordings(ctx):
         assert "n=auto" in rec.meta["settings"]["arms"]
         last = list(replay_frames(rec.meta["prompt"], "inf"))[-1]
         assert last.view.state == "done"
+
+
+def test_the_page_shows_the_paper_scale_words_only_after_the_click():
+    """Building the click's outputs must not build its updates: they would sit at the page's foot."""
+    import app
+    from components.context import AppContext
+
+    demo = app.build_demo(AppContext.from_env({}))
+    shown = [str(getattr(b, "value", "")) for b in demo.blocks.values() if type(b).__name__ == "Markdown"]
+    assert not any("Paper scale set" in t for t in shown)

@@ -116,7 +116,7 @@ def test_table_and_figure(tiny_lm, records, tmp_path):
 def test_n_auto_fills_the_budget_at_the_first_decision(tiny_lm, length_reward):
     from specrej import best_of_n, run_to_completion, speculative_rejection
     from specrej.arms import parse_arm
-    from specrej.budget import BudgetError
+    from specrej.core.budget import BudgetError
     from specrej.events import Round
 
     P = len(tiny_lm.render(PROMPT))

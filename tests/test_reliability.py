@@ -61,10 +61,10 @@ def request(ctx, **overrides):
 @pytest.fixture
 def engines(monkeypatch):
     """Weak references to every Engine (prompt cache) and Rows (KV cache) made while the test runs."""
-    from specrej import methods
+    from specrej.backends.hf import Engine
 
     refs: list = []
-    real_init, real_start = methods.Engine.__init__, methods.Engine.start
+    real_init, real_start = Engine.__init__, Engine.start
 
     def spy(self, *a, **kw):
         real_init(self, *a, **kw)
@@ -75,8 +75,8 @@ def engines(monkeypatch):
         refs.append(weakref.ref(rows))
         return rows
 
-    monkeypatch.setattr(methods.Engine, "__init__", spy)
-    monkeypatch.setattr(methods.Engine, "start", spy_start)
+    monkeypatch.setattr(Engine, "__init__", spy)
+    monkeypatch.setattr(Engine, "start", spy_start)
     return refs
 
 
@@ -160,13 +160,13 @@ def oom_events(times: int, counter: dict):
 def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engines):
     from components.stream import frames
     from specrej import load_generator
-    from specrej.budget import resolve_budget
+    from specrej.backends.hf import Engine
 
     counter: dict = {}
     out = list(frames(ctx, request(ctx), events_fn=oom_events(1, counter)))
     FIGURES["faults_injected"] += 1
     last = out[-1]
-    auto = resolve_budget(request(ctx).config(1), load_generator(ctx.default_model))
+    auto = Engine.default_budget(load_generator(ctx.default_model))
     assert counter["budgets"] == [None, auto // 2]
     assert last.view.state == "done" and last.view.cfg.budget == auto // 2
     assert "retried once with a smaller budget" in last.status
@@ -299,11 +299,11 @@ def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
 def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
     from components import context, stream
     from components.stream import frames
-    from specrej.limits import ModelPolicy, PolicyError
+    from components.limits import ModelPolicy, PolicyError
 
     loads: list = []
-    real_gen, real_rew = context.load_generator, context.load_reward
-    monkeypatch.setattr(context, "load_generator",
+    real_gen, real_rew = context.load_lm, context.load_reward
+    monkeypatch.setattr(context, "load_lm",
                         lambda spec, **kw: loads.append(("gen", spec, kw)) or real_gen(spec, **kw))
     monkeypatch.setattr(context, "load_reward",
                         lambda spec, **kw: loads.append(("rew", spec, kw)) or real_rew(spec, **kw))
@@ -350,7 +350,7 @@ HOSTILE = st.one_of(st.text(max_size=300), st.sampled_from(INJECTIONS + [
 
 @pytest.fixture(scope="module")
 def fuzz_ctx(ctx):
-    from specrej.limits import Limits
+    from components.limits import Limits
 
     return dataclasses.replace(ctx, limits=Limits(max_prompt_chars=400, max_n=4, max_new_tokens=4,
                                                   max_budget=4096, max_run_seconds=20), active=set())
@@ -568,7 +568,8 @@ def test_stop_in_every_phase_ends_the_run_within_a_step_and_the_next_run_works(s
     assert state["entered"].wait(TIMEOUT_S), f"the run never reached {phase}"
     job.cancel()   # returns once the run's task was cancelled (and the held phase released)
     assert state["release"].is_set()
-    assert "Stopped" in text(client.predict(api_name="/stop"))
+    said = text(client.predict(api_name="/stop"))   # the run was cancelled already: Stopped, or nothing left
+    assert "Stopped" in said or "Nothing to stop" in said, said
     assert wait_for(lambda: not ctx.active), f"{phase}: the run was not closed"
     assert state["steps_after"] <= 1, state["steps_after"]  # within one step
     assert all_released(engines)

@@ -12,7 +12,8 @@ from specrej.bench.coupled import PrefixScorer, collect
 from specrej.bench.fit_rule import fit, logistic, samples
 from specrej.bench.simulate import simulate_sr
 from specrej.events import Finished, Round
-from specrej.rules import FEATURES, RULES, CalibratedRule, Contender, PaperRule, features, get_rule
+from specrej.core.decisions import MemoryFull, decision_rule, rule_for
+from specrej.core.rules import FEATURES, RULES, CalibratedRule, Contender, PaperRule, features, get_rule
 
 PROMPT = "Give me three tips for staying healthy."
 
@@ -26,7 +27,7 @@ def test_paper_rule_keeps_the_highest_partial_rewards_ties_by_id():
     rule = get_rule("paper")
     assert isinstance(rule, PaperRule)
     assert rule.rank(pool(), 8) == [1, 2, 3, 0]
-    assert rule.select(pool(), 2, 8) == [1, 2]
+    assert not rule.uses_token_stats
     with pytest.raises(ValueError, match="unknown"):
         get_rule("nope")
 
@@ -51,11 +52,28 @@ def test_calibrated_rule_ranks_by_its_weights_at_the_nearest_length():
     assert rule.rank(pool(), 8) == [0, 2, 3, 1]
     assert rule.rank(pool(), 10) == rule.rank(pool(), 8)         # nearer 8 than 64 on a log scale
     assert rule.rank(pool(), 48) == [1, 2, 3, 0]                 # nearer 64: the paper's order
-    assert rule.select(pool(), 1, 8) == [0]
+    assert rule.uses_token_stats and not CalibratedRule("s", (8,), ((1, 0, 0, 1, 1),)).uses_token_stats
     assert rule.rank(list(reversed(pool())), 8) == rule.rank(pool(), 8)   # order of the pool does not matter
     assert CalibratedRule.from_dict(rule.to_dict()) == rule
     with pytest.raises(ValueError, match="entries"):
         CalibratedRule("bad", (8,), ((1, 2),))
+
+
+def test_the_decision_policy_keeps_the_head_of_its_rules_ranking():
+    by_logprob = CalibratedRule("t", (8,), ((0, 1, 0, 0, 0),))
+    live, finished = [c for c in pool() if not c.finished], [c for c in pool() if c.finished]
+    paper = MemoryFull(0.5).select(live, finished, cap=10)
+    assert paper.kept == (1, 2) and paper.kept_live == (1,)            # the two highest partial rewards
+    calibrated = MemoryFull(0.5, rule=by_logprob).select(live, finished, cap=10)
+    assert calibrated.kept == (0, 2) and calibrated.kept_live == (0,)  # the two highest log-probabilities
+    assert calibrated.threshold == 0.1                                 # the lowest kept partial reward
+    forced = MemoryFull(0.0, rule=by_logprob).select(live, finished, cap=1)
+    assert forced.forced and forced.kept_live == (0,) and forced.pruned[-2:] == (3, 1)   # lowest ranked go first
+    assert MemoryFull(0.5, rule=by_logprob).uses_token_stats
+    assert decision_rule(alpha=0.5, decision="interval", interval=4, rule="calibrated").rule is RULES["calibrated"]
+    assert rule_for(RunConfig(prompt="x", rule="calibrated")) == MemoryFull(0.5, rule=RULES["calibrated"])
+    with pytest.raises(ValueError, match="unknown"):
+        decision_rule(alpha=0.5, rule="nope")
 
 
 def test_logistic_finds_the_informative_feature():
@@ -122,3 +140,12 @@ def test_simulation_matches_the_live_method_for_every_rule(tiny_lm, length_rewar
     pruned_live = [{c.id for c in r.candidates if c.status == "pruned" and c.round_pruned == r.index} for r in rounds]
     assert [d["position"] for d in sim.decisions] == [r.position for r in rounds]
     assert len(pruned_live) == sim.rounds
+
+
+def test_the_apps_request_carries_the_rule():
+    from components.stream import RunRequest
+
+    assert RunRequest(prompt="x", rule="calibrated").config(0).rule == "calibrated"
+    assert RunRequest(prompt="x", rule=None).config(0).rule == "paper"
+    with pytest.raises(ValueError, match="unknown; choose one of paper"):
+        RunRequest(prompt="x", rule="nope").config(0)

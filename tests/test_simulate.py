@@ -5,7 +5,8 @@ import pytest
 
 from specrej import RunConfig, speculative_rejection
 from specrej.bench.coupled import PrefixScorer, collect
-from specrej.bench.simulate import auto_rows, rows_per_pass, simulate_sr
+from specrej.bench.simulate import simulate_sr
+from specrej.core.budget import KVBudget
 from specrej.events import Finished, Round
 
 PROMPT = "Give me three tips for staying healthy."
@@ -53,10 +54,11 @@ def test_coupled_run_is_best_of_n(tiny_lm, length_reward, coupled):
 
 
 def test_auto_rows_fill_the_budget_at_the_first_decision():
-    assert auto_rows(2048, 48, 16) == 125                       # 48 + 125 x 16 = 2048
-    assert auto_rows(2048, 48, 16, shared=False) == 2048 // 64
-    assert rows_per_pass(2048, 48, 256) == 2000 // 255
-    assert rows_per_pass(100, 48, 256) == 1
+    assert KVBudget(2048, 48, True).auto_n(16) == 125            # 48 + 125 x 16 = 2048
+    assert KVBudget(2048, 48, False).auto_n(16) == 2048 // 64
+    assert KVBudget(2048, 48, True).rows_per_pass(None, 256) == 2000 // 255
+    assert KVBudget(100, 48, True).rows_per_pass(None, 256) == 1
+    assert KVBudget(2048, 48, True).rows_per_pass(3, 256) == 3   # never more rows than candidates
 
 
 def test_reward_study_analysis(tiny_lm, length_reward, coupled):

@@ -11,7 +11,7 @@ The protocol (``protocol``), per prompt:
   random candidates, and the expected compute of Best-of-k under the memory budget (passes of
   the rows that fit at full length) in tokens, FLOPs, decode steps, and wall time modelled from
   step times measured at the budgeted batch;
-- Speculative Rejection with each rejection rule (``specrej.rules``) at each (alpha, first
+- Speculative Rejection with each rejection rule (``specrej.core.rules``) at each (alpha, first
   decision) with n='auto': it opens with the rows that fill the budget at the first decision, as
   the paper does; grid points replayed by the simulator from the coupled run (exact in fp32),
   the ``--live`` points run for real and checked against it.

@@ -28,7 +28,7 @@ from dataclasses import replace
 import torch
 
 from ..config import RunConfig
-from ..engine import Engine, Sampling
+from ..backends.hf import Engine, Sampling
 from ..events import Finished
 from ..methods import speculative_rejection
 from .reference import speculative_rejection_reference_style

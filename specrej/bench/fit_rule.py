@@ -5,15 +5,16 @@
     python -m specrej.bench.fit_rule evaluate quick_runs.json.gz --rules paper,calibrated
 
 The fit: at each decision length t in ``POSITIONS``, every candidate of every run is a sample:
-its features at t (``specrej.rules.features`` over the whole pool: partial reward, token
+its features at t (``specrej.core.rules.features`` over the whole pool: partial reward, token
 statistics, finished or not, length) and a label, 1 when its final reward is among the pool's
 top ``TOP`` fraction (at least the best one). A logistic regression (L2, Newton's method, pure
 Python) gives one weight vector per t; the rule ranks a pool by the linear score. The rewards
 are the bench's reward (``--reward``), read off the coupled run (``PrefixScorer``), so the fit
 never runs the generator, only its tokenizer.
 
-``evaluate`` replays Speculative Rejection with each rule (``simulate``) and prints how often
-it kept Best-of-N's winner and its capped improvement score: simulated numbers, labelled so.
+``evaluate`` replays Speculative Rejection with each rule (``simulate``) on other coupled runs and
+prints the bench's table (raw and capped improvement with intervals, how often it kept
+Best-of-N's winner, speed-ups): simulated numbers, labelled so.
 The fit must never see the prompts it is evaluated on (the bench's quick set): ``fit`` refuses
 runs whose prompts are in ``assets/prompts/quick.jsonl`` unless told otherwise.
 """
@@ -25,7 +26,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..rules import FEATURES, CalibratedRule, Contender, features
+from ..core.rules import FEATURES, CalibratedRule, Contender, features
 
 POSITIONS = (8, 16, 32, 64, 128)
 TOP = 0.05
@@ -37,14 +38,12 @@ def samples(run, scorer, position: int, top: float = TOP) -> tuple[list[list[flo
     """Features and labels of every candidate of ``run`` at ``position`` generated tokens."""
     final = scorer.final()
     lengths = run.lengths()
-    with_stats = bool(getattr(scorer.reward, "uses_token_stats", True))
     pool = []
     partial = scorer.score(list(range(run.n)), position)
     for c in range(run.n):
         t = min(position, lengths[c])
-        st = run.stats(c, t) if with_stats else None
-        pool.append(Contender(c, partial[c], t, lengths[c] <= position,
-                              st.mean_logprob if st else None, st.mean_self_certainty if st else None))
+        st = run.stats(c, t)   # a rule that reads them has them, whatever the reward (core.rules)
+        pool.append(Contender(c, partial[c], t, lengths[c] <= position, st.mean_logprob, st.mean_self_certainty))
     n_top = max(1, round(top * run.n))
     best = set(sorted(range(run.n), key=lambda c: (-final[c], c))[:n_top])
     return features(pool, position), [1 if c in best else 0 for c in range(run.n)]
@@ -116,51 +115,24 @@ def fit(runs, scorers, *, name: str = "calibrated", positions=POSITIONS, top: fl
 
 
 # ---------------------------------------------------------------------------------- evaluation
-def evaluate(runs, scorers, rules, *, budget: int, points, max_new_tokens: int, shared: bool = True) -> list[dict]:
-    """Simulated Speculative Rejection with each rule at each (alpha, first decision): the share of
-    prompts where it kept Best-of-N's winner, and the capped and raw improvement scores."""
-    from ..curve import PromptRun, improvement
-    from .simulate import auto_rows, simulate_sr
-
-    prs = [PromptRun(s.final(), r.lengths(), r.prompt_tokens, 1.0) for r, s in zip(runs, scorers)]
-    out = []
-    for rule in rules:
-        for alpha, first in points:
-            sims = [simulate_sr(r, s, budget=budget, alpha=alpha, max_new_tokens=max_new_tokens, shared=shared,
-                                n0=min(r.n, auto_rows(budget, r.prompt_tokens, first, shared)), rule=rule)
-                    for r, s in zip(runs, scorers)]
-            bests = [x.score for x in sims]
-            out.append({"rule": getattr(rule, "name", rule), "alpha": alpha, "first_decision": first,
-                        "kept_bon_winner": sum(x.kept_bon_winner for x in sims) / len(sims),
-                        "improvement": improvement(bests, prs), "improvement_capped": improvement(bests, prs, True),
-                        "steps": sum(x.steps for x in sims), "simulated": True})
-    return out
-
-
 def table(runs, scorers, lm, reward, rules, *, budget: int, points, max_new_tokens: int, ids, meta: dict,
           leave_one_out: bool = False) -> tuple[dict, str]:
     """The bench's full table (raw and capped improvement with 90% intervals, speed-ups against both
     Best-of-N baselines), every point SIMULATED from coupled runs. ``leave_one_out``: add the rule
     'calibrated-loo', fitted for each prompt on the other runs only (an out-of-sample estimate)."""
     from ..config import RunConfig
-    from ..rules import RULES
     from .protocol import aggregate, run_prompt
     from .report import paper_table
 
     base = RunConfig(prompt="-", n=runs[0].n, max_new_tokens=max_new_tokens, budget=budget, progress_every=0)
     records = []
     for i, (run, scorer) in enumerate(zip(runs, scorers)):
-        names = list(rules)
+        these = list(rules)
         if leave_one_out:
             others = [j for j in range(len(runs)) if j != i]
-            RULES["calibrated-loo"] = fit([runs[j] for j in others], [scorers[j] for j in others],
-                                          name="calibrated-loo")
-            names.append("calibrated-loo")
-        try:
-            records.append(run_prompt(lm, reward, {"id": ids[i], "prompt": run.prompt}, base, n_ref=run.n,
-                                      points=points, budget=budget, rules=tuple(names), live=(), coupled=run))
-        finally:
-            RULES.pop("calibrated-loo", None)
+            these.append(fit([runs[j] for j in others], [scorers[j] for j in others], name="calibrated-loo"))
+        records.append(run_prompt(lm, reward, {"id": ids[i], "prompt": run.prompt}, base, n_ref=run.n,
+                                  points=points, budget=budget, rules=tuple(these), live=(), coupled=run))
     agg = aggregate(records, gen_params=lm.n_params, step_model=None)
     return agg, paper_table(agg, {**meta, "budget": budget, "max_new_tokens": max_new_tokens,
                                   "wall_note": "no wall time: every point is simulated"})
@@ -220,7 +192,7 @@ def main(argv=None) -> None:
         Path(args.out).write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
         print(json.dumps(d, indent=1))
     else:
-        from ..rules import get_rule
+        from ..core.rules import get_rule
         from .run import parse_points
 
         meta, runs, scorers = _load(args.runs, args.reward, args.model)

@@ -12,7 +12,7 @@ Per prompt:
    decode steps with those slots refilled as answers end (continuous batching, the fair
    baseline), and wall time MODELLED from step times measured at the budgeted batch
    (``StepModel``: real passes of ``rows_per_pass`` rows and of 1 row, interpolated in rows).
-3. **Speculative Rejection** with each rejection rule (``specrej.rules``) at each (alpha, first
+3. **Speculative Rejection** with each rejection rule (``specrej.core.rules``) at each (alpha, first
    decision): its starting N fills the budget at the first decision (``n = auto``). Grid points
    are replayed by the simulator from the coupled run (exact in fp32); the ``live`` points run
    for real: ledger, decode steps, wall time, checked against the simulator and the reference.
@@ -31,13 +31,14 @@ import torch
 
 from ..compare import decision_rank, live_at_decision
 from ..config import AUTO, RunConfig
+from ..core.budget import KVBudget
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, improvement_gains, speedups
-from ..engine import Engine, Sampling
+from ..backends import backend_for
 from ..events import Finished, Round
 from ..methods import speculative_rejection
 from ..metrics import bootstrap_ci
 from .coupled import CoupledRun, PrefixScorer, collect
-from .simulate import auto_rows, rows_per_pass, simulate_sr
+from .simulate import simulate_sr
 
 
 # ---------------------------------------------------------------------------------- step times
@@ -46,8 +47,7 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
     """One real Best-of-N pass of ``rows`` rows (candidates 0..rows-1) to the end: wall per step.
     ``stats``: keep the token statistics, as the arm does when its reward reads them."""
     ids = lm.render(cfg.prompt)
-    engine = Engine(lm, ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
-                    n_total=max(rows, cfg.n), max_new_tokens=cfg.max_new_tokens, stop=cfg.stop, stats=stats)
+    engine = backend_for(lm).from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
     r = engine.start(list(range(rows)))
     t0 = time.perf_counter()
     steps = 0
@@ -87,11 +87,11 @@ class StepModel:
 # ---------------------------------------------------------------------------------- one prompt
 def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
     """Speculative Rejection's first batch: the rows that fill the budget at the first decision."""
-    return auto_rows(budget, prompt_tokens, first_decision, shared=lm.shares_prefix)
+    return max(1, KVBudget(budget, prompt_tokens, lm.shares_prefix).auto_n(first_decision))
 
 
 def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: list[tuple[float, int]],
-               budget: int, rules: tuple[str, ...] = ("paper",), live: tuple[tuple[float, int], ...] | None = None,
+               budget: int, rules: tuple = ("paper",), live: tuple[tuple[float, int], ...] | None = None,
                tick: Callable[[str], None] = lambda label: None, runs_out: list | None = None,
                coupled: CoupledRun | None = None) -> dict:
     """One prompt: the coupled reference Best-of-N_ref (one batch) and Speculative Rejection with each
@@ -116,25 +116,27 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     texts = [lm.decode(t) for t in run.tokens]
     tick("reference")
     record = {**row, "prompt_tokens": P, "budget": budget,
-              "rows_per_pass": rows_per_pass(budget, P, base.max_new_tokens, shared=shared),
+              "rows_per_pass": KVBudget(budget, P, shared).rows_per_pass(None, base.max_new_tokens),
               "bon": {"n": n_ref, "scores": scores, "tokens": lengths, "winner": winner,
                       "winner_text": texts[winner],
                       "ledger": {"generated_tokens": sum(lengths), "reward_tokens": scorer.tokens_read,
                                  "reward_flops": 2.0 * reward.n_params * scorer.tokens_read, "wall_s": wall},
                       "note": "one coupled batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
               "sr": []}
-    for rule in rules:
+    for rule in rules:   # names in core.rules.RULES, or rule objects (simulated only)
+        name = getattr(rule, "name", rule)
         for alpha, first in points:
             n0 = sr_rows(lm, budget, P, first)
-            entry = {"rule": rule, "alpha": alpha, "first_decision": first, "n": n0}
+            entry = {"rule": name, "alpha": alpha, "first_decision": first, "n": n0}
             sim = None
             if n0 <= n_ref:
                 sim = simulate_sr(run, scorer, budget=budget, alpha=alpha, n0=n0, max_new_tokens=base.max_new_tokens,
-                                  shared=shared, keep_finished=base.keep_finished, rule=rule)
+                                  shared=shared, keep_finished=base.keep_finished, decision=base.decision,
+                                  interval=base.interval, rule=rule)
             if sim is not None and live is not None and (alpha, first) not in live:
                 entry.update(_from_sim(sim, P, lm.n_params, reward.n_params, texts))
             else:
-                entry.update(_live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, winner,
+                entry.update(_live(lm, reward, row, base, budget, name, alpha, first, scores, texts, winner,
                                    lambda c, t: lm.decode(run.tokens[c][:t])))
                 if sim is not None:
                     entry["simulated"] = {"winner": sim.winner, "score": sim.score, "steps": sim.steps,
@@ -142,7 +144,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
                     entry["simulator_agrees"] = (sim.winner == entry["winner"] and sim.steps == entry["steps"]
                                                  and sim.generated_tokens == entry["generated_tokens"])
             record["sr"].append(entry)
-            tick(f"{rule} a={alpha:g} T={first}")
+            tick(f"{name} a={alpha:g} T={first}")
     return record
 
 

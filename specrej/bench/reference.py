@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 
 from ..config import RunConfig
-from ..engine import Engine, Rows
+from ..backends.hf import Engine, Rows
 from ..kvcache import grow_in_place
 from ..events import Event
 from ..methods import speculative_rejection

@@ -89,7 +89,8 @@ def analyse_run(lm, reward, runs, *, ks, budgets, alphas, first_decisions, max_n
     from ..curve import PromptRun, bon_curve, curves_by_measure, improvement, speedups
     from ..metrics import spearman
     from .coupled import PrefixScorer
-    from .simulate import auto_rows, rows_per_pass, simulate_sr
+    from ..core.budget import KVBudget
+    from .simulate import simulate_sr
 
     scorers = [PrefixScorer(lm, reward, r) for r in runs]
     finals = [s.final() for s in scorers]
@@ -107,7 +108,7 @@ def analyse_run(lm, reward, runs, *, ks, budgets, alphas, first_decisions, max_n
                 rhos.append(rho)
         out["spearman"].append({"t": t, "mean": sum(rhos) / len(rhos) if rhos else None, "prompts": len(rhos)})
     for budget in budgets:
-        rpp = [rows_per_pass(budget, r.prompt_tokens, max_new_tokens) for r in runs]
+        rpp = [KVBudget(budget, r.prompt_tokens, True).rows_per_pass(None, max_new_tokens) for r in runs]
         bon = bon_curve(prompt_runs, sorted(set(ks) | set(range(1, runs[0].n + 1))), rpp)
         by = curves_by_measure(bon)
         by["tokens"] = [(row["tokens"], row["improvement"]) for row in bon]
@@ -115,7 +116,7 @@ def analyse_run(lm, reward, runs, *, ks, budgets, alphas, first_decisions, max_n
             for alpha in alphas:
                 sims = []
                 for s, r in zip(scorers, runs):
-                    n0 = min(r.n, auto_rows(budget, r.prompt_tokens, first))
+                    n0 = min(r.n, max(1, KVBudget(budget, r.prompt_tokens, True).auto_n(first)))
                     sims.append(simulate_sr(r, s, budget=budget, alpha=alpha, n0=n0, max_new_tokens=max_new_tokens))
                 imp = improvement([x.score for x in sims], prompt_runs)
                 method = {"steps": sum(x.steps for x in sims), "tokens": sum(x.generated_tokens for x in sims),

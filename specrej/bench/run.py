@@ -10,6 +10,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..backends import BACKENDS
+
 MODES = {
     # 12 prompts in fp32 (exact coupling), shared prompt cache. Budget 2048: Best-of-N fits 7 rows at 256
     # tokens; Speculative Rejection opens with ~125 rows at 16 tokens. Every point of both rules is replayed
@@ -73,11 +75,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="embedded", help="generator: embedded, a hub id, a folder or a .gguf file")
     p.add_argument("--reward", help="reward spec, as the library's load_reward takes it")
-    p.add_argument("--rules", help="rejection rules to compare, comma-separated (specrej.rules; 'paper' is the "
+    p.add_argument("--rules", help="rejection rules to compare, comma-separated (specrej.core.rules; 'paper' is the "
                                    "reference and always included)")
     p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
                                   "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
                                   "coupled run")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="inference engine: transformers (default) or vllm (default: SPECREJ_BACKEND)")
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision (default fp32: exact coupling; bf16 reports the candidates that drift)")
     p.add_argument("--wall-note", default="", help="how the machine was loaded while wall times were taken "
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     points = parse_points(args.points)
     live = None if args.live.strip().lower() == "all" else tuple(parse_points(args.live))
     rules = tuple(dict.fromkeys(["paper"] + [r.strip() for r in args.rules.split(",") if r.strip()]))
-    from ..rules import RULES
+    from ..core.rules import RULES
     unknown = [r for r in rules if r not in RULES]
     if unknown:
         raise SystemExit(f"--rules: {', '.join(unknown)} unknown; choose from {', '.join(RULES)}.")
@@ -137,9 +141,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     threads = args.threads or auto_threads(state.num_processes)
     torch.set_num_threads(threads)
 
-    from ..budget import BudgetError, check_fits
+    from ..core.budget import BudgetError, KVBudget
     from ..config import RunConfig
-    from ..models import load_generator
+    from ..backends import load_lm
     from ..rewards import load_reward
     from .coupled import save_runs
     from .prompts import load_prompts
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
-    lm = load_generator(args.model, dtype=args.dtype)
+    lm = load_lm(args.model, backend=args.backend, dtype=args.dtype)
     reward = load_reward(args.reward)
     base = RunConfig(prompt="-", n=args.n_ref, max_new_tokens=args.max_new_tokens, seed=args.seed,
                      budget=args.budget, progress_every=0)
@@ -182,8 +186,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         mine = list(enumerate(prompts))[rank::world]
         for _, row in mine:   # fail before hours of work, with the fix in the message
             try:
-                check_fits(replace(base, prompt=row["prompt"], n=1), len(lm.render(row["prompt"])), budget,
-                           lm.max_positions, lm.shares_prefix)
+                KVBudget(budget, len(lm.render(row["prompt"])), lm.shares_prefix).check(1, base.max_new_tokens,
+                                                                                         lm.max_positions)
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
@@ -255,3 +259,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(f"\nwrote {out / 'bench.json'}" + (f", {out / 'bench.png'}" if records else "")
           + f" in {meta['wall_s']:.0f} s")
     return result
+
+
+def cli() -> None:
+    """The ``specrej-bench`` console script (``main`` returns the result for callers in Python)."""
+    main()

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .config import AUTO, RunConfig, env_int
+from specrej.config import AUTO, RunConfig, env_int
 
 
 class LimitError(ValueError):
@@ -103,10 +103,18 @@ class ModelPolicy:
 
 
 def auto_rows_bound(cfg: RunConfig) -> int:
-    """The most rows n='auto' can open with (the prompt's own slots would only lower it)."""
-    from .budget import AUTO_MAX_ROWS
+    """The most rows n='auto' can open with (the prompt's own slots would only lower it). Without a
+    budget: on a CPU the CPU budget (SPECREJ_CPU_BUDGET) is what the run gets; on a GPU the budget
+    comes from free memory, unknown before the model loads, so the bound is AUTO_MAX_ROWS."""
+    import torch
 
-    return AUTO_MAX_ROWS if cfg.budget is None else min(AUTO_MAX_ROWS, cfg.budget // cfg.first_decision)
+    from specrej.backends.hf import cpu_budget
+    from specrej.core.budget import AUTO_MAX_ROWS
+
+    budget = cfg.budget
+    if budget is None and not torch.cuda.is_available():
+        budget = cpu_budget()
+    return AUTO_MAX_ROWS if budget is None else min(AUTO_MAX_ROWS, budget // cfg.first_decision)
 
 
 def smaller_budget(cfg: RunConfig, used_budget: int) -> RunConfig:

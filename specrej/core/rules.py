@@ -1,20 +1,20 @@
-"""Rejection rules: which candidates Speculative Rejection keeps at a decision.
+"""Rejection rules: in what order a decision ranks its contenders (which ones it keeps).
 
-A rule is a small policy object that never touches tensors. At a decision the method (live,
-``specrej.methods``) or the simulator (``bench/simulate.py``) hands it the pool: every live
-candidate with its partial reward, plus finished ones still in contention, as ``Contender``
-records. ``rank`` orders the pool best first; ``select`` keeps the first ``n_keep``. The method
-decides how many to keep (alpha, and memory when it forces more pruning: the lowest-ranked kept
-live rows go first); the rule decides which.
+A decision policy (``core.decisions``: ``MemoryFull``, ``EveryK``) says when to decide and how
+many to keep (alpha, and memory when it forces more pruning); its rejection rule says which: it
+ranks the pool, best first, and the policy keeps the head of that ranking. The live methods
+(``specrej.methods``) and the simulator (``bench/simulate.py``) hand the same rule the same pool,
+as ``Contender`` records. No torch here.
 
 - ``paper``: the paper's rule and the reference: the highest partial reward (ties: lower id).
-- ``calibrated``: a score fitted on coupled runs (``bench/fit_rule.py``): at each decision
-  length, a linear score of the candidate's features standardised within the pool (partial
-  reward, mean token log-probability, mean self-certainty, finished or not, length), fitted
-  to predict whether it ends among the pool's best by final reward. Its weights live in
-  ``assets/rules/<name>.json``, with the prompts and data it was fitted on.
+- ``calibrated`` (and any ``assets/rules/<name>.json``): a linear score, fitted on coupled runs
+  (``bench/fit_rule.py``), of the candidate's features standardised within the pool (partial
+  reward, mean token log-probability, mean self-certainty, finished or not, length), with
+  weights per decision length. It reads the generator's token statistics, so the method asks
+  the backend for them (``uses_token_stats``) whatever the reward.
 
-``get_rule(name)`` looks a rule up (``RULES``); an arm picks one with ``sr:rule=<name>``.
+``get_rule(name)`` looks a rule up in ``RULES``; ``RunConfig.rule`` and the arm key
+``sr:rule=<name>`` name one.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
-RULE_DIR = Path(__file__).resolve().parent.parent / "assets" / "rules"
+RULE_DIR = Path(__file__).resolve().parents[2] / "assets" / "rules"
 
 
 @dataclass(frozen=True)
@@ -34,38 +34,35 @@ class Contender:
     id: int
     score: float                               # reward of its response so far (final when finished)
     tokens: int                                # tokens it has generated
-    finished: bool
-    mean_logprob: float | None = None          # the engine's token statistics (None when not kept)
+    finished: bool = False
+    mean_logprob: float | None = None          # the generator's token statistics, when kept
     mean_self_certainty: float | None = None
 
 
-class Rule(Protocol):
-    """A decision rule: orders a pool of contenders, best first."""
+def rank(scores: dict[int, float]) -> list[int]:
+    """Candidate ids, best score first; ties go to the lower id."""
+    return sorted(scores, key=lambda c: (-scores[c], c))
 
+
+class RejectionRule(Protocol):
     name: str
+    label: str
+    uses_token_stats: bool   # reads mean_logprob / mean_self_certainty
 
     def rank(self, pool: Sequence[Contender], position: int) -> list[int]:
-        """The pool's ids, the ones to keep first. ``position``: generated tokens at the decision."""
-
-    def select(self, pool: Sequence[Contender], n_keep: int, position: int) -> list[int]:
-        """The ids of the ``n_keep`` contenders to keep."""
+        """The pool's ids, the ones to keep first. ``position``: tokens the live rows have generated."""
 
 
-class _Ranked:
-    """``select`` from ``rank``: the first ``n_keep`` of the ranking."""
-
-    def select(self, pool: Sequence[Contender], n_keep: int, position: int) -> list[int]:
-        return self.rank(pool, position)[:max(0, n_keep)]
-
-
-class PaperRule(_Ranked):
+@dataclass(frozen=True)
+class PaperRule:
     """Keep the highest partial rewards (the paper's rule)."""
 
-    name = "paper"
-    label = "Paper: highest partial reward"
+    name: str = "paper"
+    label: str = "Paper: highest partial reward"
+    uses_token_stats = False
 
     def rank(self, pool: Sequence[Contender], position: int) -> list[int]:
-        return [c.id for c in sorted(pool, key=lambda c: (-c.score, c.id))]
+        return rank({c.id: c.score for c in pool})
 
 
 FEATURES = ("score", "logprob", "self_certainty", "finished", "log_length")
@@ -91,7 +88,7 @@ def features(pool: Sequence[Contender], position: int) -> list[list[float]]:
 
 
 @dataclass(frozen=True)
-class CalibratedRule(_Ranked):
+class CalibratedRule:
     """A linear score of ``features`` with weights per decision length (the nearest fitted length
     on a log scale), fitted on coupled runs. Ties: the paper's order."""
 
@@ -106,6 +103,11 @@ class CalibratedRule(_Ranked):
             raise ValueError(f"rule {self.name!r}: one weight vector per decision length is needed.")
         if any(len(w) != len(FEATURES) for w in self.weights):
             raise ValueError(f"rule {self.name!r}: each weight vector has {len(FEATURES)} entries ({FEATURES}).")
+
+    @property
+    def uses_token_stats(self) -> bool:
+        stats = [FEATURES.index("logprob"), FEATURES.index("self_certainty")]
+        return any(w[j] != 0 for w in self.weights for j in stats)
 
     def weights_at(self, position: int) -> tuple[float, ...]:
         i = min(range(len(self.positions)),
@@ -135,19 +137,22 @@ class CalibratedRule(_Ranked):
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
-def _bundled() -> dict[str, Rule]:
-    rules: dict[str, Rule] = {"paper": PaperRule()}
+PAPER = PaperRule()
+
+
+def _bundled() -> dict[str, RejectionRule]:
+    rules: dict[str, RejectionRule] = {PAPER.name: PAPER}
     for path in sorted(RULE_DIR.glob("*.json")):
         rule = CalibratedRule.load(path)
         rules[rule.name] = rule
     return rules
 
 
-RULES: dict[str, Rule] = _bundled()
-DEFAULT_RULE = "paper"
+RULES: dict[str, RejectionRule] = _bundled()
+DEFAULT_RULE = PAPER.name
 
 
-def get_rule(name: str | Rule) -> Rule:
+def get_rule(name: str | RejectionRule) -> RejectionRule:
     """The rule called ``name`` (a rule object passes through)."""
     if not isinstance(name, str):
         return name

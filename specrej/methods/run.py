@@ -1,0 +1,202 @@
+"""One arm's state while a method runs: candidates, the backend, the ledger and its clock.
+
+``_Run`` is the only place that drives a backend (``specrej.backends.Backend``): it prefills,
+starts rows, steps them, scores the rows that end, and fills the ledger from what the backend
+reports. The KV budget and its arithmetic come from ``specrej.core.budget.KVBudget``. No torch here.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ..backends import Backend, BackendFactory, Batch, Done, backend_for
+from ..config import AUTO, RunConfig
+from ..core.budget import KVBudget
+from ..core.decisions import Moment
+from ..core.rules import Contender
+from ..events import Arm, Candidate, Event, Finished, Ledger, Progress
+from .. import precision
+from ..models import LM
+from ..rewards import Reward, TokenStats, checked
+
+
+@dataclass
+class _Rec:
+    id: int
+    status: str = "waiting"
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    score: float | None = None
+    history: list[tuple[int, float]] = field(default_factory=list)
+    round_pruned: int | None = None
+    finish_reason: str | None = None
+    stats: TokenStats | None = None   # the generator's statistics at its last score (what a rule may read)
+
+    def view(self) -> Candidate:
+        return Candidate(self.id, self.text, len(self.tokens), self.status, self.score,
+                         tuple(self.history), self.round_pruned, self.finish_reason)
+
+    def contender(self) -> Contender:
+        """What a decision's rejection rule sees of this candidate."""
+        st = self.stats
+        return Contender(self.id, self.score, len(self.tokens), self.status == "finished",
+                         st.mean_logprob if st else None, st.mean_self_certainty if st else None)
+
+
+class _Run:
+    """State of one arm: candidates, the engine, the ledger and its clock."""
+
+    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: BackendFactory | None = None,
+                 auto_n: bool = False):
+        engine = engine or backend_for(lm)
+        self.arm, self.lm, self.reward, self.cfg, self.engine_factory = arm, lm, reward, cfg, engine
+        self.auto_n = auto_n   # n='auto' allowed: the first batch fills the budget at cfg.first_decision
+        # rewards that never read the engine's token statistics spare it computing them
+        self.stats = bool(getattr(reward, "uses_token_stats", True))
+        self.prompt_ids = lm.render(cfg.prompt)
+        # an engine that re-prefills (the bench's reference style) keeps a copy of the prompt per row
+        self.shared = bool(lm.shares_prefix and engine.allow_sharing)
+        self.kv = KVBudget(cfg.budget if cfg.budget is not None else engine.default_budget(lm),
+                           len(self.prompt_ids), self.shared)
+        self.budget = self.kv.total
+        if cfg.n == AUTO and not self.auto_n:
+            raise ValueError(f"n='auto' is for Speculative Rejection (its first batch fills memory); give {arm} a "
+                             "number of candidates, e.g. bon:n=128.")
+        cfg = self.cfg = self.kv.resolve_n(cfg)
+        self.kv.check(cfg.n, cfg.max_new_tokens, lm.max_positions)
+        self.recs = [_Rec(i) for i in range(cfg.n)]
+        self.prompt_tokens = self.generated = self.reward_tokens = 0
+        self.peak_slots = 0
+        self.wall = 0.0
+        self._resumed = time.perf_counter()
+        self.engine: Backend | None = None
+        self.rows: Batch | None = None
+        self.steps = 0
+
+    # -- clock: only time spent inside this arm counts, so two arms can be interleaved
+    def resume(self) -> None:
+        self._resumed = time.perf_counter()
+
+    def pause(self) -> None:
+        self.wall += time.perf_counter() - self._resumed
+        self._resumed = time.perf_counter()
+
+    def ledger(self) -> Ledger:
+        n_gen = self.lm.n_params
+        peak_bytes = (self.engine.peak_memory_bytes(self.peak_slots) if self.engine is not None
+                      else self.peak_slots * self.lm.kv_bytes_per_slot)
+        prompt = self.prompt_tokens + (self.engine.extra_prefill_tokens if self.engine is not None else 0)
+        return Ledger(
+            prompt_tokens=prompt, generated_tokens=self.generated, reward_tokens=self.reward_tokens,
+            generator_flops=2.0 * n_gen * (prompt + self.generated),
+            reward_flops=2.0 * self.reward.n_params * self.reward_tokens,
+            wall_s=self.wall + time.perf_counter() - self._resumed,
+            peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
+            dtype=precision.short_name(self.lm.dtype), kv_sharing="shared" if self.shared else "copied",
+            backend=self.engine_factory.name,
+        )
+
+    def candidates(self) -> tuple[Candidate, ...]:
+        return tuple(r.view() for r in self.recs)
+
+    # -- engine
+    def prefill(self, stats: bool = False) -> None:
+        """Prefill the prompt. ``stats``: keep the token statistics even if the reward does not read
+        them (a rejection rule does)."""
+        cfg = self.cfg
+        self.stats = self.stats or stats
+        self.engine = self.engine_factory.from_config(self.lm, self.prompt_ids, cfg, share_prefix=self.shared,
+                                                      stats=self.stats)
+        self.prompt_tokens += len(self.prompt_ids)
+
+    def start(self, ids: list[int]) -> Batch:
+        self.rows = self.engine.start(ids)
+        for i in ids:
+            self.recs[i].status = "live"
+        return self.rows
+
+    def step(self) -> list[Done]:
+        rows = self.rows
+        generated_before = len(rows)
+        done = rows.step()
+        self.generated += generated_before
+        self.steps += 1
+        self.peak_slots = max(self.peak_slots, rows.slots())
+        if done:
+            self._score(done_list=done)
+        return done
+
+    def moment(self, last_decision: int) -> Moment:
+        """Where the live rows stand before the next step (for a decision rule's ``due``)."""
+        return Moment(self.rows.generated, len(self.rows), self.rows.slots_per_row_after_step(), last_decision,
+                      self.kv)
+
+    def refresh_texts(self) -> None:
+        for i, cid in enumerate(self.rows.ids):
+            rec = self.recs[cid]
+            rec.tokens = list(self.rows.tokens[i])
+            rec.text = self.lm.decode(rec.tokens)
+
+    def score_live(self) -> list[float]:
+        """Score every live row's partial response; returns scores in row order."""
+        self.refresh_texts()
+        rows = self.rows
+        stats = [TokenStats(*rows.stats(i)) for i in range(len(rows))] if self.stats else None
+        recs = [self.recs[c] for c in rows.ids]
+        return self._apply_scores(recs, stats)
+
+    def _score(self, done_list: list[Done]) -> None:
+        recs = []
+        for d in done_list:
+            rec = self.recs[d.cand]
+            rec.tokens, rec.text = list(d.tokens), self.lm.decode(d.tokens)
+            rec.status, rec.finish_reason = "finished", d.reason
+            recs.append(rec)
+        stats = [TokenStats(d.mean_logprob, d.mean_self_certainty) for d in done_list] if self.stats else None
+        self._apply_scores(recs, stats)
+
+    def _apply_scores(self, recs: list[_Rec], stats: list[TokenStats] | None) -> list[float]:
+        out = checked(self.reward, self.cfg.prompt, [r.text for r in recs], stats)
+        self.reward_tokens += out.tokens_read
+        for i, (rec, s) in enumerate(zip(recs, out.scores)):
+            rec.score = s
+            rec.stats = stats[i] if stats else None
+            rec.history.append((len(rec.tokens), s))
+        return out.scores
+
+    def progress(self) -> Progress | None:
+        every = self.cfg.progress_every
+        if not every or self.steps % every or not self.rows or not len(self.rows):
+            return None
+        self.refresh_texts()
+        return Progress(self.arm, self.rows.generated, len(self.rows), self.candidates(), self.ledger())
+
+    def finished(self, rounds: int) -> Finished:
+        contenders = [r for r in self.recs if r.status == "finished"]
+        winner = max(contenders, key=lambda r: (r.score, -r.id))
+        return Finished(self.arm, winner.view(), self.candidates(), rounds, self.ledger())
+
+    def release(self) -> None:
+        if self.rows is not None:
+            self.rows.release()
+        if self.engine is not None:
+            self.engine.release()
+        self.rows = self.engine = None
+
+
+def _timed(run_factory: Callable[[], _Run], body: Callable[[_Run], Iterator[Event]]) -> Iterator[Event]:
+    """Run ``body``, counting only the time spent inside it, and always release memory."""
+    run = None
+    try:
+        run = run_factory()
+        run.resume()
+        for event in body(run):
+            run.pause()
+            yield event
+            run.resume()
+    finally:
+        if run is not None:
+            run.release()
+
+

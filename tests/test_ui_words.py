@@ -1,0 +1,137 @@
+"""What the page says, checked without a model: the reward's name and scale on every reward axis and in
+the result, a replay's first status and its settings as run, table headers that fit, the Paper scale
+feedback, "Waiting" only when a run really waits, and the lab's default sample."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("gradio")
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+
+
+@pytest.fixture(scope="module")
+def replayed():
+    """Every frame of a committed recording's replay (self-certainty, bon:n=128, sr:n=auto)."""
+    from components.replay import index, replay_frames
+    from specrej.record import load
+
+    path = next(iter(index().values()))
+    return load(path), list(replay_frames(load(path).meta["prompt"], "inf"))
+
+
+def _y_titles(spec: dict) -> str:
+    return spec["layout"]["yaxis"]["title"]["text"]
+
+
+def test_every_reward_axis_and_the_result_name_the_reward_and_its_scale(replayed):
+    from specrej.rewards import REWARDS, scale_of
+
+    _, frames = replayed
+    last = frames[-1]
+    scale = REWARDS["self-certainty"].scale
+    assert scale_of(last.view.reward_label) is scale
+    for spec in [*last.arm_plots, last.race_plot]:
+        assert scale.name in _y_titles(spec) and scale.unit in _y_titles(spec), _y_titles(spec)
+    assert "**Reward:** Self-certainty" in last.summary and "higher means more" in last.summary
+    assert f"reward of the winner ({scale.name})" in last.summary
+
+
+def test_a_live_runs_reward_label_finds_its_registry_scale():
+    from components import charts, panels
+    from components.view import RunView
+    from specrej import RunConfig
+    from specrej.rewards import REWARDS, UNKNOWN_SCALE, scale_of
+
+    pref = REWARDS["preference"].scale
+    view = RunView(RunConfig(prompt="-"), reward_label="preference: short and kind")
+    assert pref.name in _y_titles(charts.race_chart(view)) and pref.unit in _y_titles(charts.arm_chart(view, "bon"))
+    assert "short and kind" in panels.reward_words(view) and "cosine similarity" in panels.reward_words(view)
+    for kind, cls in REWARDS.items():   # a spec and a UI label of every kind find the same words
+        assert scale_of(kind) is cls.scale and scale_of(cls.label) is cls.scale
+    assert scale_of("Reward model: /models/rm") is REWARDS["hf"].scale and scale_of("variety") is UNKNOWN_SCALE
+
+
+def test_a_replay_starts_as_a_replay_and_shows_the_settings_it_ran(replayed):
+    rec, frames = replayed
+    first = frames[0].status
+    assert "Starting" not in first and "prefilling" not in first and first.startswith("**Replaying**")
+    # the recording's base n (32) is replaced by both arms' own n: only what ran is shown
+    assert rec.meta["settings"]["n"] == 32 and "n=32" not in first
+    assert "Best-of-N \\(n=128\\)" in first and "n=auto" in first and "max_new_tokens=256" in first
+    assert "SmolLM2" in first and "Self-certainty" in first
+
+
+def test_table_headers_name_an_arm_shortly_unless_two_arms_share_a_kind(replayed):
+    from components import panels
+    from components.view import RunView
+    from specrej import RunConfig
+
+    _, frames = replayed
+    headers = frames[-1].table["headers"]
+    assert "round pruned (SR)" in headers and "BoN rank" in headers
+    assert not any("first_decision" in h or "n=auto" in h for h in headers), headers
+    two = RunView(RunConfig(prompt="-", n=2), specs=("bon", "sr", "sr:alpha=0.8"))
+    headers = panels.candidate_table(two)[0]
+    assert "round pruned (SR)" in headers and "round pruned (SR alpha=0.8)" in headers and "BoN rank" in headers
+
+
+def test_race_labels_never_stack_on_each_other():
+    """Two arms that end at the same point get their "done at" labels at different heights."""
+    from components import charts
+    from components.view import RunView
+    from specrej import Candidate, Finished, Ledger, RunConfig
+
+    view = RunView(RunConfig(prompt="-", n=1), specs=("bon", "sr", "sr:alpha=0.8"))
+    for arm in ("bon", "sr", "sr2"):
+        c = Candidate(id=0, text="a", tokens=4, status="finished", score=0.5, history=((4, 0.5),))
+        view.apply(Finished(arm=arm, candidates=(c,), ledger=Ledger(generator_flops=1e9, generated_tokens=4), winner=c,
+                            rounds=0))
+    notes = [a for a in charts.race_chart(view)["layout"]["annotations"] if "done" in a["text"]]
+    assert len(notes) == 2 and notes[0]["ay"] != notes[1]["ay"] and {a["axref"] for a in notes} == {"x"}
+
+
+def test_paper_scale_opens_the_settings_and_says_what_it_set():
+    import gradio as gr
+
+    from components import ui
+    from components.context import AppContext
+
+    ctx = AppContext.from_env({})
+    with gr.Blocks():
+        page = ui.build_page(ctx)
+    out = ui.paper_scale_updates(ctx, page)
+    c = page.controls
+    assert out[c.sr_start] == "auto" and out[c.stop_when_matched] is True
+    assert out[c.settings].open is True
+    words = out[page.arena.status].value
+    assert words.startswith("**Paper scale set**") and f"N = {min(128, ctx.limits.max_n)}" in words
+    assert "token 16" in words and "Replay" in words
+
+
+def test_waiting_only_when_every_slot_is_taken():
+    from components import ui
+    from components.context import AppContext
+
+    ctx = AppContext.from_env({}, concurrency=1)
+    assert "Waiting" not in ui.waiting_status(ctx).value and "Starting" in ui.waiting_status(ctx).value
+    ctx.active.add("someone else's run")
+    assert ui.waiting_status(ctx).value.startswith("**Waiting for a free slot:** 1 run in progress")
+
+
+def test_the_labs_default_sample_shows_a_rejection_and_a_correction():
+    from components import autospec_tab as tab
+
+    frames = list(tab.sample_handler("curie-weiss", 64, 0.5, 3, 1.0, 2, "block", tab.DEFAULT_SEED, 0))
+    grids = [f[2] for f in frames if isinstance(f[2], str)]
+    assert any("as-cell as-discarded" in g for g in grids) and any("as-cell as-corrected" in g for g in grids)
+    assert frames[-1][0].startswith("Done")
+
+
+def test_the_labs_scaling_figure_has_one_legend_per_panel():
+    from components import autospec_tab as tab
+
+    fig, _ = tab.recorded_scaling()
+    panels = sorted({t.xaxis or "x" for t in fig.data})
+    assert len(panels) == 3 and {t.legend or "legend" for t in fig.data} == {"legend", "legend2", "legend3"}
+    starts = [fig.layout[name].x for name in ("legend", "legend2", "legend3")]
+    assert starts == sorted(starts) and len(set(starts)) == 3
