@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(mine) * (1 + len(points)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
+        bar = tqdm(total=len(mine) * (1 + len(rules) * len(points)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
                    position=rank, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
