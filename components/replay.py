@@ -26,7 +26,7 @@ from .view import RunView
 RECORDINGS = ASSETS / "recordings"
 PACES = [("real pace", "1"), ("4×", "4"), ("16×", "16"), ("instant", "inf")]
 PAPER_SCALE = dict(n=128, sr_start="auto", first_decision=16, max_new_tokens=256, budget=2048, alpha=0.5,
-                   decision="budget", stop_when_matched=True, second=False)
+                   decision="budget", stop_when_matched=True, second=False, rule="paper")
 PAPER_REWARD = "self-certainty"
 
 

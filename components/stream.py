@@ -65,6 +65,7 @@ class _Request:
         """A validated RunConfig (ValueError with a message that says what to change)."""
         kw = {name: getattr(self, name) for name in CONFIG_FIELDS}
         kw["budget"] = None if kw["budget"] in (None, 0, "") else kw["budget"]
+        kw["rule"] = _DEFAULTS["rule"] if self.rule in (None, "") else self.rule   # RunConfig checks the rest
         seed = kw["seed"]
         if isinstance(seed, int) and not isinstance(seed, bool) and seed > MAX_SEED:
             raise ValueError(f"seed={seed} is too large: use a seed below 2**63.")
@@ -106,13 +107,15 @@ RunRequest = make_dataclass(
     + [(name, Any, field(default=_DEFAULTS[name])) for name in CONFIG_FIELDS]
     + [("second", Any, field(default=False)), ("second_alpha", Any, field(default=0.9)),
        ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="flops")),
-       ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False))],
+       ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False)),
+       ("rule", Any, field(default=_DEFAULTS["rule"]))],
     bases=(_Request,), frozen=True)
 RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
                       "settings the page offers, the model and reward choices, a second Speculative Rejection "
                       "setting to compare, the race chart's axis, how Speculative Rejection starts ('same' N as "
                       "Best-of-N, or 'auto': the rows that fill memory at first_decision tokens) and whether the "
-                      "race stops Best-of-N once it matches Speculative Rejection's winner.")
+                      "race stops Best-of-N once it matches Speculative Rejection's winner, and the rule that picks which "
+                      "candidates a decision keeps (specrej.core.rules).")
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))
 
 

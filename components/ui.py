@@ -13,6 +13,7 @@ from typing import Iterable, Iterator
 import gradio as gr
 
 from specrej import RunConfig
+from specrej.core.rules import RULES
 
 from . import charts
 from .context import ASSETS, PREFERENCE, AppContext, reward_kind_label
@@ -87,6 +88,7 @@ class Controls:
     pace: gr.Radio
     settings: gr.Accordion
     paper_note: gr.Markdown
+    rule: gr.Dropdown
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -145,6 +147,9 @@ def build_controls(ctx: AppContext) -> Controls:
         with gr.Row():
             decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="Speculative Rejection decides",
                                 elem_id="decision")
+            rule = gr.Dropdown(choices=[(getattr(r, "label", k), k) for k, r in RULES.items()],
+                               value=DEFAULTS["rule"], label="Which candidates a decision keeps",
+                               info=HELP["rule"], elem_id="rule")
             interval = gr.Slider(1, 256, value=DEFAULTS["interval"], step=1, label="k (tokens between decisions)",
                                  info=HELP["interval"], visible=DEFAULTS["decision"] == "interval",
                                  elem_id="interval")
@@ -169,7 +174,7 @@ def build_controls(ctx: AppContext) -> Controls:
                              elem_id="seed")
     return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
                     max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group,
-                    sr_start, first_decision, stop_when_matched, paper, replay, pace, settings, paper_note)
+                    sr_start, first_decision, stop_when_matched, paper, replay, pace, settings, paper_note, rule)
 
 
 def paper_outputs(page: "Page") -> list:

@@ -62,7 +62,7 @@ def register(kind: ArmKind) -> ArmKind:
 register(ArmKind("bon", "Best-of-N", ("n",), "BoN"))
 register(ArmKind("bonc", "Best-of-N, continuous batching", ("n",), "BoN-c"))   # vLLM backend only
 register(ArmKind("sr", "Speculative Rejection", ("n", "alpha", "decision", "interval", "keep_finished",
-                                                 "first_decision"), "SR"))
+                                                 "first_decision", "rule"), "SR"))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 

@@ -41,6 +41,8 @@ class RunConfig:
     interval: int = _f(16, "Tokens between decisions when decision='interval'.")
     first_decision: int = _f(8, "With n='auto': the generated tokens at which the first batch fills the budget "
                              "(so Speculative Rejection's first decision comes there).")
+    rule: str = _f("paper", "Which candidates a decision keeps: 'paper' (highest partial reward, the paper's "
+                   "rule) or a rule fitted on coupled runs, e.g. 'calibrated' (see specrej.core.rules).")
     keep_finished: bool = _f(False, "Finished candidates always stay in contention instead of competing "
                              "for kept slots (the reference code makes them compete).")
     stop: tuple[str, ...] = _f((), "Stop strings that end a candidate.")
@@ -67,6 +69,11 @@ class RunConfig:
         _int(self, "seed", lo=0, hint="seed must be a non-negative integer")
         if self.budget is not None:
             _int(self, "budget", lo=1, hint="budget is a positive number of KV-cache token slots, or None for auto")
+        from .core.rules import RULES
+
+        if not isinstance(self.rule, str) or self.rule.strip() not in RULES:
+            raise ValueError(f"rule={self.rule!r} is unknown; choose one of {', '.join(RULES)}.")
+        self.rule = self.rule.strip()
         if self.decision not in DECISIONS:
             raise ValueError(f"decision={self.decision!r} is unknown; choose one of {', '.join(DECISIONS)}.")
         _int(self, "interval", lo=1, hint="interval is a positive number of tokens")

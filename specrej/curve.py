@@ -16,6 +16,9 @@ The compute of Best-of-k is an expectation too:
 - decode steps under a memory budget: Best-of-k runs in passes of ``rows_per_pass`` rows, and a
   pass lasts as long as its longest answer, so steps = sum over passes of E[max length of a
   random subset of the pass's size] (each pass is a uniform random subset of the N);
+- decode steps with slots refilled (``refill_steps``): the same ``rows_per_pass`` slots, but a
+  slot takes the next candidate the step after its answer ends, as continuous batching (vLLM)
+  does; the steps are the makespan of that list schedule, averaged over random orders;
 - wall time, modelled from step times measured at the pass's batch size (``step_s(rows)``):
   sum over passes of E[steps] x step_s(rows), plus ``fixed_s`` (prefill and scoring) scaled by
   k/N. A model, not a measurement: say so where it is shown.
@@ -25,16 +28,21 @@ Best-of-k is the improvement score of the expected bests.
 """
 from __future__ import annotations
 
+import functools
+import heapq
+import itertools
 import math
+import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .metrics import SpeedUp, speedup
 
-MEASURES = ("flops", "steps", "wall")
+MEASURES = ("flops", "steps", "steps_refill", "wall")
 
 
-def order_weights(n: int, k: int) -> list[float]:
+@functools.lru_cache(maxsize=4096)
+def order_weights(n: int, k: int) -> tuple[float, ...]:
     """Weights w_i (i = 1..n) of the ascending order statistics in E[max of a random k-subset]."""
     if not 1 <= k <= n:
         raise ValueError(f"k={k} is outside 1..{n}")
@@ -43,7 +51,7 @@ def order_weights(n: int, k: int) -> list[float]:
     out = [0.0] * n
     for i in range(k, n + 1):   # C(i-1, k-1) = (i-1)! / ((k-1)! (i-k)!)
         out[i - 1] = math.exp(math.lgamma(i) - log_pick - math.lgamma(i - k + 1) - log_total)
-    return out
+    return tuple(out)
 
 
 def expected_max(values: Sequence[float], k: int) -> float:
@@ -89,9 +97,11 @@ class Point:
 
 
 def bon_point(run: PromptRun, k: int, rows_per_pass: int,
-              step_s: Callable[[int], float] | None = None) -> Point:
-    """Expected best and compute of Best-of-k drawn from ``run``, under ``rows_per_pass``."""
+              step_s: Callable[[int], float] | None = None, memo: dict | None = None) -> Point:
+    """Expected best and compute of Best-of-k drawn from ``run``, under ``rows_per_pass``.
+    ``memo``: a dict kept per run, so a curve over every k computes each expected length once."""
     n = run.n
+    memo = {} if memo is None else memo
     if len(run.lengths) != n:
         raise ValueError("scores and lengths must cover the same candidates")
     mean_len = sum(run.lengths) / n
@@ -99,7 +109,9 @@ def bon_point(run: PromptRun, k: int, rows_per_pass: int,
     flops = run.flops_per_token * (run.prompt_tokens + tokens) + run.reward_flops * k / n
     steps, wall = 0.0, 0.0
     for m in pass_sizes(k, rows_per_pass):
-        e = expected_max(run.lengths, m)
+        if m not in memo:
+            memo[m] = expected_max(run.lengths, m)
+        e = memo[m]
         steps += e
         if step_s is not None:
             wall += e * step_s(m)
@@ -107,15 +119,44 @@ def bon_point(run: PromptRun, k: int, rows_per_pass: int,
     return Point(k, expected_max(run.scores, k), tokens, flops, steps, wall_s)
 
 
+def refill_steps(lengths: Sequence[int], slots: int, draws: int = 256, seed: int = 0) -> list[float]:
+    """Expected decode steps of Best-of-k for k = 1..N (entry k-1) when ``slots`` rows decode at once
+    and a slot takes the next candidate as soon as its answer ends (continuous batching).
+
+    For one order of the N candidates, the first k run as a list schedule: each goes to the slot
+    that frees first, and the steps are when the last one ends. A list schedule is online (the
+    first k do not depend on later ones), so one pass over an order gives every k. The
+    expectation is over orders: every order when N! <= ``draws`` (exact), else ``draws`` random
+    orders from a seeded generator (the same inputs give the same curve)."""
+    n = len(lengths)
+    if n == 0:
+        raise ValueError("refill_steps needs at least one length")
+    if slots < 1:
+        raise ValueError("slots must be at least 1")
+    if math.factorial(n) <= draws:
+        orders = list(itertools.permutations(range(n)))
+    else:
+        rng = random.Random(seed)
+        orders = []
+        for _ in range(draws):
+            o = list(range(n))
+            rng.shuffle(o)
+            orders.append(o)
+    total = [0.0] * n
+    for order in orders:
+        free = [0] * min(slots, n)      # the step at which each slot is next free
+        end = 0
+        for k, c in enumerate(order):
+            start = heapq.heappop(free)
+            heapq.heappush(free, start + lengths[c])
+            end = max(end, start + lengths[c])
+            total[k] += end
+    return [t / len(orders) for t in total]
+
+
 def default_ks(n_max: int) -> list[int]:
-    """Every k up to 64, then a geometric grid (x1.125) to n_max: dense enough to interpolate."""
-    ks = set(range(1, min(n_max, 64) + 1))
-    k = 64.0
-    while k < n_max:
-        k *= 1.125
-        ks.add(min(n_max, int(round(k))))
-    ks.add(n_max)
-    return sorted(ks)
+    """Every k from 1 to n_max: the speed-ups interpolate between neighbours, never across a gap."""
+    return list(range(1, n_max + 1))
 
 
 def speedups(curves: dict[str, Sequence[tuple[float, float]]], target: float,
@@ -126,26 +167,36 @@ def speedups(curves: dict[str, Sequence[tuple[float, float]]], target: float,
     return {m: speedup(curves[m], target, method[m]) for m in curves if m in method and method[m]}
 
 
-def improvement(bests: Sequence[float], runs: Sequence[PromptRun]) -> float:
-    """The improvement score of per-prompt bests against each run's Best-of-N_max (100 = match it)."""
-    from .metrics import improvement_score
+def improvement(bests: Sequence[float], runs: Sequence[PromptRun], capped: bool = False) -> float:
+    """The improvement score of per-prompt bests against each run's Best-of-N_max (100 = match it);
+    ``capped``: each prompt's best counts at most Best-of-N_max's best."""
+    gains = improvement_gains(bests, runs, capped)
+    return 100.0 * (1.0 + sum(gains) / len(gains))
+
+
+def improvement_gains(bests: Sequence[float], runs: Sequence[PromptRun], capped: bool = False) -> list[float]:
+    """Each prompt's term of ``improvement`` (its mean x 100, + 100): what a bootstrap resamples."""
+    from . import metrics
 
     top = [max(r.scores) for r in runs]
-    return improvement_score(bests, top, top, [min(r.scores) for r in runs])
+    return metrics.improvement_gains(bests, top, top, [min(r.scores) for r in runs], capped=capped)
 
 
 def bon_curve(runs: Sequence[PromptRun], ks: Sequence[int], rows_per_pass: Sequence[int],
               step_s: Callable[[int], float] | None = None) -> list[dict]:
     """Best-of-k over prompts, for each k: the expected improvement score and the compute summed
-    over prompts (tokens, flops, steps, and wall_s when ``step_s`` models it)."""
+    over prompts (tokens, flops, steps in fixed passes, steps_refill with refilled slots, and
+    wall_s when ``step_s`` models it)."""
     if not runs or len(rows_per_pass) != len(runs):
         raise ValueError("bon_curve needs one rows_per_pass per prompt run")
+    refill = [refill_steps(r.lengths, b) for r, b in zip(runs, rows_per_pass)]
+    memos: list[dict] = [{} for _ in runs]
     out = []
     for k in ks:
-        pts = [bon_point(r, k, b, step_s) for r, b in zip(runs, rows_per_pass)]
+        pts = [bon_point(r, k, b, step_s, memo) for r, b, memo in zip(runs, rows_per_pass, memos)]
         row = {"k": k, "improvement": improvement([p.best for p in pts], runs),
                "tokens": sum(p.tokens for p in pts), "flops": sum(p.flops for p in pts),
-               "steps": sum(p.steps for p in pts)}
+               "steps": sum(p.steps for p in pts), "steps_refill": sum(rf[k - 1] for rf in refill)}
         if step_s is not None:
             row["wall"] = sum(p.wall_s for p in pts)
         out.append(row)

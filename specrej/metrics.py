@@ -15,6 +15,11 @@ Contract (pure Python, standard library only):
   ``None`` when undefined.
 * ``best_of_k``: best score among the first ``k`` candidates (with coupled
   randomness, Best-of-k is a prefix of a Best-of-N run).
+* ``improvement_gains``: the per-prompt terms of ``improvement_score`` (its
+  mean, times 100, plus 100), optionally with each method best capped at the
+  reference's best (``capped=True``): a method cannot then score above 100
+  by reading a score the reference never saw (rounding drift between arms).
+* ``bootstrap_ci``: a percentile bootstrap interval of a mean over prompts.
 
 Invalid inputs raise ``ValueError``.
 """
@@ -22,12 +27,15 @@ Invalid inputs raise ``ValueError``.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = [
     "SpeedUp",
     "best_of_k",
+    "bootstrap_ci",
+    "improvement_gains",
     "improvement_score",
     "relative_compute",
     "speedup",
@@ -52,19 +60,53 @@ def improvement_score(
 
     Raises ``ValueError`` if the inputs are empty or differ in length.
     """
+    gains = improvement_gains(method_best, ref_best, ref_max, ref_min)
+    return 100.0 * (1.0 + sum(gains) / len(gains))
+
+
+def improvement_gains(
+    method_best: Sequence[float],
+    ref_best: Sequence[float],
+    ref_max: Sequence[float],
+    ref_min: Sequence[float],
+    capped: bool = False,
+) -> list[float]:
+    """Per-prompt gains ``(best - ref_best) / (ref_max - ref_min)`` (0 where the spread is 0).
+
+    ``capped``: each method best is first lowered to at most ``ref_max`` (the
+    best the reference saw), so no prompt gains above it."""
     n = len(method_best)
     if n == 0:
         raise ValueError("improvement_score needs at least one prompt")
     if not (len(ref_best) == len(ref_max) == len(ref_min) == n):
         raise ValueError("improvement_score inputs must all have the same length")
-
-    total_gain = 0.0
+    gains = []
     for best, reference, high, low in zip(method_best, ref_best, ref_max, ref_min):
         spread = high - low
-        if spread == 0:
-            continue
-        total_gain += (best - reference) / spread
-    return 100.0 * (1.0 + total_gain / n)
+        if capped:
+            best = min(best, high)
+        gains.append(0.0 if spread == 0 else (best - reference) / spread)
+    return gains
+
+
+def bootstrap_ci(values: Sequence[float], level: float = 0.9, draws: int = 4000,
+                 seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (one value per prompt).
+
+    ``draws`` resamples of ``len(values)`` values with replacement (a seeded
+    generator: the same inputs give the same interval); the interval holds
+    the middle ``level`` of their means. Raises ``ValueError`` on no values."""
+    if not values:
+        raise ValueError("bootstrap_ci needs at least one value")
+    if not 0 < level < 1:
+        raise ValueError("level must be in (0, 1)")
+    n = len(values)
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(draws))
+    tail = (1.0 - level) / 2.0
+    lo = means[int(math.floor(tail * (draws - 1)))]
+    hi = means[int(math.ceil((1.0 - tail) * (draws - 1)))]
+    return lo, hi
 
 
 def relative_compute(method: float, reference: float) -> float:

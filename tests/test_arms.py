@@ -134,7 +134,7 @@ def test_cli_races_three_arms_and_a_registered_third_method(tiny_lm_dir, tiny_re
                                                              capsys):
     from specrej.cli import build_parser, main
 
-    assert "First answer" in build_parser().format_help()
+    assert "First answer" in " ".join(build_parser().format_help().split())   # argparse wraps lines anywhere
     out = tmp_path / "trace.json"
     rc = main(["--model", tiny_lm_dir, "--reward", f"hf:{tiny_reward_dir}", "--prompt", PROMPT, "--n", "6",
                "--max-new-tokens", "8", "--budget", "300", "--arms", "bon", "sr:alpha=0.5", "first",

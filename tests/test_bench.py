@@ -44,7 +44,7 @@ def test_decision_correlation_uses_only_rows_live_at_that_decision():
 
 def test_load_prompts_by_name_and_from_files(tmp_path):
     quick = load_prompts("quick")
-    assert len(quick) == 6 and all(set(r) == {"id", "kind", "prompt"} for r in quick)
+    assert len(quick) == 12 and all(set(r) == {"id", "kind", "prompt"} for r in quick)
     assert len(load_prompts("default")) >= 60
     (tmp_path / "p.json").write_text(json.dumps(["Say hi.", {"prompt": "Say bye.", "id": "x"}]))
     rows = load_prompts(str(tmp_path / "p.json"))
@@ -84,17 +84,22 @@ def test_bench_end_to_end_on_tiny_models(tiny_lm_dir, tiny_reward_dir, prompt_fi
         "--sweep", "1,4", "--repeats", "1"]
     result = main(args)
     printed = capsys.readouterr().out
-    assert "Best-of-8" in printed and "SR a=0.5 T=4" in printed and "engine / generate" in printed
+    assert "Best-of-8" in printed and "engine / generate" in printed
+    assert "SR paper a=0.5 T=4" in printed and "SR calibrated a=0.5 T=4" in printed
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["protocol"] == json.loads(json.dumps(result["protocol"]))
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"  # matplotlib is in requirements.txt
 
     # the summary: one row per method, the columns
-    assert [r["method"] for r in saved["summary"]] == ["bon", "sr", "sr"]
+    assert [r["method"] for r in saved["summary"]] == ["bon", "sr", "sr", "sr", "sr"]
     for row in saved["summary"]:
-        assert {"method", "alpha", "first_decision", "improvement", "rel_flops", "rel_wall", "speedup_flops",
-                "speedup_steps", "speedup_wall"} <= set(row)
-    assert [r["alpha"] for r in saved["summary"][1:]] == [0.5, 0.75]
+        assert {"method", "rule", "alpha", "first_decision", "source", "improvement", "improvement_ci90",
+                "improvement_capped", "improvement_capped_ci90", "rel_flops", "rel_wall", "speedup_flops",
+                "speedup_steps", "speedup_steps_refill", "speedup_wall"} <= set(row)
+    # the paper's rule beside the new one, at the same points
+    assert [(r["rule"], r["alpha"]) for r in saved["summary"][1:]] == [
+        ("paper", 0.5), ("paper", 0.75), ("calibrated", 0.5), ("calibrated", 0.75)]
+    assert saved["meta"]["dtype"] == "float32" and saved["meta"]["rules"] == ["paper", "calibrated"]
     proto = result["protocol"]
     assert proto["bon"][-1]["k"] == 8 and proto["bon"][-1]["improvement"] == pytest.approx(100)
     steps = [b["rel_steps"] for b in proto["bon"]]

@@ -11,7 +11,8 @@ import pytest
 
 from specrej import RunConfig
 from specrej.core.budget import AUTO_MAX_ROWS, BudgetError, KVBudget
-from specrej.core.decisions import EveryK, MemoryFull, Moment, keep_count, rank, rule_for
+from specrej.core.decisions import EveryK, MemoryFull, Moment, keep_count, rule_for
+from specrej.core.rules import Contender, rank
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,8 +54,12 @@ def test_every_k_is_due_every_k_tokens_and_when_memory_is_full():
     assert EveryK(0.5, k=100).due(Moment(3, 10**6, 4, 0, kv))   # memory full decides too
 
 
+def pool(scores: dict[int, float], finished: bool = False) -> list[Contender]:
+    return [Contender(c, s, 8, finished) for c, s in scores.items()]
+
+
 def test_select_ranks_live_and_finished_together_and_memory_can_force_more():
-    live, finished = {0: 0.1, 1: 0.9, 2: 0.5, 3: 0.5}, {7: 0.7}
+    live, finished = pool({0: 0.1, 1: 0.9, 2: 0.5, 3: 0.5}), pool({7: 0.7}, finished=True)
     sel = MemoryFull(0.5).select(live, finished, cap=10)
     assert keep_count(0.5, 5) == 2 and sel.kept == (1, 7) and sel.kept_live == (1,)
     assert set(sel.pruned) == {0, 2, 3} and not sel.forced and sel.threshold == 0.7
@@ -62,9 +67,9 @@ def test_select_ranks_live_and_finished_together_and_memory_can_force_more():
     kept_finished = MemoryFull(0.5, keep_finished=True).select(live, finished, cap=10)
     assert 7 not in kept_finished.kept + kept_finished.pruned    # finished ones stay out of the ranking
     assert kept_finished.kept_live == (1, 2)
-    forced = MemoryFull(0.0).select(live, {}, cap=2)
+    forced = MemoryFull(0.0).select(live, [], cap=2)
     assert forced.forced and forced.kept_live == (1, 2) and forced.pruned == (3, 0) and forced.threshold == 0.5
-    assert MemoryFull(0.99).select({4: 1.0}, {}, cap=1).kept == (4,)   # at least one is kept
+    assert MemoryFull(0.99).select(pool({4: 1.0}), [], cap=1).kept == (4,)   # at least one is kept
 
 
 def test_rule_for_reads_the_config():

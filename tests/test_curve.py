@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from specrej.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, expected_max,
+from specrej.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, expected_max, refill_steps,
                            order_weights, pass_sizes, speedups)
 
 
@@ -76,7 +76,10 @@ def test_curve_rises_to_100_and_speedups_read_it():
     steps = [row["steps"] for row in curve]
     assert steps == sorted(steps)
     by = curves_by_measure(curve)
-    assert set(by) == {"flops", "steps"}                   # no step model, so no wall
+    assert set(by) == {"flops", "steps", "steps_refill"}   # no step model, so no wall
+    refill = [row["steps_refill"] for row in curve]
+    assert refill == sorted(refill)
+    assert all(r <= f + 1e-9 for r, f in zip(refill, steps))   # refilling slots never takes longer
     # a method that scores like Best-of-8 with 1/4 of Best-of-8's decode steps is a 4x speed-up in steps
     target, at8 = curve[3]["improvement"], curve[3]
     s = speedups(by, target, {"steps": at8["steps"] / 4, "flops": at8["flops"]})
@@ -85,9 +88,27 @@ def test_curve_rises_to_100_and_speedups_read_it():
     assert speedups(by, 101.0, {"steps": 1.0})["steps"].lower_bound
 
 
-def test_default_ks_dense_then_geometric():
-    ks = default_ks(1024)
-    assert ks[:64] == list(range(1, 65)) and ks[-1] == 1024
-    assert all(b / a <= 1.14 for a, b in zip(ks[63:], ks[64:]))
+def test_default_ks_are_every_k():
+    assert default_ks(1024) == list(range(1, 1025))
     assert default_ks(5) == [1, 2, 3, 4, 5]
-    assert math.isclose(len(default_ks(128)), len(set(default_ks(128))))
+
+
+def test_refill_steps_known_answers():
+    # equal lengths: every order gives ceil(k / slots) x length, fixed passes or refilled alike
+    assert refill_steps([10] * 12, 4) == [10.0 * -(-k // 4) for k in range(1, 13)]
+    # one slot: the lengths add up; k = N is the sum whatever the order
+    assert refill_steps([1, 2, 3], 1) == pytest.approx([2.0, 4.0, 6.0])
+    # slots >= N: the longest of k random candidates (exact enumeration of the 3! orders)
+    assert refill_steps([1, 2, 3], 5) == pytest.approx([2.0, (2 + 3 + 3) / 3, 3.0])
+    # a long answer no longer holds up a whole pass. Lengths 9,1,1,1 on 2 slots, all 4 candidates:
+    # refilled, 9 steps when the long one starts first or second (the short ones share the other
+    # slot), 10 when it starts third or fourth (at step 1): 9.5. Fixed passes of 2: 2 x E[max of a
+    # random pair] = 2 x 5 = 10.
+    assert refill_steps([9, 1, 1, 1], 2)[-1] == pytest.approx(9.5)
+    run = PromptRun([0.1, 0.2, 0.3, 0.4], [9, 1, 1, 1], 5, 2.0)
+    assert bon_point(run, 4, 2).steps == pytest.approx(10.0)
+    # many orders: a seeded Monte Carlo, the same every call
+    lengths = list(range(1, 41))
+    assert refill_steps(lengths, 3) == refill_steps(lengths, 3)
+    with pytest.raises(ValueError):
+        refill_steps([], 2)

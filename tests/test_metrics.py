@@ -185,3 +185,35 @@ def test_best_of_k_takes_max_of_prefix():
 def test_best_of_k_rejects_out_of_range_k(k):
     with pytest.raises(ValueError):
         best_of_k([0.2, 0.9, 0.1, 1.5], k)
+
+
+def test_improvement_gains_capped_at_the_reference_best():
+    from specrej.metrics import improvement_gains
+
+    # prompt 1 beats the reference's best by half its spread (drift); prompt 2 falls short by a quarter
+    raw = improvement_gains([3.0, 1.5], [2.0, 2.0], [2.0, 2.0], [0.0, 0.0])
+    assert raw == [0.5, -0.25]
+    capped = improvement_gains([3.0, 1.5], [2.0, 2.0], [2.0, 2.0], [0.0, 0.0], capped=True)
+    assert capped == [0.0, -0.25]
+    assert improvement_score([3.0, 1.5], [2.0, 2.0], [2.0, 2.0], [0.0, 0.0]) == pytest.approx(112.5)
+    assert 100 * (1 + sum(capped) / 2) == pytest.approx(87.5)
+
+
+def test_bootstrap_interval_known_answers():
+    from specrej.metrics import bootstrap_ci
+
+    assert bootstrap_ci([2.0, 2.0, 2.0]) == (2.0, 2.0)             # no spread, no interval
+    # two prompts, 0 and 1: a resample's mean is 0, 0.5 or 1 with chances 1/4, 1/2, 1/4, so the
+    # 5th and 95th percentiles of many resamples are 0 and 1
+    assert bootstrap_ci([0.0, 1.0]) == (0.0, 1.0)
+    # the interval holds the mean, narrows with more prompts, and is the same every call (seeded)
+    few = [0.0, 1.0] * 3
+    many = [0.0, 1.0] * 50
+    lo, hi = bootstrap_ci(few)
+    lo2, hi2 = bootstrap_ci(many)
+    assert lo < 0.5 < hi and lo2 < 0.5 < hi2 and hi2 - lo2 < hi - lo
+    assert bootstrap_ci(few) == (lo, hi)
+    # many prompts: close to the normal interval, mean +- 1.645 sd / sqrt(n)
+    assert hi2 - lo2 == pytest.approx(2 * 1.645 * 0.5 / 10, rel=0.15)
+    with pytest.raises(ValueError):
+        bootstrap_ci([])

@@ -55,12 +55,19 @@ def test_default_set_size_and_kind_balance(default_rows):
     assert all(count >= 10 for count in counts.values()), counts
 
 
-def test_quick_is_one_per_kind_subset_of_default(default_rows, quick_rows):
-    assert len(quick_rows) == len(KINDS)
-    assert {row["kind"] for row in quick_rows} == KINDS
+def test_quick_is_two_per_kind_subset_of_default(default_rows, quick_rows):
+    assert len(quick_rows) == 2 * len(KINDS)            # at least 12 prompts: the floor
+    assert Counter(row["kind"] for row in quick_rows) == {k: 2 for k in KINDS}
     default_by_id = {row["id"]: row for row in default_rows}
     for row in quick_rows:
         assert default_by_id.get(row["id"]) == row
+
+
+def test_bundled_rules_were_fitted_outside_the_quick_set(quick_rows):
+    quick = {row["id"] for row in quick_rows}
+    for path in (ASSETS / "rules").glob("*.json"):
+        fitted = set(json.loads(path.read_text(encoding="utf-8"))["fitted_on"])
+        assert fitted and not fitted & quick, (path.name, fitted & quick)
 
 
 def test_examples_is_list_of_prompts():

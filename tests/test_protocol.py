@@ -3,6 +3,7 @@ against the order-statistics Best-of-N curve in FLOPs, decode steps and (modelle
 from __future__ import annotations
 
 import pytest
+import torch
 
 from specrej import RunConfig
 from specrej.bench.protocol import StepModel, aggregate, measure_pass, run_prompt, sr_rows, summary
@@ -54,6 +55,46 @@ def test_aggregate_reads_every_measure_off_the_curve(tiny_lm, records):
             assert key in r
 
 
+def test_capped_intervals_refill_and_the_simulator_in_the_aggregate(tiny_lm, records):
+    recs, model = records
+    agg = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model)
+    assert [b["k"] for b in agg["bon"]] == list(range(1, 17))            # the curve on every k
+    assert agg["bon_ref"]["steps_refill"] <= agg["bon_ref"]["steps"]
+    for p in agg["sr"]:
+        assert p["improvement_capped"] <= min(p["improvement"], 100.0) + 1e-9
+        lo, hi = p["improvement_ci90"]
+        assert lo <= p["improvement"] <= hi
+        lo, hi = p["improvement_capped_ci90"]
+        assert lo <= p["improvement_capped"] <= hi <= 100.0 + 1e-9
+        # SR's steps are the same against either baseline; refilling makes Best-of-N faster, so SR's
+        # speed-up against it is never larger
+        assert p["speedup_steps_refill"]["value"] <= p["speedup_steps"]["value"] + 1e-9
+        assert p["source"] == "run" and p["drift"]["compared"] > 0
+    for r in recs:
+        for s in r["sr"]:
+            if s["n"] <= 16:   # the simulator can replay it from the coupled Best-of-16 run
+                assert s["simulator_agrees"], (r["id"], s["alpha"])
+            assert s["drift"]["text_differs"] == 0 or tiny_lm.dtype != torch.float32
+    rows = summary(agg)
+    assert rows[0]["speedup_steps_refill"] == pytest.approx(agg["bon_ref"]["steps_refill"] / agg["bon_ref"]["steps"])
+
+
+def test_simulated_points_match_the_ones_that_ran(tiny_lm, length_reward):
+    """live=(): every point replayed from the coupled run gives what running it gave."""
+    base = RunConfig(prompt="-", max_new_tokens=24, seed=2, progress_every=0)
+    P = len(tiny_lm.render(PROMPT))
+    budget = (P + 12 * 4) if tiny_lm.shares_prefix else 12 * (P + 4)
+    row = {"id": "p", "kind": "", "prompt": PROMPT}
+    kw = dict(n_ref=16, points=[(0.5, 4), (0.8, 4)], budget=budget)
+    ran = run_prompt(tiny_lm, length_reward, row, base, **kw)
+    sim = run_prompt(tiny_lm, length_reward, row, base, live=(), **kw)
+    for a, b in zip(ran["sr"], sim["sr"]):
+        assert a["source"] == "run" and b["source"] == "simulated" and b["wall_s"] is None
+        for key in ("winner", "steps", "generated_tokens", "rounds", "kept_bon_winner"):
+            assert a[key] == b[key], key
+        assert a["score"] == pytest.approx(b["score"])
+
+
 def test_step_model_interpolates_in_rows():
     m = StepModel(((1, 0.01), (9, 0.05)))
     assert m(1) == 0.01 and m(5) == pytest.approx(0.03) and m(20) == 0.05
@@ -68,7 +109,7 @@ def test_table_and_figure(tiny_lm, records, tmp_path):
     agg = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model)
     meta = {"prompt_set": "t", "model": "tiny", "reward": "variety", "max_new_tokens": 24, "budget": 1, "seed": 2}
     text = paper_table(agg, meta)
-    assert "Best-of-16" in text and "SR a=0.5 T=4" in text and "MODELLED" in text
+    assert "Best-of-16" in text and "SR paper a=0.5 T=4" in text and "MODELLED" in text
     assert paper_png(agg, "t", tmp_path / "f.png") and (tmp_path / "f.png").stat().st_size > 10_000
 
 

@@ -11,12 +11,15 @@ The protocol (``protocol``), per prompt:
   random candidates, and the expected compute of Best-of-k under the memory budget (passes of
   the rows that fit at full length) in tokens, FLOPs, decode steps, and wall time modelled from
   step times measured at the budgeted batch;
-- Speculative Rejection at each (alpha, first decision) with n='auto': it opens with the rows
-  that fill the budget at the first decision, as the paper does; measured.
+- Speculative Rejection with each rejection rule (``specrej.core.rules``) at each (alpha, first
+  decision) with n='auto': it opens with the rows that fill the budget at the first decision, as
+  the paper does; grid points replayed by the simulator from the coupled run (exact in fp32),
+  the ``--live`` points run for real and checked against it.
 
-Over prompts (``protocol.aggregate``): improvement score against Best-of-N_ref, relative compute,
-the speed-up at equal improvement in decode steps, FLOPs and wall time (a lower bound when SR
-beats Best-of-N_ref), how often SR kept Best-of-N's winner, and the Spearman of partial against
+Over prompts (``protocol.aggregate``): improvement score against Best-of-N_ref, raw and capped at
+its best, with 90% bootstrap intervals; relative compute; the speed-up at equal improvement in
+decode steps (against fixed passes and against refilled slots), FLOPs and wall time (a lower
+bound when SR beats Best-of-N_ref), how often SR kept Best-of-N's winner, and the Spearman of partial against
 final reward at each decision (``specrej.compare``). The simulator (``simulate``) replays SR
 offline from one coupled run; ``reward_study`` uses it to compare reward kinds.
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
-from ..backends.hf import Engine
+from ..backends import backend_for
 from ..models import LM
 from ..rewards import Reward, TokenStats, checked
 
@@ -67,7 +67,7 @@ class CoupledRun:
 def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
     """Decode candidates 0..cfg.n-1 of cfg.prompt to the end, in one batch, keeping the statistics."""
     ids = lm.render(cfg.prompt)
-    engine = Engine.from_config(lm, ids, cfg)
+    engine = backend_for(lm).from_config(lm, ids, cfg)
     n = cfg.n
     tokens: list[list[int]] = [[] for _ in range(n)]
     cum_lp: list[list[float]] = [[] for _ in range(n)]
@@ -84,8 +84,9 @@ def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
                 cum_sc[d.cand].append(d.mean_self_certainty * g)
                 finish[d.cand] = d.reason
             for i, c in enumerate(rows.ids):
-                cum_lp[c].append(float(rows.lp_sum[i]))
-                cum_sc[c].append(float(rows.sc_sum[i]))
+                lp, sc = rows.stats(i)   # means so far: back to sums
+                cum_lp[c].append(lp * rows.generated)
+                cum_sc[c].append(sc * rows.generated)
     finally:
         rows.release()
         engine.release()

@@ -8,11 +8,14 @@ Per prompt:
    curve needs from it is every candidate's final score and length.
 2. **The Best-of-N curve** for every k <= N_ref by order statistics (``specrej.curve``): the
    expected best of k random candidates, and the expected compute of Best-of-k *under the
-   budget* (passes of the rows that fit at full length): tokens, FLOPs, decode steps, and wall
-   time MODELLED from step times measured at the budgeted batch (``StepModel``: real passes of
-   ``rows_per_pass`` rows and of 1 row, interpolated linearly in rows).
-3. **Speculative Rejection** at each (alpha, first decision): its starting N fills the budget at
-   the first decision (``n = auto``), measured for real: ledger, decode steps, wall time.
+   budget*: tokens, FLOPs, decode steps in fixed passes of the rows that fit at full length,
+   decode steps with those slots refilled as answers end (continuous batching, the fair
+   baseline), and wall time MODELLED from step times measured at the budgeted batch
+   (``StepModel``: real passes of ``rows_per_pass`` rows and of 1 row, interpolated in rows).
+3. **Speculative Rejection** with each rejection rule (``specrej.core.rules``) at each (alpha, first
+   decision): its starting N fills the budget at the first decision (``n = auto``). Grid points
+   are replayed by the simulator from the coupled run (exact in fp32); the ``live`` points run
+   for real: ledger, decode steps, wall time, checked against the simulator and the reference.
 
 Decode steps track accelerator time where a step's cost hardly depends on the number of rows
 (a GPU); FLOPs track total work; CPU wall time sits between.
@@ -21,18 +24,21 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
 from ..compare import decision_rank, live_at_decision
 from ..config import AUTO, RunConfig
-from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, speedups
+from ..core.budget import KVBudget
+from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, improvement_gains, speedups
 from ..backends import backend_for
 from ..events import Finished, Round
-from ..methods import best_of_n, run_to_completion, speculative_rejection
-from ..core.budget import KVBudget
+from ..methods import speculative_rejection
+from ..metrics import bootstrap_ci
+from .coupled import CoupledRun, PrefixScorer, collect
+from .simulate import simulate_sr
 
 
 # ---------------------------------------------------------------------------------- step times
@@ -85,43 +91,109 @@ def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
 
 
 def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: list[tuple[float, int]],
-               budget: int, tick: Callable[[str], None] = lambda label: None) -> dict:
-    """The reference Best-of-N_ref (one batch) and Speculative Rejection at each (alpha, first
-    decision) under ``budget``; a JSON-ready record with every number the metrics need."""
+               budget: int, rules: tuple = ("paper",), live: tuple[tuple[float, int], ...] | None = None,
+               tick: Callable[[str], None] = lambda label: None, runs_out: list | None = None,
+               coupled: CoupledRun | None = None) -> dict:
+    """One prompt: the coupled reference Best-of-N_ref (one batch) and Speculative Rejection with each
+    rule at each (alpha, first decision) under ``budget``; a JSON-ready record.
+
+    A point is replayed by the simulator from the coupled run (exact in fp32: the same tokens, the
+    same rewards) unless it is in ``live`` (None: every point) or its first batch is larger than
+    N_ref; those run for real, with their wall time, and are checked against the simulator and
+    the reference (``drift``: candidates whose text or score differ, bf16 rounding). ``coupled``: a
+    coupled run collected before (``reward_study collect``) instead of collecting one here."""
     P = len(lm.render(row["prompt"]))
-    ref_cfg = replace(base, prompt=row["prompt"], n=n_ref, progress_every=0,
-                      budget=max(n_ref * (P + base.max_new_tokens), base.budget or 0))
-    bon = run_to_completion(best_of_n(lm, reward, ref_cfg))
+    shared = lm.shares_prefix
+    t0 = time.perf_counter()
+    run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0))
+    wall = None if coupled else time.perf_counter() - t0
+    if runs_out is not None:
+        runs_out.append(run)
+    scorer = PrefixScorer(lm, reward, run)
+    scores = scorer.final()
+    lengths = run.lengths()
+    winner = max(range(n_ref), key=lambda c: (scores[c], -c))
+    texts = [lm.decode(t) for t in run.tokens]
     tick("reference")
-    by_id = sorted(bon.candidates, key=lambda c: c.id)
-    scores = [c.score for c in by_id]
     record = {**row, "prompt_tokens": P, "budget": budget,
-              "rows_per_pass": KVBudget(budget, P, lm.shares_prefix).rows_per_pass(None, base.max_new_tokens),
-              "bon": {"n": n_ref, "scores": scores, "tokens": [c.tokens for c in by_id], "winner": bon.winner.id,
-                      "winner_text": bon.winner.text, "ledger": bon.ledger.to_dict(),
-                      "note": "one batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
+              "rows_per_pass": KVBudget(budget, P, shared).rows_per_pass(None, base.max_new_tokens),
+              "bon": {"n": n_ref, "scores": scores, "tokens": lengths, "winner": winner,
+                      "winner_text": texts[winner],
+                      "ledger": {"generated_tokens": sum(lengths), "reward_tokens": scorer.tokens_read,
+                                 "reward_flops": 2.0 * reward.n_params * scorer.tokens_read, "wall_s": wall},
+                      "note": "one coupled batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
               "sr": []}
-    for alpha, first in points:
-        cfg = replace(base, prompt=row["prompt"], n=AUTO, first_decision=first, alpha=alpha, budget=budget,
-                      progress_every=0)
-        rounds: list[Round] = []
-        fin = None
-        for ev in speculative_rejection(lm, reward, cfg):
-            if isinstance(ev, Round):
-                rounds.append(ev)
-            elif isinstance(ev, Finished):
-                fin = ev
-        status = {c.id: c.status for c in fin.candidates}
-        n0 = len(fin.candidates)
-        finals = {i: s for i, s in enumerate(scores)}
-        record["sr"].append({
-            "alpha": alpha, "first_decision": first, "n": n0, "winner": fin.winner.id, "score": fin.winner.score,
-            "winner_text": fin.winner.text, "rounds": fin.rounds, "ledger": fin.ledger.to_dict(),
-            "steps": max(c.tokens for c in fin.candidates),
-            "kept_bon_winner": status.get(bon.winner.id) == "finished",
-            "decisions": [asdict(decision_rank(r, finals)) for r in rounds if live_at_decision(r)]})
-        tick(f"sr a={alpha:g} T={first}")
+    for rule in rules:   # names in core.rules.RULES, or rule objects (simulated only)
+        name = getattr(rule, "name", rule)
+        for alpha, first in points:
+            n0 = sr_rows(lm, budget, P, first)
+            entry = {"rule": name, "alpha": alpha, "first_decision": first, "n": n0}
+            sim = None
+            if n0 <= n_ref:
+                sim = simulate_sr(run, scorer, budget=budget, alpha=alpha, n0=n0, max_new_tokens=base.max_new_tokens,
+                                  shared=shared, keep_finished=base.keep_finished, decision=base.decision,
+                                  interval=base.interval, rule=rule)
+            if sim is not None and live is not None and (alpha, first) not in live:
+                entry.update(_from_sim(sim, P, lm.n_params, reward.n_params, texts))
+            else:
+                entry.update(_live(lm, reward, row, base, budget, name, alpha, first, scores, texts, winner,
+                                   lambda c, t: lm.decode(run.tokens[c][:t])))
+                if sim is not None:
+                    entry["simulated"] = {"winner": sim.winner, "score": sim.score, "steps": sim.steps,
+                                          "generated_tokens": sim.generated_tokens}
+                    entry["simulator_agrees"] = (sim.winner == entry["winner"] and sim.steps == entry["steps"]
+                                                 and sim.generated_tokens == entry["generated_tokens"])
+            record["sr"].append(entry)
+            tick(f"{name} a={alpha:g} T={first}")
     return record
+
+
+def _from_sim(sim, prompt_tokens: int, gen_params: int, reward_params: int, texts: list[str]) -> dict:
+    return {"source": "simulated", "winner": sim.winner, "score": sim.score, "winner_text": texts[sim.winner],
+            "rounds": sim.rounds, "steps": sim.steps, "generated_tokens": sim.generated_tokens,
+            "flops": sim.flops(prompt_tokens, gen_params, reward_params), "wall_s": None,
+            "kept_bon_winner": sim.kept_bon_winner,
+            "decisions": [{"position": d["position"], "spearman": d["spearman"]} for d in sim.decisions]}
+
+
+def _live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, bon_winner, prefix) -> dict:
+    cfg = replace(base, prompt=row["prompt"], n=AUTO, first_decision=first, alpha=alpha, budget=budget,
+                  progress_every=0, rule=rule)
+    rounds: list[Round] = []
+    fin = None
+    for ev in speculative_rejection(lm, reward, cfg):
+        if isinstance(ev, Round):
+            rounds.append(ev)
+        elif isinstance(ev, Finished):
+            fin = ev
+    status = {c.id: c.status for c in fin.candidates}
+    finals = {i: s for i, s in enumerate(scores)}
+    led = fin.ledger.to_dict()
+    return {"source": "run", "winner": fin.winner.id, "score": fin.winner.score, "winner_text": fin.winner.text,
+            "rounds": fin.rounds, "steps": max(c.tokens for c in fin.candidates),
+            "generated_tokens": led["generated_tokens"], "flops": led["flops"], "wall_s": led["wall_s"],
+            "ledger": led, "kept_bon_winner": status.get(bon_winner) == "finished",
+            "drift": drift(fin, scores, texts, prefix),
+            "decisions": [{"position": d.position, "spearman": d.spearman}
+                          for d in (decision_rank(r, finals) for r in rounds if live_at_decision(r))]}
+
+
+def drift(fin: Finished, scores: list[float], texts: list[str], prefix: Callable[[int, int], str]) -> dict:
+    """Candidates of a real Speculative Rejection run that wrote another text than their coupled
+    reference self (bf16 rounding can flip a sampled token), or finished with another score.
+    ``prefix(c, t)``: the reference's text of candidate c's first t tokens (a pruned one's)."""
+    compared = text = score = 0
+    for c in fin.candidates:
+        if c.id >= len(texts) or c.tokens == 0:
+            continue
+        compared += 1
+        ref = texts[c.id] if c.finish_reason is not None else prefix(c.id, c.tokens)
+        if c.text != ref:
+            text += 1
+        elif c.finish_reason is not None and c.score is not None and not math.isclose(c.score, scores[c.id],
+                                                                                        rel_tol=1e-6, abs_tol=1e-9):
+            score += 1
+    return {"compared": compared, "text_differs": text, "score_differs": score}
 
 
 # ---------------------------------------------------------------------------------- aggregate
@@ -136,8 +208,11 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
 
     Relative compute = sum over prompts of the method's / Best-of-N_ref's (budgeted, expected);
     speed-up = compute Best-of-N needs for the method's improvement score (log-interpolated on
-    the order-statistics curve) over the method's, per measure; a lower bound when the method
-    beats Best-of-N_ref. Best-of-N's wall time is modelled (``StepModel``); SR's is measured."""
+    the order-statistics curve, every k) over the method's, per measure: decode steps against
+    fixed passes (``steps``) and against refilled slots (``steps_refill``), FLOPs, and wall time
+    (only where every prompt's point ran for real). A lower bound when the method beats
+    Best-of-N_ref. The improvement score comes raw and capped (each prompt's best at most
+    Best-of-N_ref's), each with a 90% bootstrap interval over prompts."""
     if not records:
         raise ValueError("no prompt results to aggregate")
     n_ref = records[0]["bon"]["n"]
@@ -148,24 +223,45 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
     points = []
     for j, first in enumerate(records[0]["sr"]):
         runs_j = [r["sr"][j] for r in records]
-        imp = improvement([s["score"] for s in runs_j], runs)
-        method = {"flops": sum(s["ledger"]["flops"] for s in runs_j), "steps": sum(s["steps"] for s in runs_j),
-                  "wall": sum(s["ledger"]["wall_s"] for s in runs_j),
-                  "tokens": sum(s["ledger"]["generated_tokens"] for s in runs_j)}
+        bests = [s["score"] for s in runs_j]
+        walls = [s.get("wall_s") for s in runs_j]
+        method = {"flops": sum(s["flops"] for s in runs_j), "steps": sum(s["steps"] for s in runs_j),
+                  "tokens": sum(s["generated_tokens"] for s in runs_j)}
+        method["steps_refill"] = method["steps"]
+        if all(w is not None for w in walls):
+            method["wall"] = sum(walls)
+        imp = improvement(bests, runs)
         sp = speedups(by, imp, method)
-        rhos = _by_decision(runs_j)
-        points.append({
-            "method": "sr", "alpha": first["alpha"], "first_decision": first["first_decision"],
+        sources = {s.get("source", "run") for s in runs_j}
+        point = {
+            "method": "sr", "rule": first.get("rule", "paper"), "alpha": first["alpha"],
+            "first_decision": first["first_decision"], "source": sources.pop() if len(sources) == 1 else "mixed",
             "n": sum(s["n"] for s in runs_j) / len(runs_j), "improvement": imp,
+            "improvement_ci90": _ci(improvement_gains(bests, runs)),
+            "improvement_capped": improvement(bests, runs, capped=True),
+            "improvement_capped_ci90": _ci(improvement_gains(bests, runs, capped=True)),
             **{f"rel_{m}": method[m] / ref[m] for m in method if m in ref},
             **{f"speedup_{m}": {"value": v.value, "lower_bound": v.lower_bound} for m, v in sp.items()},
             "kept_bon_winner": sum(s["kept_bon_winner"] for s in runs_j) / len(runs_j),
-            "mean_rounds": sum(s["rounds"] for s in runs_j) / len(runs_j), "rank_correlation": rhos})
+            "mean_rounds": sum(s["rounds"] for s in runs_j) / len(runs_j), "rank_correlation": _by_decision(runs_j)}
+        live = [s for s in runs_j if "drift" in s]
+        if live:
+            point["drift"] = {k: sum(s["drift"][k] for s in live) for k in ("compared", "text_differs", "score_differs")}
+            checked = [s["simulator_agrees"] for s in live if "simulator_agrees" in s]
+            point["simulator_agrees"] = f"{sum(checked)}/{len(checked)}"
+        points.append(point)
     bon_rows = [{"method": "bon", "k": row["k"], "improvement": row["improvement"],
-                 **{f"rel_{m}": row[m] / ref[m] for m in ("flops", "steps", "wall", "tokens") if m in row}}
+                 **{f"rel_{m}": row[m] / ref[m] for m in ("flops", "steps", "steps_refill", "wall", "tokens")
+                    if m in row}}
                 for row in curve]
     return {"n_ref": n_ref, "prompts": len(records), "bon": bon_rows, "sr": points,
+            "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "flops", "tokens", "wall") if m in ref},
             "step_model": [list(p) for p in step_model.points] if step_model else None}
+
+
+def _ci(gains: list[float]) -> list[float]:
+    lo, hi = bootstrap_ci(gains)
+    return [100.0 * (1.0 + lo), 100.0 * (1.0 + hi)]
 
 
 def _by_decision(runs: list[dict]) -> list[dict]:
@@ -178,19 +274,23 @@ def _by_decision(runs: list[dict]) -> list[dict]:
     return out
 
 
-SUMMARY_KEYS = ("method", "alpha", "first_decision", "improvement", "rel_flops", "rel_wall",
-                "speedup_flops", "speedup_steps", "speedup_wall")
+SUMMARY_KEYS = ("method", "rule", "alpha", "first_decision", "source", "improvement", "improvement_ci90",
+                "improvement_capped", "improvement_capped_ci90", "rel_flops", "rel_wall", "speedup_flops",
+                "speedup_steps", "speedup_steps_refill", "speedup_wall", "kept_bon_winner")
 
 
 def summary(agg: dict) -> list[dict]:
     """One row per Speculative Rejection point (plus the reference), the issue's columns."""
-    rows = [{"method": "bon", "alpha": None, "first_decision": None, "improvement": 100.0, "rel_flops": 1.0,
+    rows = [{"method": "bon", "rule": None, "alpha": None, "first_decision": None, "source": "run",
+             "improvement": 100.0, "improvement_ci90": [100.0, 100.0], "improvement_capped": 100.0,
+             "improvement_capped_ci90": [100.0, 100.0], "rel_flops": 1.0,
              "rel_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None, "speedup_flops": 1.0,
-             "speedup_steps": 1.0, "speedup_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None,
+             "speedup_steps": 1.0, "speedup_steps_refill": agg["bon_ref"]["steps_refill"] / agg["bon_ref"]["steps"],
+             "speedup_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None, "kept_bon_winner": 1.0,
              "n": agg["n_ref"]}]
     for p in agg["sr"]:
         row = {k: p.get(k) for k in SUMMARY_KEYS}
-        for m in ("flops", "steps", "wall"):
+        for m in ("flops", "steps", "steps_refill", "wall"):
             s = p.get(f"speedup_{m}")
             row[f"speedup_{m}"] = s["value"] if s else None
             row[f"speedup_{m}_lower_bound"] = s["lower_bound"] if s else None

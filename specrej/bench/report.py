@@ -70,45 +70,63 @@ def engine_table(eng: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------- the paper's protocol
-PAPER_MEASURES = (("steps", "decode steps"), ("flops", "FLOPs"), ("wall", "wall time"))
+PAPER_MEASURES = (("steps", "decode steps"), ("steps_refill", "decode steps, BoN slots refilled"),
+                  ("flops", "FLOPs"), ("wall", "wall time"))
 
 
 def paper_table(agg: dict, meta: dict) -> str:
-    """The protocol's table: the Best-of-N curve at powers of two, then each Speculative Rejection point."""
+    """The protocol's table: the Best-of-N curve at powers of two, then each Speculative Rejection point
+    (rule, alpha, first decision) with its raw and capped improvement and their 90% intervals."""
     n_ref = agg["n_ref"]
+    wall_note = meta.get("wall_note") or "wall times depend on the machine's load"
     lines = [
-        f"Paper protocol: {agg['prompts']} prompts ({meta['prompt_set']}), generator {meta['model']}, reward "
-        f"{meta['reward']}, {meta['max_new_tokens']} new tokens, budget {meta['budget']} KV slots, seed {meta['seed']}",
+        f"Paper protocol: {agg['prompts']} prompts ({meta['prompt_set']}), generator {meta['model']} "
+        f"({meta.get('dtype', '?')}), reward {meta['reward']}, {meta['max_new_tokens']} new tokens, budget "
+        f"{meta['budget']} KV slots, seed {meta['seed']}",
         f"Reference: Best-of-{n_ref} under the same budget. Best-of-k for every k is the expected best of k random "
         f"candidates (order statistics over one coupled Best-of-{n_ref} run), with its expected compute in passes "
-        "of the rows that fit at full length.",
+        "of the rows that fit at full length (x steps) or with those slots refilled as answers end (x refill).",
         "Best-of-N wall time is MODELLED from step times measured at the budgeted batch "
-        f"({_step_model_text(agg)}); Speculative Rejection's is measured.",
+        f"({_step_model_text(agg)}); Speculative Rejection's is measured where it ran ('run'). Wall: {wall_note}.",
         "",
-        f"{'method':<22}{'improv':>7}{'rel steps':>10}{'rel FLOPs':>10}{'rel wall':>9}"
-        f"{'x steps':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}{'rounds':>7}",
+        f"{'method':<30}{'src':>5}{'improv':>7}{'90% CI':>14}{'capped':>7}{'90% CI':>14}"
+        f"{'x steps':>9}{'x refill':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}",
     ]
     for b in agg["bon"]:
         if b["k"] & (b["k"] - 1) == 0 or b["k"] == n_ref:
-            lines.append(f"{'Best-of-%d' % b['k']:<22}{b['improvement']:>7.1f}{b['rel_steps']:>10.3f}"
-                         f"{b['rel_flops']:>10.3f}{_num(b.get('rel_wall')):>9}")
+            lines.append(f"{'Best-of-%d' % b['k']:<30}{'':>5}{b['improvement']:>7.1f}")
     for s in agg["sr"]:
-        name = f"SR a={s['alpha']:g} T={s['first_decision']} (N~{s['n']:.0f})"
-        lines.append(f"{name:<22}{s['improvement']:>7.1f}{s['rel_steps']:>10.3f}{s['rel_flops']:>10.3f}"
-                     f"{_num(s.get('rel_wall')):>9}{_speed(s.get('speedup_steps')):>9}"
-                     f"{_speed(s.get('speedup_flops')):>9}{_speed(s.get('speedup_wall')):>9}"
-                     f"{s['kept_bon_winner']:>9.0%}{s['mean_rounds']:>7.1f}")
-    lines += ["", "x = speed-up at equal improvement score: the compute Best-of-N needs for SR's score (log-interpolated "
-              "on its curve) over SR's; '>=' = SR beat Best-of-%d (a lower bound)." % n_ref,
+        name = f"SR {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']} (N~{s['n']:.0f})"
+        lines.append(f"{name:<30}{s.get('source', 'run')[:3]:>5}{s['improvement']:>7.1f}"
+                     f"{_ci(s.get('improvement_ci90')):>14}{s.get('improvement_capped', s['improvement']):>7.1f}"
+                     f"{_ci(s.get('improvement_capped_ci90')):>14}{_speed(s.get('speedup_steps')):>9}"
+                     f"{_speed(s.get('speedup_steps_refill')):>9}{_speed(s.get('speedup_flops')):>9}"
+                     f"{_speed(s.get('speedup_wall')):>9}{s['kept_bon_winner']:>9.0%}")
+    lines += ["", "x = speed-up at equal improvement score (raw): the compute Best-of-N needs for SR's score "
+              "(log-interpolated on its curve, every k) over SR's; '>=' = SR beat Best-of-%d (a lower bound). "
+              "capped = each prompt's best counted at most Best-of-%d's best. src: sim = replayed by the simulator "
+              "from the coupled run; run = ran for real." % (n_ref, n_ref),
               "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
-              "FLOPs track total work; CPU wall time sits between. Wall-time ratios depend on the machine's load.",
-              "Spearman of partial vs final reward at each decision (mean over prompts):"]
+              "FLOPs track total work; CPU wall time sits between."]
+    for s in agg["sr"]:
+        if "drift" in s:
+            d = s["drift"]
+            lines.append(f"  {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']} ran for real: "
+                         f"{d['text_differs']} of {d['compared']} candidates wrote another text than in the coupled "
+                         f"reference, {d['score_differs']} another score; simulator agrees on "
+                         f"{s.get('simulator_agrees', '-')} prompts")
+    lines.append("Spearman of partial vs final reward at each decision (mean over prompts):")
     for s in agg["sr"]:
         parts = [f"d{d['decision']}@{d['mean_position']:.0f}tok: " +
                  (f"{d['mean_spearman']:.2f}" if d["mean_spearman"] is not None else "-")
                  for d in s["rank_correlation"]]
-        lines.append(f"  a={s['alpha']:g} T={s['first_decision']}: " + ("  ".join(parts) or "no decision"))
+        lines.append(f"  {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']}: "
+                     + ("  ".join(parts) or "no decision"))
     return "\n".join(lines)
+
+
+def _ci(ci) -> str:
+    return "-" if not ci else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
 
 
 def _num(x) -> str:
@@ -140,13 +158,20 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
             ax.annotate(f"{b['k']}", (b[f"rel_{m}"], b["improvement"]), textcoords="offset points",
                         xytext=(-4, 5), ha="right", fontsize=7, color="#0072B2")
         for i, s in enumerate(sorted(agg["sr"], key=lambda p: p["improvement"])):
-            x = s[f"rel_{m}"]
+            x = s.get(f"rel_{m}")
+            if x is None:
+                continue
             ax.plot([x], [s["improvement"]], "*", color="#D55E00", markersize=12)
             sp = s.get(f"speedup_{m}")
-            tag = f"α={s['alpha']:g} T={s['first_decision']}" + (f" ({_speed(sp)})" if sp else "")
+            colour = "#D55E00" if s.get("rule", "paper") == "paper" else "#009E73"
+            ax.lines[-1].set_color(colour)
+            tag = (f"{s.get('rule', 'paper')} α={s['alpha']:g} T={s['first_decision']}"
+                   + (f" ({_speed(sp)})" if sp else ""))
             ax.annotate(tag, (x, s["improvement"]), textcoords="offset points", fontsize=7,
                         xytext=(8, -3 + 9 * (i % 3 - 1)))   # neighbours' labels stagger
-        ax.plot([], [], "*", color="#D55E00", markersize=12, label="Speculative Rejection")
+        ax.plot([], [], "*", color="#D55E00", markersize=12, label="Speculative Rejection (paper rule)")
+        if any(s.get("rule", "paper") != "paper" for s in agg["sr"]):
+            ax.plot([], [], "*", color="#009E73", markersize=12, label="Speculative Rejection (other rule)")
         ax.set_xscale("log")
         ax.set_xlabel(f"{label} relative to Best-of-{agg['n_ref']}" + (" (BoN modelled)" if m == "wall" else ""))
         ax.set_ylabel("improvement score")

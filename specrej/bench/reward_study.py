@@ -39,9 +39,7 @@ def collect_main(args) -> None:
         wanted = args.ids.split(",")
         rows = [r for r in rows if r["id"] in wanted]
     rows = rows[: args.limit or None]
-    lm = load_generator(args.model)
-    if args.dtype == "bf16":
-        lm.model.to(torch.bfloat16)
+    lm = load_generator(args.model, dtype=args.dtype)
     runs = []
     for row in rows:
         t0 = time.perf_counter()
@@ -66,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--max-new-tokens", type=int, default=256)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--model", default="embedded")
-    c.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
+    c.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="fp32: exact coupling")
     c.add_argument("--threads", type=int)
     a = sub.add_parser("analyse", help="curves, rank correlations and simulated SR per reward kind")
     a.add_argument("data")

@@ -13,17 +13,20 @@ from pathlib import Path
 from ..backends import BACKENDS
 
 MODES = {
-    # <= 15 min on a quiet 2-core CPU with the embedded models (bf16, shared prompt cache). Budget 2048:
-    # Best-of-N fits 7 rows at 256 tokens; Speculative Rejection opens with ~125 rows at 16 tokens.
+    # 12 prompts in fp32 (exact coupling), shared prompt cache. Budget 2048: Best-of-N fits 7 rows at 256
+    # tokens; Speculative Rejection opens with ~125 rows at 16 tokens. Every point of both rules is replayed
+    # by the simulator from the coupled Best-of-128 run; 0.5@16 of each rule also runs for real (wall time,
+    # and a check of the simulator), and so does 0.5@8 (its ~250-row first batch exceeds the 128 coupled
+    # candidates). The cost is the 12 coupled runs and 48 real SR runs.
     "quick": dict(prompts="quick", n_ref=128, max_new_tokens=256, budget=2048, reward="self-certainty",
-                  points="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32",
-                  engine_rows=32, engine_length=32, sweep=[1, 8, 32, 128], repeats=2),
+                  points="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32", rules="paper,calibrated", live="0.5@16",
+                  dtype="fp32", engine_rows=32, engine_length=32, sweep=[1, 8, 32, 128], repeats=2),
     # for a GPU (shard with `accelerate launch`): the paper's proportions. Budget = 120 rows at full length
     # (Best-of-120 fits one device, as in the paper), so Speculative Rejection opens with ~3800 rows at 16
     # tokens and Best-of-1024 needs 9 passes.
     "full": dict(prompts="default", n_ref=1024, max_new_tokens=512, budget=120 * 512 + 64, reward="self-certainty",
                  points="0.5@8,0.7@8,0.9@8,0.5@16,0.7@16,0.9@16,0.5@32,0.7@32,0.9@32,0.5@64,0.7@64,0.9@64",
-                 engine_rows=64, engine_length=128, sweep=[1, 8, 32, 128, 512], repeats=2),
+                 rules="paper,calibrated", live="all", dtype="fp32", engine_rows=64, engine_length=128, sweep=[1, 8, 32, 128, 512], repeats=2),
 }
 
 
@@ -73,10 +76,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="embedded", help="generator: embedded, a hub id, a folder or a .gguf file")
     p.add_argument("--reward", help="reward spec, as the library's load_reward takes it")
+    p.add_argument("--rules", help="rejection rules to compare, comma-separated (specrej.core.rules; 'paper' is the "
+                                   "reference and always included)")
+    p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
+                                  "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
+                                  "coupled run")
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="inference engine: transformers (default) or vllm (default: SPECREJ_BACKEND)")
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
-                   help="generator precision (default: SPECREJ_DTYPE, else auto: bf16 where faster)")
+                   help="generator precision (default fp32: exact coupling; bf16 reports the candidates that drift)")
+    p.add_argument("--wall-note", default="", help="how the machine was loaded while wall times were taken "
+                                                  "(stored in the json's meta and printed under the table)")
     p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.png)")
     p.add_argument("--threads", type=int, help="torch threads per process (default: the idle cores / processes)")
     p.add_argument("--engine-rows", type=int, help="rows for the engine-speed comparison")
@@ -117,6 +127,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     points = parse_points(args.points)
+    live = None if args.live.strip().lower() == "all" else tuple(parse_points(args.live))
+    rules = tuple(dict.fromkeys(["paper"] + [r.strip() for r in args.rules.split(",") if r.strip()]))
+    from ..core.rules import RULES
+    unknown = [r for r in rules if r not in RULES]
+    if unknown:
+        raise SystemExit(f"--rules: {', '.join(unknown)} unknown; choose from {', '.join(RULES)}.")
     if args.n_ref < 2:
         raise SystemExit("--n-ref must be at least 2 (Best-of-N's curve runs from 1 to it).")
 
@@ -130,6 +146,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     from ..config import RunConfig
     from ..backends import load_lm
     from ..rewards import load_reward
+    from .coupled import save_runs
     from .prompts import load_prompts
     from .engine_speed import engine_section
     from .protocol import StepModel, aggregate, measure_pass, run_prompt, summary
@@ -144,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     budget = args.budget
     meta = {"mode": "quick" if args.quick else "full", "prompt_set": args.prompts, "model": args.model,
             "reward": args.reward, "n_ref": args.n_ref, "points": [list(p) for p in points],
+            "rules": list(rules), "live_points": "all" if live is None else [list(p) for p in live],
+            "wall_note": args.wall_note or None,
             "max_new_tokens": args.max_new_tokens, "budget": budget, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
             "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if lm.shares_prefix else "copied",
@@ -153,11 +172,14 @@ def main(argv: list[str] | None = None) -> dict | None:
             "protocol": (
                 "Reference Best-of-N_ref: one coupled run in one batch (its tokens do not depend on the batch). "
                 "Best-of-k for every k: expected best of k random candidates (order statistics) and expected "
-                "compute under the budget (passes of the rows that fit at full length): tokens, FLOPs, decode "
-                "steps; wall time MODELLED from step times of real passes measured at the budgeted batch and at "
-                "1 row. Speculative Rejection: n=auto (the rows that fill the budget at the first decision), "
-                "measured. Relative compute = sum over prompts / Best-of-N_ref's; speed-up at equal improvement "
-                "score by log-interpolation on the curve.")}
+                "compute under the budget: tokens, FLOPs, decode steps in fixed passes of the rows that fit at full "
+                "length, decode steps with those slots refilled as answers end (continuous batching); wall time "
+                "MODELLED from step times of real passes measured at the budgeted batch and at 1 row. Speculative "
+                "Rejection with each rule: n=auto (the rows that fill the budget at the first decision); points "
+                "in live_points run for real (measured), the others are replayed by the simulator from the coupled "
+                "run (exact in fp32). Relative compute = sum over prompts / Best-of-N_ref's; speed-up at equal "
+                "improvement score by log-interpolation on the curve; improvement raw and capped at Best-of-N_ref's "
+                "best per prompt, 90% intervals by bootstrap over prompts.")}
 
     records: list[dict] = []
     passes: list[dict] = []
@@ -170,18 +192,32 @@ def main(argv: list[str] | None = None) -> dict | None:
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(mine) * (1 + len(points)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
+        bar = tqdm(total=len(mine) * (1 + len(rules) * len(points)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
                    position=rank, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        coupled_runs: list = []
         for i, row in mine:
             def tick(label, row=row):
                 bar.set_postfix_str(f"{row['id']} {label}")
                 bar.update(1)
-            rec = run_prompt(lm, reward, row, base, n_ref=args.n_ref, points=points, budget=budget, tick=tick)
+            rec = run_prompt(lm, reward, row, base, n_ref=args.n_ref, points=points, budget=budget, rules=rules,
+                             live=live, tick=tick, runs_out=coupled_runs)
             records.append({"order": i, **rec})
             if not passes:   # step times at the budgeted batch and at 1 row, once, on this process's first prompt
                 cfg = replace(base, prompt=row["prompt"])
                 for rows in sorted({1, rec["rows_per_pass"]}):
                     passes.append(measure_pass(lm, cfg, rows, stats=reward.uses_token_stats))
+            # after every prompt: what finished so far (a run cut short keeps its prompts), and the coupled
+            # runs, from which fit_rule can evaluate other rules offline
+            suffix = f".{rank}" if world > 1 else ""
+            (out / f"bench.partial{suffix}.json").write_text(json.dumps(
+                {"meta": {**meta, "partial": True, "elapsed_s": time.perf_counter() - started},
+                 "prompts": records, "step_passes": passes}, indent=1))
+            save_runs(coupled_runs, out / f"coupled{suffix}.json.gz",
+                      {"model": args.model, "dtype": meta["dtype"], "n": args.n_ref,
+                       "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                       "ids": [r["id"] for r in records]})
         bar.close()
         if world > 1:
             from accelerate.utils import gather_object
@@ -217,7 +253,9 @@ def main(argv: list[str] | None = None) -> dict | None:
                                           repeats=args.repeats, log=log)
         text.append(engine_table(result["engine"]))
     meta["wall_s"] = time.perf_counter() - started
+    meta["load_average_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     (out / "bench.json").write_text(json.dumps(result, indent=1))
+    (out / "bench.partial.json").unlink(missing_ok=True)
     print("\n\n".join(text))
     print(f"\nwrote {out / 'bench.json'}" + (f", {out / 'bench.png'}" if records else "")
           + f" in {meta['wall_s']:.0f} s")

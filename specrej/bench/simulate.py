@@ -2,10 +2,11 @@
 
 With coupled randomness a Speculative Rejection candidate writes the same tokens as its
 Best-of-N self for as long as it lives, so its partial reward at a decision is the reward of
-that prefix. The decision rule is the live methods' own (``specrej.core.decisions``: memory full,
-or every ``interval`` tokens; rank live and finished candidates; keep ``max(1, round((1 - alpha) * n))``;
-memory may force more pruning), with the budget (``core.budget.KVBudget``) counting the prompt
-once (``shared=True``, the engine's shared prefix) or once per row (``shared=False``).
+that prefix. The decision policy is the live methods' own object (``specrej.core.decisions``: memory
+full, or every ``interval`` tokens; rank live and finished candidates with the rejection rule,
+``core.rules``; keep ``max(1, round((1 - alpha) * n))``; memory may force more pruning), with the
+budget (``core.budget.KVBudget``) counting the prompt once (``shared=True``, the engine's shared
+prefix) or once per row (``shared=False``).
 
 It is a cross-check of the real methods and a cheap way to choose defaults (budget, first
 decision, alpha): its numbers are tokens, decode steps and rewards, never timings, and wherever
@@ -17,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.budget import KVBudget
-from ..core.decisions import EveryK, MemoryFull, Moment
+from ..core.decisions import Moment, decision_rule
+from ..core.rules import Contender, RejectionRule
+from ..metrics import spearman
 from .coupled import CoupledRun, PrefixScorer
 
 
@@ -40,16 +43,25 @@ class SimResult:
 
 def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: float, n0: int,
                 max_new_tokens: int, shared: bool = True, keep_finished: bool = False,
-                decision: str = "budget", interval: int = 16) -> SimResult:
-    """Speculative Rejection on candidates 0..n0-1 of ``run`` (n0 <= run.n), decided by ``scorer``
-    with the live methods' rule (``decision``: "budget" or "interval", as ``RunConfig``)."""
+                decision: str = "budget", interval: int = 16, rule: str | RejectionRule = "paper") -> SimResult:
+    """Speculative Rejection on candidates 0..n0-1 of ``run`` (n0 <= run.n), scored by ``scorer``,
+    with the live methods' policy (``core.decisions.decision_rule``: ``decision`` "budget" or
+    "interval", as ``RunConfig``; the rejection rule ``rule``, ``core.rules``)."""
     if not 1 <= n0 <= run.n:
         raise ValueError(f"n0={n0} must be within the recorded run's 1..{run.n} candidates")
     kv = KVBudget(budget, run.prompt_tokens, shared)
-    rule = EveryK(alpha, keep_finished, interval) if decision == "interval" else MemoryFull(alpha, keep_finished)
+    policy = decision_rule(alpha=alpha, decision=decision, interval=interval, keep_finished=keep_finished,
+                           rule=rule)
+    # the token statistics a live run keeps: when its reward or its rejection rule reads them
+    with_stats = bool(getattr(scorer.reward, "uses_token_stats", True)) or policy.uses_token_stats
     length = [min(len(t), max_new_tokens) for t in run.tokens]
     final = scorer.final()
     bon_winner = max(range(run.n), key=lambda c: (final[c], -c))
+
+    def contender(c: int, score: float, tokens: int, done: bool) -> Contender:
+        st = run.stats(c, tokens) if with_stats else None
+        return Contender(c, score, tokens, done, st.mean_logprob if st else None,
+                         st.mean_self_certainty if st else None)
 
     live = list(range(n0))
     finished: dict[int, float] = {}
@@ -58,14 +70,16 @@ def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: fl
     decisions = []
     while live:
         per_row = kv.row_slots(g + 1 if g + 1 < max_new_tokens else g)
-        if rule.due(Moment(g, len(live), per_row, last, kv)):
+        if policy.due(Moment(g, len(live), per_row, last, kv)):
             scores = dict(zip(live, scorer.score(live, g)))
             scored += g * len(live)
-            sel = rule.select(scores, finished, kv.cap(per_row))
+            sel = policy.select([contender(c, scores[c], g, False) for c in live],
+                                [contender(c, s, length[c], True) for c, s in finished.items()], kv.cap(per_row))
             for c in sel.pruned:
                 finished.pop(c, None)
+            rho = spearman([scores[c] for c in live], [final[c] for c in live]) if len(live) > 1 else None
             decisions.append({"position": g, "live": len(live), "kept_live": len(sel.kept_live),
-                              "forced": sel.forced})
+                              "forced": sel.forced, "spearman": rho, "kept_bon_winner": bon_winner in sel.kept})
             first = g if first is None else first
             rounds, last = rounds + 1, g
             live = sorted(sel.kept_live)

@@ -5,21 +5,25 @@ offline replay (``specrej.bench.simulate``):
 
 - ``due(moment)``: decide before the next step? ``Moment`` says how far the rows have decoded,
   how many are live, the slots a row will hold after the next step and when the last decision was.
-- ``select(live, finished, cap)``: rank the contenders by partial reward and keep the top
-  ``keep_count`` (finished candidates compete too unless ``keep_finished``); if more kept live
-  rows remain than memory can hold (``cap``), memory forces more pruning (``Selection.forced``).
+- ``select(live, finished, cap)``: rank the contenders (``core.rules.Contender``) with the
+  policy's rejection rule (``core.rules``: the paper's, highest partial reward, or a calibrated
+  one) and keep the top ``keep_count`` (finished candidates compete too unless
+  ``keep_finished``); if more kept live rows remain than memory can hold (``cap``), memory
+  forces more pruning, lowest-ranked first (``Selection.forced``).
 
-``MemoryFull`` is the paper's rule (decide when the next token would overflow the budget);
-``EveryK`` also decides every ``k`` generated tokens. ``rule_for(cfg)`` builds the one a
-``RunConfig`` asks for. A new rule is a class with these two methods; no torch here.
+``MemoryFull`` is the paper's timing (decide when the next token would overflow the budget);
+``EveryK`` also decides every ``k`` generated tokens. ``decision_rule(...)`` builds one from its
+settings, ``rule_for(cfg)`` the one a ``RunConfig`` asks for. A new policy is a class with these
+two methods; a new ranking is a ``core.rules.RejectionRule``. No torch here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from ..config import RunConfig
 from .budget import KVBudget
+from .rules import PAPER, Contender, RejectionRule, get_rule
 
 
 @dataclass(frozen=True)
@@ -49,42 +53,48 @@ def keep_count(alpha: float, pool: int) -> int:
     return max(1, round((1 - alpha) * pool))
 
 
-def rank(scores: dict[int, float]) -> list[int]:
-    """Candidate ids, best score first; ties go to the lower id."""
-    return sorted(scores, key=lambda c: (-scores[c], c))
-
-
 class DecisionRule(Protocol):
+    uses_token_stats: bool   # its rejection rule reads the generator's token statistics
+
     def due(self, at: Moment) -> bool: ...
 
-    def select(self, live: dict[int, float], finished: dict[int, float], cap: int) -> Selection: ...
+    def select(self, live: Sequence[Contender], finished: Sequence[Contender], cap: int) -> Selection: ...
 
 
 @dataclass(frozen=True)
 class MemoryFull:
-    """Decide when the next token would overflow the memory budget (the paper's decision token)."""
+    """Decide when the next token would overflow the memory budget (the paper's decision token);
+    keep the head of ``rule``'s ranking."""
 
     alpha: float
     keep_finished: bool = False
+    rule: RejectionRule = field(default=PAPER, kw_only=True)
+
+    @property
+    def uses_token_stats(self) -> bool:
+        return self.rule.uses_token_stats
 
     def due(self, at: Moment) -> bool:
         return at.generated > 0 and not at.budget.fits(at.live, at.per_row)
 
-    def select(self, live: dict[int, float], finished: dict[int, float], cap: int) -> Selection:
+    def select(self, live: Sequence[Contender], finished: Sequence[Contender], cap: int) -> Selection:
         """Keep the top ``keep_count`` of the pool (live rows, plus finished ones unless
-        ``keep_finished``); at most ``cap`` kept rows stay live."""
-        pool = dict(live) if self.keep_finished else {**finished, **live}
-        ranked = rank(pool)
+        ``keep_finished``) in the rule's order; at most ``cap`` kept rows stay live."""
+        pool = list(live) if self.keep_finished else [*finished, *live]
+        live_ids = {c.id for c in live}
+        position = max((c.tokens for c in pool), default=0)   # live rows are all this long
+        ranked = self.rule.rank(pool, position)
         kept = ranked[:keep_count(self.alpha, len(pool))]
         pruned = ranked[len(kept):]
-        kept_live = [c for c in kept if c in live]
+        kept_live = [c for c in kept if c in live_ids]
         forced = len(kept_live) > cap
         if forced:   # memory forces more pruning than alpha asked for: drop the lowest kept live rows
             dropped = kept_live[cap:]
             kept_live = kept_live[:cap]
             kept = [c for c in kept if c not in dropped]
             pruned = pruned + dropped
-        threshold = min(pool[c] for c in kept) if kept else None
+        score = {c.id: c.score for c in pool}
+        threshold = min(score[c] for c in kept) if kept else None
         return Selection(tuple(kept), tuple(kept_live), tuple(pruned), forced, threshold)
 
 
@@ -98,8 +108,17 @@ class EveryK(MemoryFull):
         return super().due(at) or (at.generated > 0 and at.generated - at.last_decision >= self.k)
 
 
+def decision_rule(*, alpha: float, decision: str = "budget", interval: int = 16, keep_finished: bool = False,
+                  rule: str | RejectionRule = PAPER) -> DecisionRule:
+    """The policy for ``decision`` ("budget": memory full; "interval": also every ``interval``
+    tokens) at ``alpha``, ranking with the rejection rule ``rule`` (a name in ``core.rules.RULES``)."""
+    rule = get_rule(rule)
+    if decision == "interval":
+        return EveryK(alpha, keep_finished, interval, rule=rule)
+    return MemoryFull(alpha, keep_finished, rule=rule)
+
+
 def rule_for(cfg: RunConfig) -> DecisionRule:
-    """The decision rule ``cfg.decision`` names, at ``cfg.alpha``."""
-    if cfg.decision == "interval":
-        return EveryK(cfg.alpha, cfg.keep_finished, cfg.interval)
-    return MemoryFull(cfg.alpha, cfg.keep_finished)
+    """The decision policy ``cfg`` asks for: ``cfg.decision`` at ``cfg.alpha``, ranked by ``cfg.rule``."""
+    return decision_rule(alpha=cfg.alpha, decision=cfg.decision, interval=cfg.interval,
+                         keep_finished=cfg.keep_finished, rule=cfg.rule)

@@ -13,6 +13,8 @@ them together with finished candidates still in contention; keep the top
 ``max(1, round((1 - alpha) * n))``; free the rejected rows; repeat. If the kept live rows still
 cannot fit the next token, memory forces more pruning (the round says ``forced``).
 ``keep_finished=True`` keeps finished candidates out of the ranking: they always stay.
+Which candidates are kept is the rejection rule's (``cfg.rule``, ``specrej.core.rules``): the
+paper's keeps the highest partial rewards.
 
 The methods drive a ``specrej.backends.Backend`` through ``run._Run`` and take their scheduling
 from ``specrej.core`` (the KV budget; the decision rule, ``core.decisions.rule_for(cfg)``). Both
@@ -74,7 +76,7 @@ def _bon_refill_body(run: _Run) -> Iterator[Event]:
 def _sr_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
     rule = rule_for(cfg)
-    run.prefill()
+    run.prefill(stats=rule.uses_token_stats)
     rows = run.start(list(range(cfg.n)))
     index, last_decision = 0, 0
     while len(rows):
@@ -92,8 +94,9 @@ def _sr_body(run: _Run) -> Iterator[Event]:
 
 def _decide(run: _Run, rule, index: int, per_row: int) -> Round:
     rows = run.rows
-    live = dict(zip(rows.ids, run.score_live()))
-    finished = {r.id: r.score for r in run.recs if r.status == "finished"}
+    run.score_live()
+    live = [run.recs[c].contender() for c in rows.ids]
+    finished = [r.contender() for r in run.recs if r.status == "finished"]
     sel = rule.select(live, finished, run.kv.cap(per_row))
     for c in sel.pruned:
         run.recs[c].status, run.recs[c].round_pruned = "pruned", index

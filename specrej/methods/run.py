@@ -14,6 +14,7 @@ from ..backends import Backend, BackendFactory, Batch, Done, backend_for
 from ..config import AUTO, RunConfig
 from ..core.budget import KVBudget
 from ..core.decisions import Moment
+from ..core.rules import Contender
 from ..events import Arm, Candidate, Event, Finished, Ledger, Progress
 from .. import precision
 from ..models import LM
@@ -30,10 +31,17 @@ class _Rec:
     history: list[tuple[int, float]] = field(default_factory=list)
     round_pruned: int | None = None
     finish_reason: str | None = None
+    stats: TokenStats | None = None   # the generator's statistics at its last score (what a rule may read)
 
     def view(self) -> Candidate:
         return Candidate(self.id, self.text, len(self.tokens), self.status, self.score,
                          tuple(self.history), self.round_pruned, self.finish_reason)
+
+    def contender(self) -> Contender:
+        """What a decision's rejection rule sees of this candidate."""
+        st = self.stats
+        return Contender(self.id, self.score, len(self.tokens), self.status == "finished",
+                         st.mean_logprob if st else None, st.mean_self_certainty if st else None)
 
 
 class _Run:
@@ -98,8 +106,11 @@ class _Run:
         return tuple(r.view() for r in self.recs)
 
     # -- engine
-    def prefill(self) -> None:
+    def prefill(self, stats: bool = False) -> None:
+        """Prefill the prompt. ``stats``: keep the token statistics even if the reward does not read
+        them (a rejection rule does)."""
         cfg = self.cfg
+        self.stats = self.stats or stats
         self.engine = self.engine_factory.from_config(self.lm, self.prompt_ids, cfg, share_prefix=self.shared,
                                                       stats=self.stats)
         self.prompt_tokens += len(self.prompt_ids)
@@ -159,8 +170,9 @@ class _Run:
     def _apply_scores(self, recs: list[_Rec], stats: list[TokenStats] | None) -> list[float]:
         out = checked(self.reward, self.cfg.prompt, [r.text for r in recs], stats)
         self.reward_tokens += out.tokens_read
-        for rec, s in zip(recs, out.scores):
+        for i, (rec, s) in enumerate(zip(recs, out.scores)):
             rec.score = s
+            rec.stats = stats[i] if stats else None
             rec.history.append((len(rec.tokens), s))
         return out.scores
 
