@@ -105,6 +105,7 @@ def test_the_default_first_run_prunes_and_states_the_speed_up(default_url):
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the app, run from anywhere
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     demo, url, _ = default_app()
     try:

@@ -51,3 +51,18 @@ def test_remote_code_is_refused_unless_enabled():
 def test_smaller_budget_halves():
     assert smaller_budget(RunConfig(prompt="hi", budget=None), 1000).budget == 500
     assert smaller_budget(RunConfig(prompt="hi", budget=3), 3).budget == 1
+
+
+def test_frames_are_paced_by_the_deployment(monkeypatch):
+    """One live frame a second on a CPU (the browser's redraws share its cores), four on a GPU;
+    SPECREJ_FRAME_MS sets it, and a bad value is refused naming the variable."""
+    from components import context
+    from components.context import AppContext
+
+    monkeypatch.setattr(context, "_cuda", lambda: False)
+    assert AppContext.from_env({}).min_frame_interval == context.FRAME_MS_CPU / 1000 == 1.0
+    monkeypatch.setattr(context, "_cuda", lambda: True)
+    assert AppContext.from_env({}).min_frame_interval == context.FRAME_MS_GPU / 1000 == 0.25
+    assert AppContext.from_env({"SPECREJ_FRAME_MS": "500"}).min_frame_interval == 0.5
+    with pytest.raises(ValueError, match="SPECREJ_FRAME_MS"):
+        AppContext.from_env({"SPECREJ_FRAME_MS": "10"})
