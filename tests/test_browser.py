@@ -207,6 +207,9 @@ def test_three_arms_race_in_a_real_browser(browser, app_url, theme):
     assert sum("round pruned" in h for h in headers) == 2 and any("BoN rank" in h for h in headers), headers
     summary = page.inner_text("#summary")
     assert summary.count("Speed-up") == 2 and "alpha=0.8" in summary
+    # the result table's last column (Best-of-N) is inside its box, not clipped at the right edge
+    table, box = page.locator("#summary table").bounding_box(), page.locator("#summary").bounding_box()
+    assert table["x"] + table["width"] <= box["x"] + box["width"] + 1, (table, box)
     # readable: the status box's text differs clearly from what is behind it, in either theme
     fg, layers = page.evaluate(BEHIND, "#status p")
     assert contrast(fg, layers) > 4.5, (theme, fg, layers)
