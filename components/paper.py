@@ -59,12 +59,14 @@ def _measure(lm) -> StepCost:   # on the torch thread
     return StepCost(tuple(s["rows"] for s in sweep), tuple(s["step_min_s"] for s in sweep))
 
 
-def step_cost(ctx: AppContext, model: str) -> StepCost:
+def _generator(ctx: AppContext, model: str):
+    return torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference))[0])
+
+
+def step_cost(ctx: AppContext, model: str, lm=None) -> StepCost:
     """This machine's decoding step for ``model`` (measured on first use, then kept)."""
     if model not in ctx.step_costs:
-        lm = torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward,
-                                                                 ctx.default_preference))[0])
-        ctx.step_costs[model] = torch_worker().call(_measure, lm)
+        ctx.step_costs[model] = torch_worker().call(_measure, lm or _generator(ctx, model))
     return ctx.step_costs[model]
 
 
@@ -79,8 +81,8 @@ def live_seconds(ctx: AppContext, settings: dict, prompt_len: int, shared: bool,
 def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
     """Paper scale for ``prompt`` on this deployment (the default generator unless ``model``)."""
     model = model or ctx.default_model
-    cost = step_cost(ctx, model)
-    lm = torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference))[0])
+    lm = _generator(ctx, model)
+    cost = step_cost(ctx, model, lm)
     prompt_len = len(torch_worker().call(lm.render, prompt or "-"))
     shared = bool(getattr(lm, "shares_prefix", False))
     limit = ctx.limits.max_run_seconds
