@@ -38,8 +38,12 @@ class PackedLinear(torch.nn.Module):
         if x.dtype != torch.float32 or x.requires_grad:   # training or another dtype: the plain path
             return torch.nn.functional.linear(x, self.weight, self.bias)
         shape = x.shape
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]), self._packed, self.bias, "none", [], "")
-        return y.reshape(*shape[:-1], self.out_features)
+        x2 = x.reshape(-1, shape[-1])
+        one = x2.shape[0] == 1
+        if one:   # oneDNN takes a matrix-vector path for a single row, which rounds differently: pad to 2
+            x2 = torch.cat([x2, x2.new_zeros(1, shape[-1])])
+        y = torch.ops.mkldnn._linear_pointwise(x2, self._packed, self.bias, "none", [], "")
+        return (y[:1] if one else y).reshape(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"

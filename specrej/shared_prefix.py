@@ -143,12 +143,18 @@ def shared_prefix_attention(module, query: torch.Tensor, key: torch.Tensor, valu
         # cache). Folded, the GEMM's M would be rows x groups, and the CPU kernels round differently for
         # different M, so a row's attention would depend on how many rows share its batch; per row,
         # M = groups x q whatever the batch. (Other ops still round by batch size in bf16: README.)
-        o_p, lse_p = _part(qg, layer.prefix_keys, layer.prefix_values, scaling)
+        if b == 1:   # a batch of one takes another matmul path (other rounding): pad it to two rows
+            o_p, lse_p = (t[:1] for t in _part(torch.cat([qg, torch.zeros_like(qg)]), layer.prefix_keys,
+                                                layer.prefix_values, scaling))
+        else:
+            o_p, lse_p = _part(qg, layer.prefix_keys, layer.prefix_values, scaling)
     # per-row part: causal within the new tokens when several arrive at once
     bias = _row_causal_bias(q, g, query.device, groups) if q > 1 else None
     o_r, lse_r = _part(qg, key, value, scaling, bias)
-    # merge by log-sum-exp
-    lse = torch.logaddexp(lse_p, lse_r)
+    # merge by log-sum-exp; not torch.logaddexp: its log1p rounds the tail of a vectorised loop differently
+    # from the rest on a CPU, so the last row of some batch sizes would get other values (exp, log don't)
+    top = torch.maximum(lse_p, lse_r)
+    lse = top + ((lse_p - top).exp() + (lse_r - top).exp()).log()
     out = o_p * (lse_p - lse).exp() + o_r * (lse_r - lse).exp()           # [rows, kv_heads, groups x q, d]
     out = out.to(query.dtype).reshape(b, h, q, d).transpose(1, 2).contiguous()
     return out, None

@@ -175,3 +175,13 @@ def test_accelerate_launch_shards_prompts_over_two_processes(tiny_lm_dir, tiny_r
         assert a["improvement"] == pytest.approx(b["improvement"])
     for a, b in zip(saved["prompts"], single["prompts"]):
         assert a["bon"]["scores"] == pytest.approx(b["bon"]["scores"])
+
+
+def test_auto_threads_leaves_the_busy_cores_alone(monkeypatch):
+    from specrej.bench.run import auto_threads
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert auto_threads(1, busy=0.1) == 2          # quiet: every core
+    assert auto_threads(1, busy=1.2) == 1          # one core busy elsewhere
+    assert auto_threads(2, busy=0.0) == 1          # two processes share the cores
+    assert auto_threads(1, busy=5.0) == 1          # never fewer than one

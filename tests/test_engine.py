@@ -3,6 +3,7 @@ against the copied one; coupling in the dtype the engine picks."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -155,6 +156,47 @@ def test_a_candidate_writes_the_same_tokens_in_any_batch(tiny_lm, prompt):
     for batch in ([0, 1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [1, 3, 5, 7, 9, 11], [10], [2, 11, 6]):
         part = decode(tiny_lm, prompt, batch, SAMPLED, share=tiny_lm.shares_prefix, n_total=n, max_new=24)
         assert part == {c: everyone[c] for c in batch}, f"{tiny_lm.dtype}: batch {batch} diverged"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_rows_attention_and_statistics_do_not_depend_on_its_place_in_the_batch(threads):
+    """The shared-prefix attention and the token statistics at the embedded model's shapes (9 heads,
+    3 KV heads, d 64, 49,152-token vocabulary): the last row of a batch of 125, 33 or 1 rows gets
+    the same bits as in a batch of 128. CPU kernels round a vectorised loop's tail (torch.logaddexp's
+    log1p) and a lone row's reductions (split across threads) differently; the simulator's replay of a
+    coupled run relies on these bits (a near-tie in a rule's ranking flipped once on an AVX-512 CPU)."""
+    from specrej.backends.hf import Rows
+    from specrej.shared_prefix import SharedPrefixLayer, shared_prefix_attention
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        layer = SharedPrefixLayer(torch.randn(1, 3, 42, 64), torch.randn(1, 3, 42, 64), rows=128)
+        cache = SharedPrefixCache.__new__(SharedPrefixCache)
+        cache.layers = [layer]
+        module = type("Attn", (), {"layer_idx": 0})()
+        q, k, v = torch.randn(128, 9, 1, 64), torch.randn(128, 3, 17, 64), torch.randn(128, 3, 17, 64)
+
+        def attend(n):
+            return shared_prefix_attention(module, q[:n], k[:n], v[:n], None, 0.125, shared_prefix=cache)[0]
+
+        def stats(n, logits, tok):
+            rows = type("R", (), {})()
+            rows.logits, rows.engine = logits[:n].contiguous(), type("E", (), {"log_vocab": math.log(49152)})()
+            rows.lp_sum = rows.sc_sum = torch.zeros(n, dtype=torch.float64)
+            Rows._accumulate_stats(rows, tok[:n])
+            return rows.lp_sum, rows.sc_sum
+
+        full = attend(128)
+        logits, tok = torch.randn(128, 49152) * 4, torch.randint(0, 49152, (128,))
+        full_stats = stats(128, logits, tok)
+        for n in (125, 33, 2, 1):
+            assert torch.equal(attend(n), full[:n]), n
+            lp, sc = stats(n, logits, tok)
+            assert torch.equal(lp, full_stats[0][:n]) and torch.equal(sc, full_stats[1][:n]), n
+    finally:
+        torch.set_num_threads(old)
 
 
 @cuda

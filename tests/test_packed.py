@@ -37,6 +37,21 @@ def test_a_row_gives_the_same_bits_whatever_the_batch():
             assert torch.equal(m(x[:rows]), full[:rows]), rows
 
 
+def test_one_row_gets_the_same_bits_as_in_a_batch_at_the_models_widths():
+    """A single row (the last candidate alive) at the embedded model's widths: oneDNN's
+    matrix-vector path for M = 1 rounds a 1536-wide row differently (seen on an AVX-512 CPU), so a
+    lone row is padded to two."""
+    torch.manual_seed(0)
+    for fan_in, fan_out in ((1536, 576), (576, 1536), (576, 192)):
+        m = packed.PackedLinear(torch.nn.Linear(fan_in, fan_out, bias=False))
+        x = torch.randn(9, fan_in)
+        with torch.inference_mode():
+            full = m(x)
+            for rows in (1, 2, 5):
+                assert torch.equal(m(x[:rows]), full[:rows]), (fan_in, fan_out, rows)
+            assert torch.equal(m(x[:1].reshape(1, 1, fan_in)), full[:1].reshape(1, 1, fan_out))
+
+
 def test_switched_off_by_the_environment_and_for_other_dtypes(monkeypatch):
     monkeypatch.setenv(packed.PACKED_ENV, "0")
     assert packed.pack(_model()) == 0

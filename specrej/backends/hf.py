@@ -262,9 +262,11 @@ class Rows:
         instead of a full [rows, vocab] log_softmax: log p(tok) = logit(tok) - logsumexp, and
         KL(uniform || p) = logsumexp - mean(logits) - log(vocab)."""
         logits = self.logits                                      # [rows, vocab] fp32
-        lse = logits.logsumexp(-1)                                # [rows]
-        self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
-        self.sc_sum += (lse - logits.mean(-1) - self.engine.log_vocab).double().cpu()
+        if logits.shape[0] == 1:   # one row's reduction is split across threads (other rounding): pad to two
+            logits = torch.cat([logits, logits.new_zeros(logits.shape)])
+        lse, mean = logits.logsumexp(-1)[: len(tok)], logits.mean(-1)[: len(tok)]   # [rows]
+        self.lp_sum += (logits[: len(tok)].gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
+        self.sc_sum += (lse - mean - self.engine.log_vocab).double().cpu()
 
     def _forward(self, tok: torch.Tensor) -> None:
         """Feed one token per row (tok: [rows]) and keep the next-token logits."""

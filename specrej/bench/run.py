@@ -99,13 +99,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def auto_threads(processes: int) -> int:
-    """Cores not already busy (1-minute load average), split between this run's processes."""
-    cores = os.cpu_count() or 1
+def busy_cores(window: float = 1.0) -> float:
+    """Cores busy right now: /proc/stat's idle share over ``window`` seconds (Linux), else the 1-minute
+    load average (which still counts, for a minute, a process that has just ended)."""
+    def read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+        return sum(cpu), cpu[3] + (cpu[4] if len(cpu) > 4 else 0)   # total, idle + iowait
     try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        busy = 0.0
+        t0, i0 = read()
+        time.sleep(window)
+        t1, i1 = read()
+        return (os.cpu_count() or 1) * (1.0 - (i1 - i0) / max(1, t1 - t0))
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0]
+        except OSError:
+            return 0.0
+
+
+def auto_threads(processes: int, busy: float | None = None) -> int:
+    """Cores not already busy, split between this run's processes."""
+    cores = os.cpu_count() or 1
+    busy = busy_cores() if busy is None else busy
     free = cores - int(busy + 0.5) if busy >= 1 else cores
     return max(1, min(cores, free) // max(1, processes))
 
