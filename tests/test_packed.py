@@ -59,5 +59,9 @@ def test_switched_off_by_the_environment_and_for_other_dtypes(monkeypatch):
     assert packed.pack(_model().to(torch.bfloat16)) == 0
 
 
-def test_the_embedded_loader_packs_the_cpu_generator(tiny_lm):
-    assert isinstance(tiny_lm.model.get_output_embeddings(), packed.PackedLinear)
+def test_the_loader_packs_a_cpu_generator_in_fp32(tiny_lm_dir):
+    """fp32 on a CPU is packed (whatever dtype ``auto`` picks here: bf16 where the CPU has it)."""
+    from specrej import load_generator
+
+    lm = load_generator(str(tiny_lm_dir), dtype="fp32")
+    assert isinstance(lm.model.get_output_embeddings(), packed.PackedLinear)
