@@ -103,6 +103,20 @@ def test_fit_on_coupled_runs(tiny_lm, length_reward, coupled):
     assert rule.weights[-1][0] > 0
 
 
+def test_saved_runs_replay_every_rule_exactly(tiny_lm, length_reward, coupled, tmp_path):
+    """fit_rule evaluate reads saved runs: they keep every statistic to the bit, so each rule's replay
+    from the file is the bench's (a run rounded to 4 decimals once moved a 12-prompt score by 1.5)."""
+    from specrej.bench.coupled import load_runs, save_runs
+
+    save_runs([coupled], tmp_path / "runs.json.gz", {"n": coupled.n})
+    _, (back,) = load_runs(tmp_path / "runs.json.gz")
+    assert back == coupled
+    kw = dict(budget=24 * 8 + 64, alpha=0.5, n0=16, max_new_tokens=24)
+    for rule in ("paper", "calibrated"):
+        assert (simulate_sr(back, PrefixScorer(tiny_lm, length_reward, back), rule=rule, **kw)
+                == simulate_sr(coupled, PrefixScorer(tiny_lm, length_reward, coupled), rule=rule, **kw))
+
+
 def test_rule_is_an_arm_setting(monkeypatch):
     arm = parse_arm("sr:alpha=0.5,rule=paper")
     assert dict(arm.overrides)["rule"] == "paper"

@@ -55,8 +55,9 @@ class CoupledRun:
 
     def to_dict(self) -> dict:
         return {"prompt": self.prompt, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens,
-                "cum_lp": [[round(x, 4) for x in r] for r in self.cum_lp],
-                "cum_sc": [[round(x, 4) for x in r] for r in self.cum_sc], "finish": self.finish}
+                # full precision: a rounded statistic can break a rule's near-tie the other way, and the
+                # saved runs must replay the bench's table exactly (fit_rule evaluate)
+                "cum_lp": self.cum_lp, "cum_sc": self.cum_sc, "finish": self.finish}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CoupledRun":

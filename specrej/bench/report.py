@@ -113,8 +113,7 @@ def paper_table(agg: dict, meta: dict) -> str:
             d = s["drift"]
             lines.append(f"  {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']} ran for real: "
                          f"{d['text_differs']} of {d['compared']} candidates wrote another text than in the coupled "
-                         f"reference, {d['score_differs']} another score; simulator agrees on "
-                         f"{s.get('simulator_agrees', '-')} prompts")
+                         f"reference, {d['score_differs']} another score; " + _agrees(s.get("simulator_agrees"), n_ref))
     lines.append("Spearman of partial vs final reward at each decision (mean over prompts):")
     for s in agg["sr"]:
         parts = [f"d{d['decision']}@{d['mean_position']:.0f}tok: " +
@@ -147,38 +146,59 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    from matplotlib.lines import Line2D
+
     measures = [(m, label) for m, label in PAPER_MEASURES if agg["bon"][0].get(f"rel_{m}") is not None]
-    fig, axes = plt.subplots(1, len(measures), figsize=(5.2 * len(measures), 4.6), squeeze=False)
-    for ax, (m, label) in zip(axes[0], measures):
+    cols = 2 if len(measures) > 2 else len(measures)
+    rows = -(-len(measures) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.4 * rows + 1.0), squeeze=False)
+    # one colour per rule (the paper's filled, the others hollow, so coinciding points stay visible) and one
+    # marker per (alpha, first decision); the key sits under the panels, the speed-ups are in the table
+    rules = list(dict.fromkeys(s.get("rule", "paper") for s in agg["sr"]))
+    colour = {r: c for r, c in zip(rules, ("#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"))}
+    settings = list(dict.fromkeys((s["alpha"], s["first_decision"]) for s in agg["sr"]))
+    marker = {k: m for k, m in zip(settings, "*DP^vsXpho<>")}
+    for ax, (m, label) in zip(axes.flat, measures):
         xs, ys = [b[f"rel_{m}"] for b in agg["bon"]], [b["improvement"] for b in agg["bon"]]
-        ax.plot(xs, ys, "-", color="#0072B2", label="Best-of-N (order statistics)")
+        ax.plot(xs, ys, "-", color="#0072B2")
         marks = [b for b in agg["bon"] if b["k"] & (b["k"] - 1) == 0 or b["k"] == agg["n_ref"]]
-        ax.plot([b[f"rel_{m}"] for b in marks], [b["improvement"] for b in marks], "o", color="#0072B2")
+        ax.plot([b[f"rel_{m}"] for b in marks], [b["improvement"] for b in marks], "o", color="#0072B2", markersize=4)
         for b in marks:
             ax.annotate(f"{b['k']}", (b[f"rel_{m}"], b["improvement"]), textcoords="offset points",
-                        xytext=(-4, 5), ha="right", fontsize=7, color="#0072B2")
-        for i, s in enumerate(sorted(agg["sr"], key=lambda p: p["improvement"])):
+                        xytext=(-4, 5), ha="right", fontsize=8, color="#0072B2")
+        for s in agg["sr"]:
             x = s.get(f"rel_{m}")
             if x is None:
                 continue
-            ax.plot([x], [s["improvement"]], "*", color="#D55E00", markersize=12)
-            sp = s.get(f"speedup_{m}")
-            colour = "#D55E00" if s.get("rule", "paper") == "paper" else "#009E73"
-            ax.lines[-1].set_color(colour)
-            tag = (f"{s.get('rule', 'paper')} α={s['alpha']:g} T={s['first_decision']}"
-                   + (f" ({_speed(sp)})" if sp else ""))
-            ax.annotate(tag, (x, s["improvement"]), textcoords="offset points", fontsize=7,
-                        xytext=(8, -3 + 9 * (i % 3 - 1)))   # neighbours' labels stagger
-        ax.plot([], [], "*", color="#D55E00", markersize=12, label="Speculative Rejection (paper rule)")
-        if any(s.get("rule", "paper") != "paper" for s in agg["sr"]):
-            ax.plot([], [], "*", color="#009E73", markersize=12, label="Speculative Rejection (other rule)")
+            rule = s.get("rule", "paper")
+            ax.plot([x], [s["improvement"]], linestyle="none", marker=marker[(s["alpha"], s["first_decision"])],
+                    markersize=13 if rule == "paper" else 10, color=colour[rule],
+                    markerfacecolor=colour[rule] if rule == "paper" else "none", markeredgewidth=1.6)
         ax.set_xscale("log")
-        ax.set_xlabel(f"{label} relative to Best-of-{agg['n_ref']}" + (" (BoN modelled)" if m == "wall" else ""))
+        ax.set_title(f"{label}" + (" (Best-of-N modelled)" if m == "wall" else ""), fontsize=10)
+        ax.set_xlabel(f"relative to Best-of-{agg['n_ref']} (log)")
         ax.set_ylabel("improvement score")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    for ax in list(axes.flat)[len(measures):]:
+        ax.axis("off")
+    handles = [Line2D([], [], color="#0072B2", marker="o", markersize=4, label="Best-of-k, k = 1 ... "
+                      f"{agg['n_ref']} (order statistics)")]
+    handles += [Line2D([], [], linestyle="none", marker="o", markersize=9, color=colour[r],
+                       markerfacecolor=colour[r] if r == "paper" else "none", markeredgewidth=1.6,
+                       label=f"Speculative Rejection, {r} rule") for r in rules]
+    handles += [Line2D([], [], linestyle="none", marker=marker[k], markersize=10, color="#555555",
+                       label=f"α = {k[0]:g}, first decision T = {k[1]}") for k in settings]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.1 if rows > 1 else 0.18, 1, 0.97))
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+
+def _agrees(checked: str | None, n_ref: int) -> str:
+    """'simulator agrees on 12/12 prompts', or why it could not be checked."""
+    if not checked or checked.endswith("/0"):
+        return f"not simulated (its first batch exceeds the coupled run's {n_ref} candidates)"
+    return f"simulator agrees on {checked} prompts"
