@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -98,14 +99,20 @@ class App:
                 time.sleep(1)
 
     def race(self) -> float:
+        """One /run; ``self.parts`` then says where the time went: the first frame's arrival, the race
+        on the app's own clock ("Done in X s": the run's start to its end), and the final frame's
+        arrival after the one before it."""
         t = time.perf_counter()
-        last = None
+        last, arrivals = None, []
         for last in self.client.submit(api_name="/run", **self.kw):
-            pass
+            arrivals.append(time.perf_counter() - t)
         dt = time.perf_counter() - t
         status = str(last[0] if last else "")
         if "Done" not in status:
             raise RuntimeError(f"the app's race did not finish: {status[:300]}")
+        clock = re.search(r"Done\W*in ([0-9.]+) s", status)
+        self.parts = {"first_frame_s": arrivals[0], "app_clock_s": float(clock.group(1)) if clock else None,
+                      "final_frame_after_s": arrivals[-1] - arrivals[-2] if len(arrivals) > 1 else None}
         return dt
 
     def close(self) -> None:
@@ -126,18 +133,20 @@ def main(argv=None) -> int:
     try:
         lib = Library(kw)
         print(f"[warm-up] library {lib.race():.1f} s, app {app.race():.1f} s", flush=True)
-        libs, apps = [], []
+        libs, apps, parts = [], [], []
         for i in range(args.repeats):   # in turn, so a drift in the machine's speed hits both sides
             libs.append(lib.race())
             apps.append(app.race())
-            print(f"[pair {i + 1}] library {libs[-1]:.1f} s, app {apps[-1]:.1f} s: {apps[-1] / libs[-1]:.2f}x",
-                  flush=True)
+            parts.append(app.parts)
+            print(f"[pair {i + 1}] library {libs[-1]:.1f} s, app {apps[-1]:.1f} s: {apps[-1] / libs[-1]:.2f}x "
+                  f"(app: first frame at {app.parts['first_frame_s']:.2f} s, race {app.parts['app_clock_s']} s on "
+                  f"its clock, final frame {app.parts['final_frame_after_s']:.2f} s after the one before)", flush=True)
     finally:
         app.close()
     ratios = [a / b for a, b in zip(apps, libs)]
     result = {"settings": {k: v for k, v in kw.items() if k != "prompt"}, "prompt": kw["prompt"],
               "library_s": libs, "app_s": apps, "library_median_s": statistics.median(libs),
-              "app_median_s": statistics.median(apps), "ratios": ratios, "ratio": statistics.median(ratios),
+              "app_median_s": statistics.median(apps), "app_parts": parts, "ratios": ratios, "ratio": statistics.median(ratios),
               "load": os.getloadavg()[0]}
     print(f"library {result['library_median_s']:.1f} s, app {result['app_median_s']:.1f} s (medians); "
           f"pair by pair the app takes {result['ratio']:.2f}x the library's time (median of "
