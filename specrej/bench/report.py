@@ -196,7 +196,6 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
     return True
 
 
-
 def _agrees(checked: str | None, n_ref: int) -> str:
     """'simulator agrees on 12/12 prompts', or why it could not be checked."""
     if not checked or checked.endswith("/0"):
