@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -51,6 +52,21 @@ def request_kwargs(sets: list[str]) -> dict:
     return kw
 
 
+def _cpu_self() -> float:
+    """CPU seconds this process has used (every thread: the API client's included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _cpu_pid(pid: int) -> float:
+    """CPU seconds process ``pid`` has used (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class Library:
     """The race through the library, as ``python -m specrej`` runs it: models loaded here, the race
     drained in the main thread; ``race()`` is the time from the race's start to its last event."""
@@ -67,9 +83,10 @@ class Library:
     def race(self) -> float:
         from specrej.arms import race_arms
 
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), _cpu_self()
         for _ in race_arms(self.lm, self.reward, self.cfg, self.arms):
             pass
+        self.cpu_s = _cpu_self() - cpu
         return time.perf_counter() - t
 
 
@@ -102,17 +119,19 @@ class App:
         """One /run; ``self.parts`` then says where the time went: the first frame's arrival, the race
         on the app's own clock ("Done in X s": the run's start to its end), and the final frame's
         arrival after the one before it."""
-        t = time.perf_counter()
+        t, client0, server0 = time.perf_counter(), _cpu_self(), _cpu_pid(self.server.pid)
         last, arrivals = None, []
         for last in self.client.submit(api_name="/run", **self.kw):
             arrivals.append(time.perf_counter() - t)
         dt = time.perf_counter() - t
+        client_cpu, server_cpu = _cpu_self() - client0, _cpu_pid(self.server.pid) - server0
         status = str(last[0] if last else "")
         if "Done" not in status:
             raise RuntimeError(f"the app's race did not finish: {status[:300]}")
         clock = re.search(r"Done\W*in ([0-9.]+) s", status)
         self.parts = {"first_frame_s": arrivals[0], "app_clock_s": float(clock.group(1)) if clock else None,
-                      "final_frame_after_s": arrivals[-1] - arrivals[-2] if len(arrivals) > 1 else None}
+                      "final_frame_after_s": arrivals[-1] - arrivals[-2] if len(arrivals) > 1 else None,
+                      "server_cpu_s": server_cpu, "client_cpu_s": client_cpu}
         return dt
 
     def close(self) -> None:
@@ -137,10 +156,12 @@ def main(argv=None) -> int:
         for i in range(args.repeats):   # in turn, so a drift in the machine's speed hits both sides
             libs.append(lib.race())
             apps.append(app.race())
-            parts.append(app.parts)
+            parts.append({**app.parts, "library_cpu_s": lib.cpu_s})
             print(f"[pair {i + 1}] library {libs[-1]:.1f} s, app {apps[-1]:.1f} s: {apps[-1] / libs[-1]:.2f}x "
                   f"(app: first frame at {app.parts['first_frame_s']:.2f} s, race {app.parts['app_clock_s']} s on "
-                  f"its clock, final frame {app.parts['final_frame_after_s']:.2f} s after the one before)", flush=True)
+                  f"its clock, final frame {app.parts['final_frame_after_s']:.2f} s after the one before; CPU: "
+                  f"library {lib.cpu_s:.1f} s, app server {app.parts['server_cpu_s']:.1f} s + API client "
+                  f"{app.parts['client_cpu_s']:.1f} s)", flush=True)
     finally:
         app.close()
     ratios = [a / b for a, b in zip(apps, libs)]
