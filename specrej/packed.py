@@ -25,6 +25,17 @@ PACKED_ENV = "SPECREJ_PACKED"
 BATCH_HINT = 128   # oneDNN picks its blocking for this many rows; any row count works
 
 
+def lone_row_padded(fn, x: torch.Tensor):
+    """``fn(x)`` (a tensor or a tuple of them, rows first) with a lone row of ``x`` padded to two and cut
+    back: CPU kernels take another path for a single row (a matrix-vector product, a reduction split
+    across threads) that rounds differently, so the last candidate alive would get other bits than in
+    a batch, and coupling would break."""
+    if x.shape[0] != 1:
+        return fn(x)
+    out = fn(torch.cat([x, torch.zeros_like(x)]))
+    return tuple(o[:1] for o in out) if isinstance(out, tuple) else out[:1]
+
+
 class PackedLinear(torch.nn.Module):
     """``nn.Linear`` whose forward runs oneDNN on a weight packed once (same parameters)."""
 
@@ -38,12 +49,9 @@ class PackedLinear(torch.nn.Module):
         if x.dtype != torch.float32 or x.requires_grad:   # training or another dtype: the plain path
             return torch.nn.functional.linear(x, self.weight, self.bias)
         shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        one = x2.shape[0] == 1
-        if one:   # oneDNN takes a matrix-vector path for a single row, which rounds differently: pad to 2
-            x2 = torch.cat([x2, x2.new_zeros(1, shape[-1])])
-        y = torch.ops.mkldnn._linear_pointwise(x2, self._packed, self.bias, "none", [], "")
-        return (y[:1] if one else y).reshape(*shape[:-1], self.out_features)
+        y = lone_row_padded(lambda x2: torch.ops.mkldnn._linear_pointwise(x2, self._packed, self.bias, "none", [], ""),
+                            x.reshape(-1, shape[-1]))   # oneDNN's matrix-vector path for M = 1 rounds differently
+        return y.reshape(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"

@@ -31,6 +31,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .kvcache import GrowingLayer
+from .packed import lone_row_padded
 
 ATTN_NAME = "specrej_shared_prefix"
 FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
@@ -143,11 +144,7 @@ def shared_prefix_attention(module, query: torch.Tensor, key: torch.Tensor, valu
         # cache). Folded, the GEMM's M would be rows x groups, and the CPU kernels round differently for
         # different M, so a row's attention would depend on how many rows share its batch; per row,
         # M = groups x q whatever the batch. (Other ops still round by batch size in bf16: README.)
-        if b == 1:   # a batch of one takes another matmul path (other rounding): pad it to two rows
-            o_p, lse_p = (t[:1] for t in _part(torch.cat([qg, torch.zeros_like(qg)]), layer.prefix_keys,
-                                                layer.prefix_values, scaling))
-        else:
-            o_p, lse_p = _part(qg, layer.prefix_keys, layer.prefix_values, scaling)
+        o_p, lse_p = lone_row_padded(lambda rows: _part(rows, layer.prefix_keys, layer.prefix_values, scaling), qg)
     # per-row part: causal within the new tokens when several arrive at once
     bias = _row_causal_bias(q, g, query.device, groups) if q > 1 else None
     o_r, lse_r = _part(qg, key, value, scaling, bias)

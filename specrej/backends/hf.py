@@ -30,7 +30,7 @@ import torch
 from ..config import RunConfig, env_int
 from ..kvcache import grow_in_place
 from ..models import LM
-from ..packed import PackedLinear
+from ..packed import PackedLinear, lone_row_padded
 from ..shared_prefix import SharedPrefixCache
 from . import Done, Sampling
 
@@ -262,10 +262,8 @@ class Rows:
         instead of a full [rows, vocab] log_softmax: log p(tok) = logit(tok) - logsumexp, and
         KL(uniform || p) = logsumexp - mean(logits) - log(vocab)."""
         logits = self.logits                                      # [rows, vocab] fp32
-        if logits.shape[0] == 1:   # one row's reduction is split across threads (other rounding): pad to two
-            logits = torch.cat([logits, logits.new_zeros(logits.shape)])
-        lse, mean = logits.logsumexp(-1)[: len(tok)], logits.mean(-1)[: len(tok)]   # [rows]
-        self.lp_sum += (logits[: len(tok)].gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
+        lse, mean = lone_row_padded(lambda x: (x.logsumexp(-1), x.mean(-1)), logits)   # [rows]
+        self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
         self.sc_sum += (lse - mean - self.engine.log_vocab).double().cpu()
 
     def _forward(self, tok: torch.Tensor) -> None:
