@@ -8,21 +8,22 @@ SPECREJ_REWARD, see ``components/context.py``), so importing this module loads n
 """
 from __future__ import annotations
 
-from components import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imported before torch
+from components.session import gpu  # noqa: I001  first: on ZeroGPU `spaces` must be imported before torch
 
 import dataclasses
 import inspect
 
 import gradio as gr
 
-from components import charts, memory, paper, ui
+from components import charts, ui
+from components.session import memory, paper
 from components.autospec_tab import build_autospec_tab
-from components.context import PREFERENCE, AppContext
-from components.guard import ApiGate, Guard
+from components.session.context import PREFERENCE, AppContext
+from components.deploy.guard import ApiGate, Guard
 from components.panels import STOPPED
 from components.frames import error_frame
-from components.replay import check_replay, replay_frames
-from components.stream import REQUEST_FIELDS, RunRequest, frames, race_events
+from components.session.replay import check_replay, replay_frames
+from components.session.stream import REQUEST_FIELDS, RunRequest, frames, race_events
 
 TITLE = "Speculative Rejection vs Best-of-N"
 THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")

@@ -21,9 +21,9 @@ from specrej.autospec.report import scaling_figure
 from specrej.autospec.scaling import curve
 from specrej.autospec.targets import all_states
 
-from . import memory
-from .context import ASSETS
-from .guard import check_choice, check_number, started
+from .session import memory
+from .session.context import ASSETS
+from .deploy.guard import check_choice, check_number, started
 
 MAX_N = 1024           # cells on the grid
 MAX_EXACT_N = 10

@@ -25,7 +25,7 @@ from specrej.rewards import scale_of
 
 from .looks import colour as arm_colour
 from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text
-from .view import ArmView, RunView
+from .session.view import ArmView, RunView
 
 HEIGHT = 430
 X_AXES = {"flops": "compute spent (FLOPs)", "tokens": "tokens generated (all candidates)"}

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import charts, panels
 from .looks import colour
-from .view import RunView
+from .session.view import RunView
 
 KEEP: Any = object()  # a Frame field left as it is ("skip")
 

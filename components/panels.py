@@ -15,7 +15,7 @@ from specrej.rewards import scale_of
 
 from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
-from .view import ArmView, RunView
+from .session.view import ArmView, RunView
 
 # ---------------------------------------------------------------- status line
 

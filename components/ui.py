@@ -16,14 +16,14 @@ from specrej import RunConfig
 from specrej.core.rules import RULES
 
 from . import charts
-from .context import ASSETS, PREFERENCE, AppContext, reward_kind_label
+from .session.context import ASSETS, PREFERENCE, AppContext, reward_kind_label
 from .frames import KEEP, Frame, since, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
-from .paper import PaperPlan, duration
+from .session.paper import PaperPlan, duration
 from .theme import md_escape
-from .replay import PACES, PAPER_REWARD, PAPER_SCALE
-from .stream import MAX_ARMS, REQUEST_FIELDS
-from .view import RunView
+from .session.replay import PACES, PAPER_REWARD, PAPER_SCALE
+from .session.stream import MAX_ARMS, REQUEST_FIELDS
+from .session.view import RunView
 
 PAPER = "https://arxiv.org/abs/2410.20290"
 HELP = RunConfig.help()

@@ -41,7 +41,7 @@ def _value(text: str):
 
 
 def request_kwargs(sets: list[str]) -> dict:
-    from components.context import AppContext
+    from components.session.context import AppContext
 
     ctx = AppContext.from_env()
     kw = {"prompt": ctx.examples[0], "model": ctx.default_model, "reward": ctx.default_reward,
@@ -72,8 +72,8 @@ class Library:
     drained in the main thread; ``race()`` is the time from the race's start to its last event."""
 
     def __init__(self, kw: dict):
-        from components.context import AppContext, get_models
-        from components.stream import RunRequest
+        from components.session.context import AppContext, get_models
+        from components.session.stream import RunRequest
 
         ctx = AppContext.from_env()
         req = RunRequest(**kw)

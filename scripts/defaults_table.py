@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv=None) -> int:
-    from components.context import AppContext, get_models
-    from components.stream import RunRequest
+    from components.session.context import AppContext, get_models
+    from components.session.stream import RunRequest
     from specrej.arms import race_arms
     from specrej.compare import Tally
 

@@ -62,10 +62,10 @@ def main() -> None:
     import dataclasses
 
     import app
-    from components import memory
-    from components.context import AppContext
-    from components.replay import RECORDINGS, load
-    from components.stream import RunRequest
+    from components.session import memory
+    from components.session.context import AppContext
+    from components.session.replay import RECORDINGS, load
+    from components.session.stream import RunRequest
 
     if args.no_trim:
         memory._trim = None

@@ -110,7 +110,7 @@ def launch_local(demo) -> str:
 
 def tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, **env):
     """An AppContext offering the tiny models (plus any extra environment), warmed up."""
-    from components.context import AppContext
+    from components.session.context import AppContext
 
     env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}", **env}
     c = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.0,
@@ -121,7 +121,7 @@ def tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, **env):
 
 def run_request(ctx, settings: dict, **overrides):
     """A RunRequest for the context's default model and reward with these settings (prompt included)."""
-    from components.stream import RunRequest
+    from components.session.stream import RunRequest
 
     kw = dict(model=ctx.default_model, reward=ctx.default_reward, preference="", **settings)
     kw.update(overrides)

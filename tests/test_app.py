@@ -47,7 +47,7 @@ def test_context_from_env_offers_the_configured_models(ctx, tiny_lm_dir, tiny_re
 
 
 def test_without_the_embedded_wheels_the_app_falls_back_with_a_note(monkeypatch):
-    from components import context
+    from components.session import context
 
     monkeypatch.setattr(context, "_has_embedded_generator", lambda: False)
     monkeypatch.setattr(context, "_has_embedder", lambda: False)
@@ -65,14 +65,14 @@ def test_without_the_embedded_wheels_the_app_falls_back_with_a_note(monkeypatch)
 @pytest.fixture(scope="module")
 def raced(ctx):
     """Every frame of one small race, streamed without a server."""
-    from components.stream import frames
+    from components.session.stream import frames
 
     return list(frames(ctx, request(ctx)))
 
 
 def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
     from components import charts, panels
-    from components.stream import KEEP
+    from components.session.stream import KEEP
 
     out = raced
     assert len(out) >= 3
@@ -98,7 +98,7 @@ def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
 
 
 def test_bad_input_gives_a_message_and_starts_nothing(ctx):
-    from components.stream import frames
+    from components.session.stream import frames
 
     for overrides, needle in [(dict(prompt="   "), "prompt is empty"), (dict(n=0), "n=0"),
                               (dict(alpha=1.5), "alpha"), (dict(temperature=0), "temperature"),
@@ -115,8 +115,8 @@ def test_bad_input_gives_a_message_and_starts_nothing(ctx):
 def test_the_deployment_limits_apply(ctx):
     import dataclasses
 
-    from components.stream import frames
-    from components.limits import Limits
+    from components.session.stream import frames
+    from components.deploy.limits import Limits
 
     out = list(frames(ctx, request(ctx, n=ctx.limits.max_n + 1)))
     assert len(out) == 1 and "SPECREJ_MAX_N" in out[0].status
@@ -132,9 +132,9 @@ def test_a_run_that_reaches_the_time_limit_keeps_its_partial_result(ctx, monkeyp
     import json
     from pathlib import Path
 
-    from components.stream import frames
-    from components.view import RunView
-    from components.limits import Limits
+    from components.session.stream import frames
+    from components.session.view import RunView
+    from components.deploy.limits import Limits
 
     monkeypatch.setattr(RunView, "elapsed", lambda self: 10.0 * len(self.trace))
     capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=60), active=set())
@@ -155,7 +155,7 @@ def test_a_run_that_reaches_the_time_limit_keeps_its_partial_result(ctx, monkeyp
 
 
 def test_an_unexpected_error_is_shown_not_raised(ctx):
-    from components.stream import frames
+    from components.session.stream import frames
 
     def broken(*_, **__):
         yield from ()
@@ -177,7 +177,7 @@ def test_switching_the_compute_axis_rerenders_from_the_session_view(raced):
 
 def test_app_imports_without_loading_models_and_gpu_is_a_noop_here():
     import app
-    from components import gpu
+    from components.session import gpu
 
     assert "demo" not in vars(app) or gpu.ZERO_GPU  # app.demo is built on first access
     if not gpu.HAS_SPACES:
@@ -337,8 +337,8 @@ def third_method(monkeypatch):
 
 
 def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
-    from components.context import AppContext
-    from components.stream import frames
+    from components.session.context import AppContext
+    from components.session.stream import frames
 
     assert AppContext.from_env({"SPECREJ_ARMS": "bon sr first"}).arms == ("bon", "sr", "first")
     with pytest.raises(ValueError, match="unknown method 'nope'"):
@@ -362,7 +362,7 @@ def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
 
 
 def test_a_second_setting_races_three_arms(ctx):
-    from components.stream import frames
+    from components.session.stream import frames
 
     out = list(frames(ctx, request(ctx, second=True, second_alpha=0.8, second_decision="interval")))
     last = out[-1]

@@ -71,7 +71,7 @@ def test_recorded_and_live_scaling():
 @pytest.fixture(scope="module")
 def served():
     import app
-    from components.context import AppContext
+    from components.session.context import AppContext
 
     demo = app.build_demo(AppContext.from_env({}))     # nothing is loaded until a race runs
     url = launch_local(demo)

@@ -32,7 +32,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     import app
-    from components.context import AppContext
+    from components.session.context import AppContext
 
     env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}"}
     ctx = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")))

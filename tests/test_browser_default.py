@@ -31,7 +31,7 @@ HANG_GUARD_MS = 600_000   # only a hang guard: the run takes ~30 s on a quiet 2-
 def default_app():
     """The app exactly as ``python app.py`` builds it (embedded models, the page's defaults)."""
     import app
-    from components.context import AppContext
+    from components.session.context import AppContext
 
     from conftest import launch_local
 

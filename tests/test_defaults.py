@@ -13,7 +13,7 @@ from specrej.events import Round
 
 @pytest.fixture(scope="module")
 def page():
-    from components.context import AppContext, get_models
+    from components.session.context import AppContext, get_models
     from specrej.models import EMBEDDED_GGUF, wheel_folder
 
     if wheel_folder(EMBEDDED_GGUF[0]) is None:
@@ -23,14 +23,14 @@ def page():
 
 
 def test_the_page_defaults_are_the_measured_ones():
-    from components.stream import RunRequest
+    from components.session.stream import RunRequest
 
     req = RunRequest(prompt="x")
     assert (req.n, req.max_new_tokens, req.first_decision, req.alpha, req.sr_start) == (16, 48, 8, 0.5, "auto")
 
 
 def test_the_defaults_prune_on_every_example_prompt(page):
-    from components.stream import RunRequest
+    from components.session.stream import RunRequest
 
     ctx, (lm, reward) = page
     assert len(ctx.examples) >= 6

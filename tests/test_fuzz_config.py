@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrej import RunConfig
-from components.limits import LimitError, Limits
+from components.deploy.limits import LimitError, Limits
 
 hostile_text = st.one_of(
     st.text(max_size=300),

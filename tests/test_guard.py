@@ -41,7 +41,7 @@ def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     ("x_axis", "\ud83d", "x axis contains a character that is not valid text"),
 ])
 def test_wrong_types_and_broken_text_are_refused_naming_the_field(ctx, field, value, message):
-    from components.guard import check_request
+    from components.deploy.guard import check_request
 
     req = run_request(ctx, dict(prompt=PROMPT, **TINY), **{field: value})
     with pytest.raises(ValueError, match=message) as e:
@@ -53,7 +53,7 @@ def test_wrong_types_and_broken_text_are_refused_naming_the_field(ctx, field, va
 def test_the_client_is_its_address_else_its_session():
     from types import SimpleNamespace as NS
 
-    from components.guard import client_key
+    from components.deploy.guard import client_key
 
     assert client_key(NS(client=NS(host="10.0.0.7"), session_hash="s1")) == "address:10.0.0.7"
     assert client_key(NS(client=None, session_hash="s1")) == "session:s1"
@@ -63,7 +63,7 @@ def test_the_client_is_its_address_else_its_session():
 def test_an_id_less_cancel_stops_the_runs_of_its_session_or_refuses_its_next_join():
     from types import SimpleNamespace as NS
 
-    from components.guard import Guard
+    from components.deploy.guard import Guard
 
     g = Guard(queued_fns=frozenset({4, 9}))
 
@@ -92,7 +92,7 @@ def test_a_cancel_with_an_event_id_stops_that_run_at_its_next_event():
     """Gradio cancels the task; the guard also tells the torch thread computing it (and no other run)."""
     from types import SimpleNamespace as NS
 
-    from components.guard import Guard
+    from components.deploy.guard import Guard
 
     g = Guard(queued_fns=frozenset({4}))
     requests = [NS(session_hash="s", client=NS(host=f"10.0.0.{i}"), request=NS(state=NS())) for i in (1, 2)]
@@ -108,7 +108,7 @@ def test_a_cancel_with_an_event_id_stops_that_run_at_its_next_event():
 
 
 def test_early_cancels_of_sessions_that_never_join_are_forgotten(monkeypatch):
-    from components import guard as guard_mod
+    from components.deploy import guard as guard_mod
 
     g = guard_mod.Guard(queued_fns=frozenset({4}))
     clock = {"t": 1000.0}
@@ -123,7 +123,7 @@ def test_early_cancels_of_sessions_that_never_join_are_forgotten(monkeypatch):
 def test_the_gate_reads_a_cancel_body_of_a_few_bytes_only_and_passes_every_byte_on():
     import asyncio
 
-    from components.guard import CANCEL_BODY_LIMIT, ApiGate, Guard
+    from components.deploy.guard import CANCEL_BODY_LIMIT, ApiGate, Guard
 
     def deliver(chunks):
         g = Guard(queued_fns=frozenset({4}))
@@ -156,7 +156,7 @@ def test_the_gate_reads_a_cancel_body_of_a_few_bytes_only_and_passes_every_byte_
 def test_the_cap_counts_runs_on_their_way_into_the_queue():
     from types import SimpleNamespace as NS
 
-    from components.guard import Guard
+    from components.deploy.guard import Guard
 
     g = Guard(max_runs_per_client=2, queued_fns=frozenset({4, 5}))
     req = lambda s: NS(session_hash=s, client=NS(host="10.0.0.9"), request=NS(state=NS()))  # noqa: E731
@@ -173,12 +173,12 @@ def served_gated(ctx):
     import app
     from gradio_client import Client
 
-    from components.guard import Guard
+    from components.deploy.guard import Guard
 
     gate = {"open": threading.Event(), "started": []}
 
     def gated(model_spec, reward_spec, cfg, **kw):
-        from components.stream import race_events
+        from components.session.stream import race_events
 
         gate["started"].append(cfg.prompt)
         gate["open"].wait(HANG_GUARD_S)

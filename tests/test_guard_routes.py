@@ -45,7 +45,7 @@ def served(ctx):
     import app
 
     from components import autospec_tab
-    from components.guard import Guard
+    from components.deploy.guard import Guard
 
     gate = {"open": threading.Event(), "started": 0}
     gate["open"].set()
@@ -191,7 +191,7 @@ def test_an_unknown_fn_index_gets_a_clean_404(served, route, index):
 
 
 def test_a_body_over_the_limit_is_refused_before_gradio_reads_it(served):
-    from components.guard import MAX_BODY
+    from components.deploy.guard import MAX_BODY
 
     demo, ctx, url, gate = served
     big = json.dumps({"data": ["x" * MAX_BODY], "fn_index": fn_index(demo, "replay"), "session_hash": "x"})
@@ -368,8 +368,8 @@ def test_memory_is_returned_after_every_run_and_a_timed_out_run_writes_its_trace
     import app
     from gradio_client import Client
 
-    from components import memory
-    from components.limits import Limits
+    from components.session import memory
+    from components.deploy.limits import Limits
 
     limited = dataclasses.replace(ctx, limits=dataclasses.replace(ctx.limits, max_run_seconds=0),
                                   trace_dir=str(tmp_path), active=set())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from specrej import RunConfig
-from components.limits import LimitError, Limits, ModelPolicy, PolicyError, smaller_budget
+from components.deploy.limits import LimitError, Limits, ModelPolicy, PolicyError, smaller_budget
 
 
 def test_defaults_and_env_overrides():
@@ -56,8 +56,8 @@ def test_smaller_budget_halves():
 def test_frames_are_paced_by_the_deployment(monkeypatch):
     """One live frame a second on a CPU (the browser's redraws share its cores), four on a GPU;
     SPECREJ_FRAME_MS sets it, and a bad value is refused naming the variable."""
-    from components import context
-    from components.context import AppContext
+    from components.session import context
+    from components.session.context import AppContext
 
     monkeypatch.setattr(context, "_cuda", lambda: False)
     assert AppContext.from_env({}).min_frame_interval == context.FRAME_MS_CPU / 1000 == 1.0

@@ -24,7 +24,7 @@ def _settings(**kw):
 
 
 def test_auto_start_and_stop_when_matched_through_the_request(ctx):
-    from components.stream import frames
+    from components.session.stream import frames
 
     out = list(frames(ctx, run_request(ctx, _settings())))
     view = out[-1].view
@@ -38,7 +38,7 @@ def test_auto_start_and_stop_when_matched_through_the_request(ctx):
 
 
 def test_bad_start_choice_is_a_message(ctx):
-    from components.stream import frames
+    from components.session.stream import frames
 
     out = list(frames(ctx, run_request(ctx, _settings(sr_start="lots"))))
     assert len(out) == 1 and "sr_start" in out[0].status
@@ -46,7 +46,7 @@ def test_bad_start_choice_is_a_message(ctx):
 
 def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
     from components.frames import Frame
-    from components.replay import find, replay_frames
+    from components.session.replay import find, replay_frames
     from specrej.cli import main
 
     rc = main(["record", "--out", str(tmp_path / "a.json.gz"), "--model", ctx.default_model,
@@ -71,7 +71,7 @@ def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
 
 def test_paper_scale_preset_and_committed_recordings(ctx):
     """The preset sets the paper's settings; every committed recording replays and names its settings."""
-    from components.replay import PAPER_SCALE, RECORDINGS, index, replay_frames
+    from components.session.replay import PAPER_SCALE, RECORDINGS, index, replay_frames
     from specrej.record import load
 
     assert PAPER_SCALE["sr_start"] == "auto" and PAPER_SCALE["stop_when_matched"] is True
@@ -88,7 +88,7 @@ def test_paper_scale_preset_and_committed_recordings(ctx):
 def test_the_page_shows_the_paper_scale_words_only_after_the_click():
     """Building the click's outputs must not build its updates: they would sit at the page's foot."""
     import app
-    from components.context import AppContext
+    from components.session.context import AppContext
 
     demo = app.build_demo(AppContext.from_env({}))
     shown = [str(getattr(b, "value", "")) for b in demo.blocks.values() if type(b).__name__ == "Markdown"]
@@ -100,8 +100,8 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     step; when it does not, the largest scaled-down setting that fits is set and a recording plays."""
     import dataclasses
 
-    from components import paper
-    from components.replay import find
+    from components.session import paper
+    from components.session.replay import find
     from specrej.core.cost import StepCost
 
     measured = paper.step_cost(ctx, ctx.default_model)     # measured for real on the tiny model

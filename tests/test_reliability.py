@@ -98,7 +98,7 @@ def all_released(refs, timeout=5.0) -> bool:
 def faulty_events(fn, name="faulty"):
     """An events function racing the tiny generator with a CallableReward ``fn``: the reward
     protocol is the fault's way in."""
-    from components.context import get_models
+    from components.session.context import get_models
     from specrej import CallableReward, best_of_n, race, speculative_rejection
 
     def events(model_spec, reward_spec, cfg, **_):
@@ -112,7 +112,7 @@ def faulty_events(fn, name="faulty"):
 
 @pytest.mark.parametrize("fault", ["raises", "nan"])
 def test_a_failing_reward_ends_the_run_with_a_message_and_keeps_the_charts(ctx, engines, fault):
-    from components.stream import KEEP, frames
+    from components.session.stream import KEEP, frames
 
     calls = {"n": 0}
 
@@ -145,7 +145,7 @@ def oom_events(times: int, counter: dict):
     """Raises torch.OutOfMemoryError after one event on the first ``times`` calls."""
     import torch
 
-    from components.stream import race_events
+    from components.session.stream import race_events
 
     def events(model_spec, reward_spec, cfg, **kw):
         counter.setdefault("budgets", []).append(cfg.budget)
@@ -158,7 +158,7 @@ def oom_events(times: int, counter: dict):
 
 
 def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engines):
-    from components.stream import frames
+    from components.session.stream import frames
     from specrej import load_generator
     from specrej.backends.hf import Engine
 
@@ -195,7 +195,7 @@ def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engin
 
 
 def test_closing_the_stream_mid_run_frees_memory_and_writes_a_stopped_trace(ctx, engines, tmp_path, monkeypatch):
-    from components.stream import frames
+    from components.session.stream import frames
     from specrej import methods
 
     steps = {"n": 0}
@@ -220,8 +220,8 @@ def test_closing_the_stream_mid_run_frees_memory_and_writes_a_stopped_trace(ctx,
 # ---------------------------------------------------------------- traces
 
 def test_traces_go_to_the_operator_folder_atomically_and_never_named_by_the_prompt(ctx, monkeypatch):
-    from components import trace
-    from components.stream import frames
+    from components.session import trace
+    from components.session.stream import frames
 
     nasty = "../../etc/passwd; rm -rf / $(reboot) `id` <script>"
     last = list(frames(ctx, request(ctx, prompt=nasty)))[-1]
@@ -256,7 +256,7 @@ INJECTIONS = ["<script>alert(1)</script>", "![x](http://e/x.png)", "<img src=x o
 
 
 def _fake_view(texts):
-    from components.view import RunView
+    from components.session.view import RunView
     from specrej import Candidate, Finished, Ledger, RunConfig
 
     cfg = RunConfig(prompt=texts[0], n=len(texts), max_new_tokens=4)
@@ -270,7 +270,7 @@ def _fake_view(texts):
 
 def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
     from components import charts, panels
-    from components.stream import frames
+    from components.session.stream import frames
 
     view = _fake_view(INJECTIONS)
     for page in (panels.status_markdown(view), panels.summary_markdown(view)):  # Markdown
@@ -297,9 +297,9 @@ def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
 # ---------------------------------------------------------------- who may load what
 
 def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
-    from components import context, stream
-    from components.stream import frames
-    from components.limits import ModelPolicy, PolicyError
+    from components.session import context, stream
+    from components.session.stream import frames
+    from components.deploy.limits import ModelPolicy, PolicyError
 
     loads: list = []
     real_gen, real_rew = context.load_lm, context.load_reward
@@ -350,7 +350,7 @@ HOSTILE = st.one_of(st.text(max_size=300), st.sampled_from(INJECTIONS + [
 
 @pytest.fixture(scope="module")
 def fuzz_ctx(ctx):
-    from components.limits import Limits
+    from components.deploy.limits import Limits
 
     return dataclasses.replace(ctx, limits=Limits(max_prompt_chars=400, max_n=4, max_new_tokens=4,
                                                   max_budget=4096, max_run_seconds=20), active=set())
@@ -367,7 +367,7 @@ def fuzz_ctx(ctx):
 def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, reward, preference, n, alpha, budget,
                                                     decision, interval, max_new_tokens, temperature, top_p, seed,
                                                     x_axis, second, second_alpha):
-    from components.stream import RunRequest, frames
+    from components.session.stream import RunRequest, frames
 
     ctx = fuzz_ctx
     req = RunRequest(prompt=prompt, model=ctx.default_model if model == "DEFAULT" else model,
@@ -388,7 +388,7 @@ def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, rew
 
 @pytest.fixture(scope="module")
 def served(ctx):
-    from components.guard import Guard
+    from components.deploy.guard import Guard
 
     # many users, one address (127.0.0.1): the per-client cap (tests/test_guard.py) is lifted here
     yield from serve(ctx, guard=Guard(max_runs_per_client=64))
@@ -506,7 +506,7 @@ PHASES = ["loading", "prefill", "decision", "final scoring"]
 def held_phase(monkeypatch):
     """Hold one phase of the run until the test has pressed Stop, and count the decoding steps
     taken after Stop went through (no sleeps: the phase is held by an event, not a clock)."""
-    from components import stream
+    from components.session import stream
     from specrej import methods
 
     state = {"entered": threading.Event(), "release": threading.Event(), "steps_after": 0}
@@ -591,7 +591,7 @@ def test_a_closed_tab_cancels_its_run(served, ctx, engines, monkeypatch):
     assert wait_for(lambda: not ctx.active, 10)
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
     kw = api_kwargs(ctx, **dict(DECIDING, n=16, budget=0, max_new_tokens=200))
-    from components.stream import REQUEST_FIELDS as order
+    from components.session.stream import REQUEST_FIELDS as order
     session = "closedtab" + str(os.getpid())
     base = url.rstrip("/") + "/gradio_api"
     with httpx.Client(timeout=10) as http:

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy ke
 @pytest.fixture(scope="module")
 def replayed():
     """Every frame of a committed recording's replay (self-certainty, bon:n=128, sr:n=auto)."""
-    from components.replay import index, replay_frames
+    from components.session.replay import index, replay_frames
     from specrej.record import load
 
     path = next(iter(index().values()))
@@ -38,7 +38,7 @@ def test_every_reward_axis_and_the_result_name_the_reward_and_its_scale(replayed
 
 def test_a_live_runs_reward_label_finds_its_registry_scale():
     from components import charts, panels
-    from components.view import RunView
+    from components.session.view import RunView
     from specrej import RunConfig
     from specrej.rewards import REWARDS, UNKNOWN_SCALE, scale_of
 
@@ -63,7 +63,7 @@ def test_a_replay_starts_as_a_replay_and_shows_the_settings_it_ran(replayed):
 
 def test_table_headers_name_an_arm_shortly_unless_two_arms_share_a_kind(replayed):
     from components import panels
-    from components.view import RunView
+    from components.session.view import RunView
     from specrej import RunConfig
 
     _, frames = replayed
@@ -78,7 +78,7 @@ def test_table_headers_name_an_arm_shortly_unless_two_arms_share_a_kind(replayed
 def test_race_labels_never_stack_on_each_other():
     """Two arms that end at the same point get their "done at" labels at different heights."""
     from components import charts
-    from components.view import RunView
+    from components.session.view import RunView
     from specrej import Candidate, Finished, Ledger, RunConfig
 
     view = RunView(RunConfig(prompt="-", n=1), specs=("bon", "sr", "sr:alpha=0.8"))
@@ -94,8 +94,8 @@ def test_paper_scale_opens_the_settings_and_says_what_it_set():
     import gradio as gr
 
     from components import ui
-    from components.context import AppContext
-    from components.paper import PaperPlan, capped
+    from components.session.context import AppContext
+    from components.session.paper import PaperPlan, capped
 
     ctx = AppContext.from_env({})
     with gr.Blocks():
@@ -122,7 +122,7 @@ def test_paper_scale_opens_the_settings_and_says_what_it_set():
 
 def test_waiting_only_when_every_slot_is_taken():
     from components import ui
-    from components.context import AppContext
+    from components.session.context import AppContext
 
     ctx = AppContext.from_env({}, concurrency=1)
     assert "Waiting" not in ui.waiting_status(ctx).value and "Starting" in ui.waiting_status(ctx).value

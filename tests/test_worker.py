@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from components.worker import Stream, TorchWorker
+from components.session.worker import Stream, TorchWorker
 
 
 def wait_until(cond, timeout=60.0):

@@ -18,9 +18,9 @@ from specrej.arms import parse_arms
 from specrej.record import Recording, RecordingError, load, replay
 
 from .context import ASSETS, model_label, reward_kind_label
-from .frames import Frame, error_frame, final_frame, live_frame, start_frame
-from .guard import check_choice, check_text_field
-from .theme import md_escape
+from ..frames import Frame, error_frame, final_frame, live_frame, start_frame
+from ..deploy.guard import check_choice, check_text_field
+from ..theme import md_escape
 from .view import RunView
 
 RECORDINGS = ASSETS / "recordings"

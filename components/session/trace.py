@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .panels import summary_dict
+from ..panels import summary_dict
 from .view import RunView
 
 FORMAT = "specrej-trace/1"

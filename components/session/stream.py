@@ -29,13 +29,13 @@ from specrej.config import AUTO
 from specrej.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.config import env_int
-from components.limits import PolicyError
+from components.deploy.limits import PolicyError
 
-from . import charts
+from .. import charts
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
-from .frames import KEEP, Frame, error_frame, failure_frame, final_frame, limit_frame, live_frame, start_frame  # noqa: F401
+from ..frames import KEEP, Frame, error_frame, failure_frame, final_frame, limit_frame, live_frame, start_frame  # noqa: F401
 from .gpu import GPU
-from .guard import check_request
+from ..deploy.guard import check_request
 from .retry import OutOfMemory, retry_on_oom
 from .trace import write_traces
 from .view import RunView

@@ -19,7 +19,7 @@ Environment:
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
                        SPECREJ_MAX_RUNS_PER_CLIENT (default 2, ``guard.py``)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
-                       (``components.limits``): slider ranges, per-run checks, a run-time cap
+                       (``components.deploy.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
                        written (atomically: a temp file in that folder, then a rename); unset: none
 """
@@ -35,11 +35,11 @@ from specrej import load_reward
 from specrej.backends import load_lm
 from specrej.arms import DEFAULT_ARMS, parse_arms
 from specrej.config import env_int
-from components.limits import Limits, ModelPolicy
+from components.deploy.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
 from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, REWARDS, offered_kinds
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 PREFERENCE = "preference"
 MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
 

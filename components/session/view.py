@@ -16,7 +16,7 @@ from specrej import Candidate, Finished, Ledger, Progress, Round, RunConfig, to_
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
 from specrej.compare import Comparison, best_finished, compare_all
 
-from .looks import look
+from ..looks import look
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from components.limits import smaller_budget
+from components.deploy.limits import smaller_budget
 
 from .view import RunView
 
