@@ -56,7 +56,7 @@ def css_path() -> Path:
 
 # ---------------------------------------------------------------- controls
 
-@dataclass
+@dataclass(kw_only=True)
 class Controls:
     """The inputs, named as ``RunRequest``'s fields (``stream.REQUEST_FIELDS``) except the
     buttons; ``by_name()`` maps those names onto the components."""
@@ -172,9 +172,12 @@ def build_controls(ctx: AppContext) -> Controls:
                               elem_id="top_p")
             seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="Seed", info=HELP["seed"],
                              elem_id="seed")
-    return Controls(prompt, run, stop, model, reward, preference, n, alpha, budget, decision, interval,
-                    max_new_tokens, temperature, top_p, seed, second, second_alpha, second_decision, second_group,
-                    sr_start, first_decision, stop_when_matched, paper, replay, pace, settings, paper_note, rule)
+    return Controls(prompt=prompt, run=run, stop=stop, model=model, reward=reward, preference=preference, n=n,
+                    alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
+                    temperature=temperature, top_p=top_p, seed=seed, second=second, second_alpha=second_alpha,
+                    second_decision=second_decision, second_group=second_group, sr_start=sr_start,
+                    first_decision=first_decision, stop_when_matched=stop_when_matched, paper=paper, replay=replay,
+                    pace=pace, settings=settings, paper_note=paper_note, rule=rule)
 
 
 def paper_outputs(page: "Page") -> list:

@@ -68,7 +68,7 @@ class Progress:
     ledger: Ledger
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Round:
     """One decision (Speculative Rejection) or one finished pass (Best-of-N)."""
 

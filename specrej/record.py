@@ -196,7 +196,8 @@ def decode(rec: Recording) -> Iterator[tuple[float, Event]]:
             if e["e"] == "p":
                 ev: Event = Progress(e["arm"], e["pos"], e["live"], cands, led)
             elif e["e"] == "r":
-                ev = Round(e["arm"], e["i"], e["pos"], cands, e["th"], e["k"], e["p"], e["fo"], led)
+                ev = Round(arm=e["arm"], index=e["i"], position=e["pos"], candidates=cands, threshold=e["th"], n_kept=e["k"],
+                           n_pruned=e["p"], forced=e["fo"], ledger=led)
             else:
                 m = e.get("m")
                 match = Match(m["c"], m["t"], m["ok"], _ledger(m["l"]), m["n"]) if m else None

@@ -88,7 +88,8 @@ def test_compare_kept_winner_first_match_and_spearman():
     sr = _fin("sr", 1, sr_cands, flops=120, tokens=80)
     live = tuple(dataclasses.replace(c, finish_reason=None, status="kept" if c.id == 1 else "pruned", round_pruned=None
                                      if c.id == 1 else 0) for c in sr_cands)
-    decision = Round("sr", 0, 2, live, 0.5, 1, 3, False, Ledger())
+    decision = Round(arm="sr", index=0, position=2, candidates=live, threshold=0.5, n_kept=1, n_pruned=3, forced=False,
+                     ledger=Ledger())
     c = compare(sr, bon, rounds=[decision], baseline_curve=[(50, None), (100, 0.3), (150, 0.5), (200, 0.9)])
     assert c.kept_baseline_winner is False and c.baseline_winner_round_pruned == 0
     assert c.baseline_winner_partial == (2, 0.2) and not c.same_winner

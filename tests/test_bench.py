@@ -32,7 +32,8 @@ def test_decision_correlation_uses_only_rows_live_at_that_decision():
         _cand(4, "finished", 0.8, finish="eos"),          # finished: its score is final, not partial
         _cand(5, "pruned", 0.95, round_pruned=1, finish="eos"),
     )
-    r = Round("sr", 1, 16, cands, 0.5, 3, 2, False, Ledger())
+    r = Round(arm="sr", index=1, position=16, candidates=cands, threshold=0.5, n_kept=3, n_pruned=2, forced=False,
+              ledger=Ledger())
     assert [c.id for c in live_at_decision(r)] == [0, 1, 2]
     final = dict(enumerate([1.0, 0.0, 0.5, 9.0, 9.0, 9.0]))
     out = decision_rank(r, final)

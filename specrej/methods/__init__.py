@@ -46,8 +46,9 @@ def _bon_body(run: _Run) -> Iterator[Event]:
             run.step()
             if (p := run.progress()) is not None:
                 yield p
-        yield Round(run.arm, index, max(len(run.recs[i].tokens) for i in ids),
-                    run.candidates(), None, len(ids), 0, False, run.ledger())
+        yield Round(arm=run.arm, index=index, position=max(len(run.recs[i].tokens) for i in ids),
+                    candidates=run.candidates(), threshold=None, n_kept=len(ids), n_pruned=0, forced=False,
+                    ledger=run.ledger())
     yield run.finished(rounds=index + 1)
 
 
@@ -68,8 +69,8 @@ def _bon_refill_body(run: _Run) -> Iterator[Event]:
             del waiting[:len(done)]
         if (p := run.progress()) is not None:
             yield p
-    yield Round(run.arm, 0, max(len(r.tokens) for r in run.recs), run.candidates(), None, cfg.n, 0, False,
-                run.ledger())
+    yield Round(arm=run.arm, index=0, position=max(len(r.tokens) for r in run.recs), candidates=run.candidates(),
+                threshold=None, n_kept=cfg.n, n_pruned=0, forced=False, ledger=run.ledger())
     yield run.finished(rounds=1)
 
 
@@ -104,8 +105,9 @@ def _decide(run: _Run, rule, index: int, per_row: int) -> Round:
         run.recs[c].status = "kept"
     position = {c: i for i, c in enumerate(rows.ids)}
     rows.keep([position[c] for c in sorted(sel.kept_live)])
-    event = Round(run.arm, index, rows.generated, run.candidates(), sel.threshold, len(sel.kept), len(sel.pruned),
-                  sel.forced, run.ledger())
+    event = Round(arm=run.arm, index=index, position=rows.generated, candidates=run.candidates(),
+                  threshold=sel.threshold, n_kept=len(sel.kept), n_pruned=len(sel.pruned), forced=sel.forced,
+                  ledger=run.ledger())
     for c in sel.kept_live:
         run.recs[c].status = "live"
     return event
