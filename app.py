@@ -15,13 +15,13 @@ import inspect
 
 import gradio as gr
 
-from components import charts, ui
+from components import charts, links, panels, ui
 from components.session import memory, paper
 from components.autospec_tab import build_autospec_tab
 from components.session.context import PREFERENCE, AppContext
 from components.deploy.guard import ApiGate, Guard
 from components.panels import STOPPED
-from components.frames import error_frame
+from components.frames import Frame, error_frame, final_frame, step_frame
 from components.session.replay import check_replay, replay_frames
 from components.session.stream import REQUEST_FIELDS, RunRequest, frames, race_events
 
@@ -35,7 +35,7 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     ``events_fn`` (tests only: fault injection) replaces the function that runs the race; it is
     never reachable from a request. The queue holds at most ``ctx.max_queue`` waiting runs
     (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again". ``guard``
-    (``components/guard.py``, from the environment by default) caps each client's runs, checks the
+    (``components/deploy/guard.py``, from the environment by default) caps each client's runs, checks the
     raw inputs, stops runs cancelled before they had an event id or by /stop, and keeps the API to
     /run, /stop and /autospec_sample: every other handler is reachable only as the page's own event."""
     ctx = ctx or AppContext.from_env()
@@ -45,85 +45,12 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
             page = ui.build_page(ctx)
         with gr.Tab("Parallel sampling lab"):
             build_autospec_tab()
-        c, a = page.controls, page.arena
-
-        def run(*values):
-            """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
-            *values, request = values   # RunRequest's fields, then Gradio's request
-            req = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
-            try:
-                yield from page.stream(frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)))
-            finally:
-                memory.release()   # the allocator keeps freed KV caches otherwise
-
-        run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
-        run.__annotations__ = {"request": gr.Request}
-
-        # preprocess=False: the raw values reach guard.check_request (in frames), whose messages name
-        # the field; the guard's validator runs when a run joins the queue (the per-client cap, set by
-        # guard.bind on every queued event).
-        race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
-                    concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
-                    preprocess=False)
-        # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
-        # taken (the queue position shows on the status line), then start the race in the queue; one handler,
-        # one API name.
-        on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
-                       api_visibility="private").then(api_name="run", **race)
-
-        def replay(prompt, pace, request: gr.Request):
-            """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
-            stop_requested = guard.on_start(request)
-            for update in page.stream(replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                                                    max_prompt_chars=ctx.limits.max_prompt_chars)):
-                if stop_requested():
-                    return
-                yield update
-
-        on_replay = c.replay.click(replay, [c.prompt, c.pace], page.outputs(), concurrency_id="replay",
-                                   concurrency_limit=4, api_visibility="private", preprocess=False)
-        def paper_scale(prompt, pace, request: gr.Request):
-            """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
-            that fits, with the recorded paper-scale race played meanwhile."""
-            stop_requested = guard.on_start(request)
-            try:
-                prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
-                plan = paper.plan(ctx, prompt)
-            except (ValueError, OSError) as e:   # a bad field, a model that cannot load (PolicyError too)
-                yield page.updates(error_frame(str(e)))
-                return
-            # the outputs by name only: building the updates at page build would place components on the page
-            yield ui.paper_scale_updates(ctx, page, plan, prompt)
-            if plan.fits or plan.replay_prompt is None:
-                return
-            for update in page.stream(replay_frames(plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                                                    max_prompt_chars=ctx.limits.max_prompt_chars)):
-                if stop_requested():
-                    return
-                yield update
-
-        on_paper = c.paper.click(lambda: gr.Markdown(ui.PAPER_MEASURING, elem_classes=["status-live"]), None,
-                                 [a.status], queue=False, api_visibility="private") \
-            .then(paper_scale, [c.prompt, c.pace], ui.paper_outputs(page), concurrency_id="replay",
-                  concurrency_limit=4, api_visibility="private", preprocess=False)
-        # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
-        # already in flight can land after the first message (seen in the browser test).
-        def stop(request: gr.Request):
-            """Stop this session's race or replay: at its next decoding step (the page also cancels it)."""
-            found = guard.stop_session(getattr(request, "session_hash", None))
-            return stopped() if found else gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
-
-        c.stop.click(stop, None, [a.status], cancels=[on_run, on_replay, on_paper], queue=False, api_name="stop") \
-            .then(stopped, None, [a.status], queue=False, api_visibility="private")
-
-        c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,
-                        queue=False, api_visibility="private")
-        c.decision.change(lambda d: gr.Slider(visible=d == "interval"), c.decision, c.interval,
-                          queue=False, api_visibility="private")
-        c.second.change(lambda on: gr.Row(visible=bool(on)), c.second, c.second_group, queue=False,
-                        api_visibility="private")
-        a.x_axis.change(rerender_race, [page.view, a.x_axis], [a.race_plot], queue=False,
-                        api_visibility="private")
+        on_run = wire_race(ctx, page, guard, events_fn)
+        on_replay, on_paper = wire_recordings(ctx, page, guard, on_run)
+        wire_stop(page, guard, [on_run, on_replay, on_paper])
+        wire_steps(page)
+        wire_links(ctx, page, demo)
+        wire_toggles(page)
     # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
     # guard's gate lets through only the page's unqueued ones.
     demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue, api_open=False)
@@ -131,6 +58,163 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     guard.bind(demo)
     demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
     return demo
+
+
+def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
+    """Run (and Enter in the prompt): the race, streamed; returns its event (Stop cancels it)."""
+    c, a = page.controls, page.arena
+
+    def run(*values):
+        """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
+        *values, request = values   # RunRequest's fields, then Gradio's request
+        req = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
+        try:
+            yield from page.stream(frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)))
+        finally:
+            memory.release()   # the allocator keeps freed KV caches otherwise
+
+    run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
+    run.__annotations__ = {"request": gr.Request}
+    # preprocess=False: the raw values reach guard.check_request (in frames), whose messages name
+    # the field; the guard's validator runs when a run joins the queue (the per-client cap, set by
+    # guard.bind on every queued event).
+    race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
+                concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
+                preprocess=False)
+    # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
+    # taken (the queue position shows on the status line), then start the race in the queue; one handler,
+    # one API name.
+    on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
+                   api_visibility="private").then(api_name="run", **race)
+    page.race = race   # "Run it live" starts the same handler (recordings.py)
+    return on_run
+
+
+def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
+    """Replay, Paper scale and "Run it live" (the recording's settings scaled to fit, run here)."""
+    c, a = page.controls, page.arena
+
+    def replay(prompt, pace, step, request: gr.Request):
+        """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
+        stop_requested = guard.on_start(request)
+        for update in page.stream(replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                                                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True)):
+            if stop_requested():
+                return
+            yield update
+
+    on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step], page.outputs(), concurrency_id="replay",
+                               concurrency_limit=4, api_visibility="private", preprocess=False)
+
+    def paper_scale(prompt, pace, step, request: gr.Request):
+        """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
+        that fits, with the recorded paper-scale race played meanwhile."""
+        stop_requested = guard.on_start(request)
+        try:
+            prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
+            plan = paper.plan(ctx, prompt)
+        except (ValueError, OSError) as e:   # a bad field, a model that cannot load (PolicyError too)
+            yield page.updates(error_frame(str(e)))
+            return
+        # the outputs by name only: building the updates at page build would place components on the page
+        yield ui.paper_scale_updates(ctx, page, plan, prompt)
+        if plan.fits or plan.replay_prompt is None:
+            return
+        for update in page.stream(replay_frames(plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                                                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True)):
+            if stop_requested():
+                return
+            yield update
+
+    on_paper = c.paper.click(lambda: gr.Markdown(ui.PAPER_MEASURING, elem_classes=["status-live"]), None,
+                             [a.status], queue=False, api_visibility="private") \
+        .then(paper_scale, [c.prompt, c.pace, c.step], ui.paper_outputs(page), concurrency_id="replay",
+              concurrency_limit=4, api_visibility="private", preprocess=False)
+
+    def run_it_live(prompt):
+        """The recording's settings (the paper's protocol), scaled down to fit this deployment, set on the
+        page; the race then starts as Run starts it."""
+        try:
+            plan = paper.plan(ctx, check_replay(prompt, "inf", ctx.limits.max_prompt_chars)[0])
+        except (ValueError, OSError) as e:
+            return {a.status: gr.Markdown(panels.error_markdown(str(e)), elem_classes=["status-error"])}
+        return ui.live_updates(ctx, page, plan)
+
+    race = {k: v for k, v in page.race.items()}
+    c_live = a.live.click(run_it_live, [c.prompt], ui.paper_outputs(page), api_visibility="private",
+                          concurrency_id="replay", concurrency_limit=4)
+    c_live.then(api_visibility="private", **race)
+    return on_replay, on_paper
+
+
+def wire_stop(page: ui.Page, guard: Guard, events: list) -> None:
+    c, a = page.controls, page.arena
+
+    # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
+    # already in flight can land after the first message (seen in the browser test).
+    def stop(request: gr.Request):
+        """Stop this session's race or replay: at its next decoding step (the page also cancels it)."""
+        found = guard.stop_session(getattr(request, "session_hash", None))
+        return stopped() if found else gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
+
+    c.stop.click(stop, None, [a.status], cancels=events, queue=False, api_name="stop") \
+        .then(stopped, None, [a.status], queue=False, api_visibility="private")
+
+
+def wire_steps(page: ui.Page) -> None:
+    """Step mode's buttons: the decision before, the one after, or the whole result (no model work: the
+    race is over, its decisions are in the session's view)."""
+    s = page.arena.step
+
+    def go(delta):
+        def show(view, k):
+            if view is None or not getattr(view, "checkpoints", None):
+                return page.updates(Frame(status="**Nothing to step through:** run a race (or replay one) with "
+                                                 "'Step through the decisions' on.", status_kind="idle"))
+            if delta is None:
+                return page.updates(final_frame(view))
+            k = int(k or 0) + delta
+            if k >= len(view.checkpoints):
+                return page.updates(final_frame(view))
+            return page.updates(step_frame(view, max(0, k)))
+        return show
+
+    for button, delta in ((s.prev, -1), (s.next, 1), (s.end, None)):
+        button.click(go(delta), [page.view, s.index], page.outputs(), queue=False, api_visibility="private")
+
+
+def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
+    """The Classroom preset, "Link to this race", and the settings a link carries applied on load."""
+    c = page.controls
+    named = c.by_name()
+    fields = [named[k] for k in links.FIELDS]
+    c.classroom.click(lambda: ui.classroom_updates(ctx, page), None, fields + [c.settings, page.arena.status],
+                      queue=False, api_visibility="private")
+
+    def make_link(view, *values):
+        return links.query(links.run_values(view, dict(zip(links.FIELDS, values))))
+
+    c.link.click(make_link, [page.view] + fields, [c.link_box], queue=False, api_visibility="private") \
+        .then(None, [c.link_box], [c.link_box], js=ui.LINK_JS, queue=False, api_visibility="private")
+
+    def from_link(request: gr.Request):
+        params = dict(getattr(request, "query_params", None) or {})
+        return ui.link_updates(ctx, page, params)
+
+    demo.load(from_link, None, fields + [c.settings, c.second_group, c.preference], queue=False,
+              api_visibility="private")
+
+
+def wire_toggles(page: ui.Page) -> None:
+    c, a = page.controls, page.arena
+    c.reward.change(lambda r: gr.Textbox(visible=r == PREFERENCE), c.reward, c.preference,
+                    queue=False, api_visibility="private")
+    c.decision.change(lambda d: gr.Slider(visible=d == "interval"), c.decision, c.interval,
+                      queue=False, api_visibility="private")
+    c.second.change(lambda on: gr.Row(visible=bool(on)), c.second, c.second_group, queue=False,
+                    api_visibility="private")
+    a.x_axis.change(rerender_race, [page.view, a.x_axis], [a.race_plot], queue=False,
+                    api_visibility="private")
 
 
 QUEUE_POLL_SECONDS = 0.05   # Gradio's own value on Windows

@@ -19,6 +19,7 @@ readable.
 from __future__ import annotations
 
 import json
+import math
 
 from specrej import Candidate
 from specrej.rewards import scale_of
@@ -28,7 +29,7 @@ from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hov
 from .session.view import ArmView, RunView
 
 HEIGHT = 430
-X_AXES = {"flops": "compute spent (FLOPs)", "tokens": "tokens generated (all candidates)"}
+X_AXES = {"time": "decoding time on this machine (s, log scale)", "flops": "compute (FLOPs, log scale)"}
 
 
 # ---------------------------------------------------------------- shared layout
@@ -246,69 +247,119 @@ def final_chart(view: RunView, arm_id: str) -> dict:
     return _spec(arm_id, data, layout)
 
 
-# ---------------------------------------------------------------- the compute race
+# ---------------------------------------------------------------- the race and the verdict
 
 def race_chart(view: RunView, x_axis: str | None = None) -> dict:
-    """Best reward of a finished answer against compute spent, one step line per arm (the
-    baseline first and widest, so every line stays visible), and a dotted line where each arm is now."""
-    x_axis = x_axis or view.x_axis
-    if x_axis not in X_AXES:
-        x_axis = "flops"
-    y_range = view.padded_y()
-    data, ends = [], {}
+    """While the race runs, how each method spends its time (``work_chart``); once it is over, the
+    paper's comparison (``verdict_chart``): Best-of-N's reward for every k against its time, and
+    Speculative Rejection's result as a point on it. ``x_axis``: "time" (decoding time on this
+    machine) or "flops"."""
+    x_axis = x_axis if x_axis in X_AXES else view.x_axis if view.x_axis in X_AXES else "time"
+    verdicts = view.verdicts()
+    if verdicts:
+        return verdict_chart(view, verdicts, x_axis)
+    return work_chart(view)
 
-    def at(p):
-        return p.flops if x_axis == "flops" else p.tokens
 
+def time_unit(view: RunView) -> str:
+    """Seconds when this machine's step was measured, else decoding steps."""
+    return "s" if view.step is not None else "steps"
+
+
+def work_profile(view: RunView, arm: ArmView) -> tuple[list[float], list[int]]:
+    """(time so far, rows decoding) at each step the arm reported: each step priced at this machine's
+    measured time for the rows decoding then (one unit per step when unmeasured)."""
+    step = view.step.step if view.step is not None else (lambda rows: 1.0)
+    xs, ys, t, last = [0.0], [0], 0.0, (0, 0)
+    for steps, rows in arm.work:
+        s0, r0 = last
+        if steps > s0:
+            r = r0 or rows
+            t += (steps - s0) * step(max(r, 1))
+            xs.append(round(t, 4)), ys.append(r)
+        last = (steps, rows)
+    return xs, ys
+
+
+def work_chart(view: RunView) -> dict:
+    """Rows decoding at each step against time spent, one line per arm: Speculative Rejection wide and
+    short (many rows at first, fewer after each decision), Best-of-N narrow and long (the rows that fit at
+    full length, pass after pass). A step's time grows far slower than its rows: the area is tokens, the
+    width is time."""
+    data, peak, end = [], 1, 0.0
     for i, arm in enumerate(view.arms.values()):
-        xs, ys, last = [], [], None
-        for p in arm.curve:
-            if p.best is not None and p.best != last:
-                xs.append(at(p)), ys.append(_r(p.best))
-                last = p.best
-        if arm.curve and last is not None:  # extend the step to where the arm is now
-            xs.append(at(arm.curve[-1])), ys.append(_r(last))
-        if xs:
-            ends[arm.arm] = (xs[-1], ys[-1])
-        base = i == 0
-        data.append({"type": "scatter", "mode": "lines+markers", "name": arm.spec.label, "x": xs, "y": ys,
-                     "line": {"color": arm_colour(arm.spec), "width": 5 if base else 2.5, "shape": "hv"},
-                     "marker": {"size": 8 if base else 6, "color": arm_colour(arm.spec)},
-                     "opacity": 0.75 if base else 1.0,
-                     "hovertemplate": "%{fullData.name}<br>best reward %{y:.3f}<br>after %{x:.3s}"
-                                      + (" FLOPs" if x_axis == "flops" else " tokens") + "<extra></extra>"})
-    for arm in view.arms.values():
-        x = at(arm.curve[-1]) if arm.curve and arm.finished is None else None
-        data.append(_cursor(x, y_range, arm_colour(arm.spec), f"{arm.spec.label} now"))
-    layout = _layout(X_AXES[x_axis], reward_title(view, "best reward so far"), None, y_range, revision="race")
-    layout["xaxis"]["tickformat"] = ".2s"
-    layout["xaxis"]["exponentformat"] = "SI"
+        xs, ys = work_profile(view, arm)
+        peak, end = max(peak, max(ys)), max(end, xs[-1])
+        data.append({"type": "scatter", "mode": "lines", "name": arm.spec.label, "x": xs, "y": ys,
+                     "line": {"color": arm_colour(arm.spec), "width": 3 if i == 0 else 2.5, "shape": "hv"},
+                     "fill": "tozeroy", "opacity": 0.8,
+                     "hovertemplate": "%{fullData.name}<br>%{y} rows decoding<br>after %{x:.2f} "
+                                      + time_unit(view) + "<extra></extra>"})
+    unit = time_unit(view)
+    title = "decoding time on this machine (s)" if unit == "s" else "decoding steps"
+    layout = _layout(title, "rows decoding at each step", [0, max(end, 1e-3) * 1.04], [0, peak * 1.1 + 1],
+                     revision="work")
+    if end == 0:
+        layout["annotations"].append(_note("each method's rows appear here as it decodes"))
+    return _spec("work", data, layout)
+
+
+def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
+    """The paper's comparison: Best-of-N's expected best reward of k answers for every k (order
+    statistics over its coupled answers) against what Best-of-k takes (decoding time on this machine
+    under the same memory budget, or FLOPs), and each Speculative Rejection setting's result as a
+    point, with a dotted line to where Best-of-N's curve reaches the same reward."""
     base = view.arms[view.baseline]
-    if base.finished is not None:
-        done = [a for a in view.arms.values() if a is not base and a.finished is not None and a.arm in ends]
-        x_max = max((x for x, _ in ends.values()), default=0) or 1
-        lo, hi = y_range
-        for k, arm in enumerate(done):
-            if x_axis == "flops":
-                frac = arm.finished.ledger.flops / max(base.finished.ledger.flops, 1e-9)
-                what = "FLOPs"
-            else:
-                frac = arm.finished.ledger.generated_tokens / max(base.finished.ledger.generated_tokens, 1)
-                what = "tokens"
-            x, y = ends[arm.arm]
-            # The labels stack from the bottom of the plot, one above the other (never on top of each
-            # other, wherever the arms ended), each with an arrow to its arm's end.
-            right = x > 0.55 * x_max
-            layout["annotations"].append({
-                "x": x, "y": y, "xref": "x", "yref": "y", "axref": "x", "ayref": "y",
-                "ax": x, "ay": lo + (0.1 + 0.2 * k) * (hi - lo), "showarrow": True, "arrowhead": 2,
-                "xanchor": "right" if right else "left", "yanchor": "middle",
-                "text": f"{arm.spec.label} done<br>at {frac:.0%} of {base.spec.label}'s {what}",
-                "align": "right" if right else "left", "font": {"size": 13, "color": arm_colour(arm.spec)},
-                "bgcolor": "rgba(255,255,255,0.85)"})
-    if not any(p.best is not None for a in view.arms.values() for p in a.curve):
-        layout["annotations"].append(_note("a line starts when an arm has a finished answer"))
-    return _spec("race", data, layout)
+    unit = time_unit(view)
+    at = (lambda p: p.seconds) if x_axis == "time" else (lambda p: p.flops)
+    curve = next(iter(verdicts.values())).curve
+    colour = arm_colour(base.spec)
+    xs, ys = [_r6(at(p)) for p in curve], [_r(p.best) for p in curve]
+    x_word = "s" if x_axis == "time" and unit == "s" else "steps" if x_axis == "time" else "FLOPs"
+    data = [{"type": "scatter", "mode": "lines+markers", "name": f"{base.spec.kind.name}, k = 1 … {len(curve)}",
+             "x": xs, "y": ys, "customdata": [p.k for p in curve],
+             "line": {"color": colour, "width": 3}, "marker": {"size": 5, "color": colour},
+             "hovertemplate": "Best-of-%{customdata}: expected best reward %{y:.3f}<br>%{x:.3s} " + x_word
+                              + "<extra></extra>"}]
+    layout = _layout(X_AXES[x_axis] if unit == "s" or x_axis != "time" else "decoding steps",
+                     reward_title(view, "reward of the winner"), None, None, revision="verdict")
+    layout["xaxis"].update(type="log", rangemode=None, autorange=True)
+    layout["xaxis"].pop("range", None)
+    if x_axis == "flops":
+        layout["xaxis"].update(tickformat=".2s", exponentformat="SI")
+    for k, (arm_id, v) in enumerate(verdicts.items()):
+        arm = view.arms[arm_id]
+        c = arm_colour(arm.spec)
+        x_sr = v.seconds if x_axis == "time" else v.flops
+        x_bon = v.bon_seconds if x_axis == "time" else v.bon_flops
+        data.append({"type": "scatter", "mode": "markers", "name": arm.spec.label, "x": [_r6(x_sr)],
+                     "y": [_r(v.reward)],
+                     "marker": {"symbol": "diamond", "size": 16, "color": c, "line": {"width": 1.5, "color": "#1B1B1B"}},
+                     "hovertemplate": f"{arm.spec.label}<br>reward %{{y:.3f}}<br>%{{x:.3s}} {x_word}<extra></extra>"})
+        data.append({"type": "scatter", "mode": "lines+markers", "name": "equal reward", "showlegend": k == 0,
+                     "x": [_r6(x_sr), _r6(x_bon)], "y": [_r(v.reward)] * 2, "hoverinfo": "skip",
+                     "line": {"color": c, "width": 2, "dash": "dot"},
+                     "marker": {"size": [0, 11], "symbol": "circle-open", "color": c, "line": {"width": 2}}})
+        word = verdict_short(v, x_axis)
+        layout["annotations"].append({"x": math.log10(max(x_bon, 1e-12)), "y": v.reward, "xref": "x", "yref": "y",
+                                      "text": word, "showarrow": True, "arrowhead": 0, "ax": -10, "ay": -34 - 30 * k,
+                                      "font": {"size": 13, "color": c}, "bgcolor": "rgba(255,255,255,0.85)",
+                                      "xanchor": "right"})
+    return _spec("verdict", data, layout)
+
+
+def verdict_short(v, x_axis: str = "time") -> str:
+    """The few words on the chart beside the point where Best-of-N's curve reaches the reward."""
+    if x_axis == "flops":
+        r = v.flops_ratio
+        return f"{'more' if r > 1 else 'fewer'} FLOPs: {max(r, 1 / r):.2g}x" if r > 0 else ""
+    if v.beyond:
+        return f"all {v.n} answers do not reach it: ≥ {v.speedup:.2g}x the time"
+    return f"Best-of-{v.k:.0f} needs {v.speedup:.2g}x the time"
+
+
+def _r6(v: float) -> float:
+    return float(f"{v:.6g}")
 
 
 # ---------------------------------------------------------------- adapters
@@ -326,3 +377,68 @@ def figure(spec: dict):
 
     return go.Figure(spec)
 
+
+
+# ---------------------------------------------------------------- one decision (step mode)
+
+def decision_pool(round_event) -> list:
+    """The candidates a decision ranked: those decoding then and the finished ones still in contention,
+    best partial reward first."""
+    r = round_event
+    pool = [c for c in r.candidates if c.score is not None and (
+        c.status in ("kept", "finished") or (c.status == "pruned" and c.round_pruned == r.index))]
+    return sorted(pool, key=lambda c: (-c.score, c.id))
+
+
+def pool_chart(view: RunView, checkpoint) -> dict:
+    """One decision, as a teacher explains it: every candidate ranked by its partial reward (a bar each,
+    best left), kept in the arm's colour and cut in grey, the threshold dashed; a dot on each bar for the
+    reward that candidate ends with when written to the end (Best-of-N's coupled copy), so the class sees
+    how well the partial reward predicted it; Best-of-N's eventual winner marked with a star."""
+    arm = checkpoint.arms[checkpoint.arm]
+    r = arm.round_events[checkpoint.index]
+    pool = decision_pool(r)
+    colour = arm_colour(arm.spec)
+    base = view.arms[view.baseline]
+    final = {c.id: c.score for c in base.finished.candidates if c.finish_reason is not None} \
+        if base.finished is not None and base.chart == "final" else {}
+    winner = base.finished.winner.id if base.finished is not None and base.chart == "final" else None
+    ranks = list(range(1, len(pool) + 1))
+    cut = [c.status == "pruned" for c in pool]
+    ys = [c.score for c in pool] + [final[c.id] for c in pool if c.id in final]
+    lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
+    pad = max(0.08 * (hi - lo), 0.01)
+    floor = round(lo - pad, 4)   # bars grow from the bottom of the axis (rewards may be negative)
+
+    def bars(name, keep, colour_):
+        sel = [(k, c) for k, c, x in zip(ranks, pool, cut) if x != keep]
+        return {"type": "bar", "name": name, "x": [k for k, _ in sel], "y": [_r(c.score - floor) for _, c in sel],
+                "base": floor, "customdata": [[c.id, hover_text(c.text), _r(c.score)] for _, c in sel],
+                "marker": {"color": colour_},
+                "hovertemplate": f"<b>#%{{customdata[0]}}</b> {name} · partial reward %{{customdata[2]:.3f}}"
+                                 "<br>%{customdata[1]}<extra></extra>"}
+
+    data = [
+        bars("kept", True, colour), bars("cut", False, PRUNED),
+        {"type": "scatter", "mode": "markers", "name": "reward when finished (Best-of-N's copy)",
+         "x": [k for k, c in zip(ranks, pool) if c.id in final], "y": [_r(final[c.id]) for c in pool if c.id in final],
+         "customdata": [[c.id] for c in pool if c.id in final],
+         "marker": {"symbol": "circle", "size": 8, "color": "white", "line": {"width": 2, "color": "#1B1B1B"}},
+         "hovertemplate": "<b>#%{customdata[0]}</b> finished with %{y:.3f}<extra></extra>"},
+        {"type": "scatter", "mode": "markers", "name": "Best-of-N's winner",
+         "x": [k for k, c in zip(ranks, pool) if c.id == winner],
+         "y": [_r(c.score) for c in pool if c.id == winner],
+         "marker": {"symbol": "star", "size": 18, "color": WINNER, "line": {"width": 1.2, "color": "#1B1B1B"}},
+         "hovertemplate": "Best-of-N's eventual winner · partial reward %{y:.3f}<extra></extra>"},
+    ]
+    layout = _layout(f"rank by partial reward at token {r.position} (best left)",
+                     reward_title(view, "partial reward"), [0.4, len(pool) + 0.6], [floor, round(hi + pad, 4)],
+                     revision=f"pool-{checkpoint.arm}")
+    layout.update(bargap=0.15, barmode="overlay")
+    if r.threshold is not None:
+        layout["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": r.threshold,
+                                 "y1": r.threshold, "line": {"color": THRESHOLD, "width": 2, "dash": "dash"}})
+        layout["annotations"].append({"xref": "paper", "yref": "y", "x": 1, "y": r.threshold, "xanchor": "right",
+                                      "yanchor": "bottom", "showarrow": False, "text": "threshold: lowest kept",
+                                      "font": {"size": 13, "color": THRESHOLD}})
+    return _spec(f"pool-{checkpoint.arm}", data, layout)

@@ -33,8 +33,13 @@ class Frame:
     summary_json: Any = KEEP
     view: Any = KEEP           # the RunView, kept in the session's gr.State
     results_visible: Any = KEEP  # the table, the trace and the JSON appear with the result
+    step: Any = KEEP           # step mode: {"plot", "text", "k", "count"} for the decision shown; None hides it
+    badge: Any = KEEP          # the recording badge's markdown ("" hides it)
+    race_label: Any = KEEP     # the race chart's label: how the methods spend time while racing, then the verdict
 
 
+RACE_LABELS = {"work": "While racing: rows decoding at each step against time (a wide, short race and a narrow, long one)",
+               "verdict": "Result: Best-of-N's reward for every k against its time here, and Speculative Rejection's point"}
 CHART_LABELS = {"pruning": "reward of each candidate as it is written",
                 "final": "reward of each candidate when complete"}
 
@@ -52,7 +57,7 @@ def since(frame: Frame, sent: Frame | None) -> Frame:
         return frame
     out = Frame(**vars(frame))
     for name in ("status", "status_kind", "slots", "race_plot", "summary", "table", "trace_path", "summary_json",
-                 "results_visible"):
+                 "results_visible", "step", "badge", "race_label"):
         if getattr(out, name) is not KEEP and getattr(out, name) == getattr(sent, name):
             setattr(out, name, KEEP)
     if out.slots is KEEP:   # same layout: per slot
@@ -84,7 +89,8 @@ def start_frame(view: RunView) -> Frame:
     """A run (or its retry) starts: the slots are laid out for its arms, the results cleared."""
     f = live_frame(view, starting=True)
     f.slots, f.summary, f.table, f.trace_path, f.summary_json = slots(view), panels.SUMMARY_PLACEHOLDER, None, None, None
-    f.view, f.results_visible = view, False
+    f.view, f.results_visible, f.step, f.badge = view, False, None, ""
+    f.race_label = RACE_LABELS["work"]
     return f
 
 
@@ -97,8 +103,36 @@ def final_frame(view: RunView) -> Frame:
     f = live_frame(view)
     f.summary, f.table = panels.summary_markdown(view), table_value(view)
     f.trace_path, f.summary_json, f.view = view.trace_path, panels.summary_dict(view), view
-    f.results_visible = True
+    f.results_visible, f.step = True, None
+    f.race_label = RACE_LABELS["verdict" if view.verdicts() else "work"]
     return f
+
+
+def end_frame(view: RunView) -> Frame:
+    """The frame a finished race ends on: its result, or in step mode its first decision."""
+    if view.stepping and view.checkpoints:
+        f = step_frame(view, 0)
+        f.trace_path, f.summary_json = view.trace_path, panels.summary_dict(view)
+        return f
+    return final_frame(view)
+
+
+STEP_SUMMARY = ("### Result\nHidden while you step through the decisions: press **Run to the end** to see the "
+                "verdict.")
+
+
+def step_frame(view: RunView, k: int) -> Frame:
+    """Decision ``k`` of a finished race: every chart as it stood then, and the decision explained."""
+    k = max(0, min(k, len(view.checkpoints) - 1))
+    then = view.at(view.checkpoints[k])
+    order = then.display_order()
+    return Frame(status=f"**Stepping through the decisions:** decision {k + 1} of {len(view.checkpoints)}. "
+                        "The charts show the race as it stood at this decision.", status_kind="idle",
+                 arm_plots=[charts.arm_chart(then, a.arm) for a in order],
+                 arm_leaders=[panels.leader(then, a.arm) for a in order], race_plot=charts.race_chart(then),
+                 summary=STEP_SUMMARY, view=view, results_visible=False, race_label=RACE_LABELS["work"],
+                 step={"plot": charts.pool_chart(view, view.checkpoints[k]), "text": panels.decision_markdown(view, k),
+                       "k": k, "count": len(view.checkpoints)})
 
 
 def limit_frame(view: RunView) -> Frame:

@@ -15,6 +15,7 @@ from specrej.rewards import scale_of
 
 from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
+from specrej.verdict import Verdict
 from .session.view import ArmView, RunView
 
 # ---------------------------------------------------------------- status line
@@ -62,7 +63,12 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
                 "The charts and the partial result below show how far each method got." + note)
     if starting:
         return "**Starting:** loading the models and prefilling the prompt…" + note
-    head = f"**Done** in {fmt_s(view.elapsed())}" if view.state == "done" else f"**Racing** · {fmt_s(view.elapsed())}"
+    if view.recording is not None:   # a replay keeps its own clock: never "Done in" the recorded time
+        took = fmt_s(view.recording.get("seconds", 0.0))
+        head = (f"**Replay done** in {fmt_s(view.elapsed())} (the recorded race took {took})" if view.state == "done"
+                else f"**Replaying a recording** · {fmt_s(view.elapsed())} (recorded: {took})")
+    else:
+        head = f"**Done** in {fmt_s(view.elapsed())}" if view.state == "done" else f"**Racing** · {fmt_s(view.elapsed())}"
     return " · ".join([head] + [_arm_status(a) for a in view.display_order()]) + note
 
 
@@ -93,7 +99,8 @@ def leader(view: RunView, arm_id: str) -> tuple[str, str]:
         what = "leader (finished)" if pruning else "best finished so far"
         return f"{name} · {what} #{c.id} · reward {fmt_score(c.score)} · {c.tokens} tokens", c.text
     at = c.history[-1][0] if c.history else c.tokens
-    return f"{name} · leader #{c.id} · reward {fmt_score(c.score)} (at token {at}) · {c.tokens} tokens", c.text
+    return (f"{name} · leader #{c.id} · partial, at token {at}: reward {fmt_score(c.score)} so far (not finished) · "
+            f"{c.tokens} tokens", c.text)
 
 
 # ---------------------------------------------------------------- end of run
@@ -126,12 +133,28 @@ SUMMARY_PLACEHOLDER = ("### Result\nWhen every method finishes, their winners ap
                        "tokens, compute, wall time and the speed-up.")
 
 
-def reward_words(view: RunView) -> str:
-    """Which reward scored the answers and what its numbers mean (``specrej.rewards.Scale``)."""
+def reward_words(view: RunView, verdicts: dict | None = None) -> str:
+    """Which reward scored the answers, what its numbers mean (``specrej.rewards.Scale``) and, with
+    Best-of-N's curve, what a big difference is on this prompt."""
     scale = scale_of(view.reward_label)
     name = view.reward_label or scale.name
-    return (f"**Reward:** {md_escape(name)}: {md_escape(scale.meaning)}. Each reward has its own scale: "
-            f"compare rewards within one run, not across rewards.")
+    out = (f"**Reward:** {md_escape(name)}: {md_escape(scale.meaning)}. Each reward has its own scale: "
+           f"compare rewards within one run, not across rewards.")
+    v = next(iter((verdicts or {}).values()), None)
+    if v is not None and len(v.curve) > 1:
+        one, top = v.curve[0].best, v.curve[-1].best
+        out += (f" What a big difference is here: one answer scores {fmt_score(one)} on average, the best of all "
+                f"{v.n} {fmt_score(top)}; that gap of {fmt_score(top - one)} is what {v.n}x the answers buy.")
+    return out
+
+
+TIME_NOTE = ("*How time is counted: every decoding step is priced at this machine's measured time for the rows "
+             "decoding at that step (a row leaves when its answer ends or is pruned), measured just before the race. "
+             "Best-of-N's curve is the expected best reward of k of its answers drawn at random (order statistics "
+             "over its coupled answers), each k priced under the same memory budget: passes of the rows that fit at "
+             "full length. Reward scoring is in the FLOPs and the measured wall time, not in this line.*")
+STEPS_NOTE = ("*This machine's decoding step could not be measured, so time is counted in decoding steps. Best-of-N's "
+              "curve is the expected best reward of k of its answers, each k under the same memory budget.*")
 
 
 def _reward_note(c: Comparison, base: str) -> str:
@@ -143,21 +166,62 @@ def _reward_note(c: Comparison, base: str) -> str:
     return f"its winner scored {fmt_score(a)} against {base}'s {fmt_score(b)}"
 
 
+def _seconds(view: RunView, x: float) -> str:
+    return fmt_s(x) if view.step is not None else f"{x:,.0f} decoding steps"
+
+
+def verdict_lines(view: RunView, arm: ArmView, v: Verdict) -> list[str]:
+    """The paper's comparison in words: where this arm's result falls on Best-of-N's curve, in time (the
+    verdict), then the improvement score and the FLOPs, each with what it means."""
+    base = view.arms[view.baseline]
+    label, bname = md_escape(arm.spec.label), md_escape(base.spec.kind.name)
+    t_sr, t_bon = _seconds(view, v.seconds), _seconds(view, v.bon_seconds)
+    x = v.speedup
+    faster = x >= 1
+    times = f"{fmt_times(x if faster else 1 / x)}x {'less' if faster else 'more'} time"
+    if v.beyond:
+        head = (f"**{bname}'s {v.n} answers never reach {label}'s reward: {label} took at least {times}** "
+                f"({t_sr}, against {t_bon} for all {v.n})." if faster else
+                f"**{label} reached a reward none of {bname}'s {v.n} answers reach**, and took {times} than all "
+                f"{v.n} of them ({t_sr} against {t_bon}).")
+    elif v.k >= v.n - 1e-9:
+        head = (f"**{bname} needs all {v.n} answers ({t_bon}) to reach {label}'s reward: {label} took {times}** "
+                f"({t_sr}).")
+    else:
+        k = max(1, round(v.k))
+        head = (f"**{bname} needs about {k} answer{'s' * (k != 1)} ({t_bon}) to reach {label}'s reward: "
+                f"{label} took {times}** ({t_sr}).")
+    gap = 100 - v.improvement
+    if v.improvement >= 100 - 1e-6:
+        score = (f"Improvement score **{v.improvement:.1f}**: at or above Best-of-{v.n}'s winner (the paper's score: "
+                 f"100 = the best of all {v.n} answers, 0 = the worst).")
+    else:
+        score = (f"Improvement score **{v.improvement:.1f}**: {gap:.1f} points below Best-of-{v.n}'s winner (the paper's "
+                 f"score: 100 = the best of all {v.n} answers, 0 = the worst), which Best-of-N reaches only with "
+                 f"all {v.n}.")
+    r = v.flops_ratio
+    k_word = f"Best-of-{max(1, round(v.k))}" if not v.beyond else f"Best-of-{v.n}"
+    flops = (f"FLOPs: {label} spent {fmt_times(r if r >= 1 else 1 / r)}x {'more' if r >= 1 else 'fewer'} than "
+             f"{k_word} ({fmt_flops(v.flops)} against {fmt_flops(v.bon_flops)})"
+             + (": more rows per step, fewer steps. A step's time grows far slower than its rows, so more "
+                "FLOPs can take less time." if r >= 1 and faster else "."))
+    return [head, "", score, "", flops]
+
+
+def headline(view: RunView, arm: ArmView, c: Comparison, v: Verdict | None) -> list[str]:
+    """The verdict (``verdict_lines``), or without Best-of-N's whole curve what each spent."""
+    if v is not None:
+        return verdict_lines(view, arm, v)
+    base = md_escape(view.arms[c.baseline].spec.label)
+    return [f"**{md_escape(arm.spec.label)}** used {c.flops.words('compute')} ({c.wall.words('wall time')}) and "
+            f"{_reward_note(c, base)}. No time-to-equal-reward verdict: {base} did not write all of its answers "
+            "(it stopped once it matched), so its curve over N is unknown."]
+
+
 def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
     base_arm = view.arms[c.baseline]
     label, base = md_escape(arm.spec.label), md_escape(base_arm.spec.label)
-    lines = [f"**Speed-up:** {label} used **{c.flops.words('compute')}** ({c.wall.words('wall time')}) "
-             f"and {_reward_note(c, base)}."]
-    if c.curve_given:
-        if c.baseline_matched_flops is None:
-            lines.append(f"{base} never reached {label}'s reward.")
-        else:
-            total = base_arm.finished.ledger.flops
-            share = c.baseline_matched_flops / total if total else 0.0
-            times = c.baseline_matched_flops / arm.finished.ledger.flops if arm.finished.ledger.flops else 0.0
-            lines.append(f"{base}'s best answer first reached that reward after "
-                         f"{fmt_flops(c.baseline_matched_flops)} ({share:.0%} of its run; "
-                         f"{fmt_times(times)}× {label}'s compute).")
+    lines = []
     m = base_arm.finished.match
     if m is not None and m.challenger == arm.arm:
         times = m.ledger.flops / arm.finished.ledger.flops if arm.finished.ledger.flops else 0.0
@@ -196,10 +260,18 @@ def summary_markdown(view: RunView) -> str:
     cmps = view.comparisons()
     if not view.done:
         return SUMMARY_PLACEHOLDER
-    lines = ["### Result", ""] + _ledger_rows(view) + ["", reward_words(view), ""]
+    verdicts = view.verdicts()
+    lines = ["### Result", ""]
+    for arm in view.display_order():
+        if arm.arm in cmps:
+            lines += headline(view, arm, cmps[arm.arm], verdicts.get(arm.arm)) + [""]
+    lines += _ledger_rows(view) + ["", reward_words(view, verdicts), ""]
     for arm in view.display_order():
         if arm.arm in cmps:
             lines += _challenger_lines(view, arm, cmps[arm.arm]) + [""]
+    if verdicts:
+        lines.append(TIME_NOTE if view.step is not None else STEPS_NOTE)
+        lines.append("")
     exact = all(a.ledger.dtype == "float32" for a in view.arms.values())
     lines.append("*FLOPs are estimated as 2 × parameters × tokens for each model. Randomness is coupled: "
                  "candidate i writes the same text in every method while it survives"
@@ -324,5 +396,58 @@ def summary_dict(view: RunView) -> dict:
             "ledger": arm.ledger.to_dict(),
         }
     out["comparison"] = {a: c.to_dict() for a, c in view.comparisons().items()} or None
+    out["verdict"] = {a: v.to_dict() for a, v in view.verdicts().items()} or None
+    out["time_unit"] = "seconds" if view.step is not None else "decoding steps"
     out["first_event_s"] = view.first_event_s
     return out
+
+
+# ---------------------------------------------------------------- one decision (step mode)
+
+def decision_markdown(view: RunView, k: int) -> str:
+    """Decision ``k`` (0-based, over every pruning arm's decisions in race order), in plain words: how
+    many were writing, the threshold, who is cut, the rank correlation so far, and what Best-of-N's
+    eventual winner is doing."""
+    from specrej.compare import decision_rank, final_scores
+
+    from .charts import decision_pool
+
+    cp = view.checkpoints[k]
+    arm = cp.arms[cp.arm]
+    r = arm.round_events[cp.index]
+    label = md_escape(arm.spec.label)
+    pool = decision_pool(r)
+    n_cut = sum(c.status == "pruned" for c in pool)
+    base = view.arms[view.baseline]
+    lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label} at token {r.position}", ""]
+    why = "memory was full" if view.cfg.decision == "budget" else "its interval came"
+    lines.append(f"**What happened:** {why}, so {label} scored every answer in progress on its partial text "
+                 f"({len(pool)} in all). It keeps the top {r.n_kept} (alpha = {view.cfg.alpha:g}: it cuts about "
+                 f"{view.cfg.alpha:.0%}) and stops writing the other {n_cut}; the lowest kept score, the threshold, "
+                 f"is **{fmt_score(r.threshold)}**." + (" Memory forced more cuts than alpha asked for." if r.forced else ""))
+    if base.finished is not None and base.chart == "final":
+        final = final_scores(base.finished)
+        d = decision_rank(r, final)
+        if d.spearman is not None:
+            strength = ("strong" if d.spearman >= 0.7 else "moderate" if d.spearman >= 0.4 else
+                        "weak" if d.spearman >= 0.1 else "no")
+            lines.append(f"\n**Did the partial reward predict the final one?** Spearman ρ = **{d.spearman:.2f}** "
+                         f"({strength} agreement) between these partial rewards and the rewards the same answers "
+                         f"end with (Best-of-N wrote each of them to the end: randomness is coupled). The dots on "
+                         "the chart are those final rewards.")
+        w = base.finished.winner.id
+        rank = next((i + 1 for i, c in enumerate(pool) if c.id == w), None)
+        mine = next((c for c in r.candidates if c.id == w), None)
+        bname = md_escape(base.spec.kind.name)
+        if mine is None:
+            fate = f"was never drawn by {label} (it wrote fewer candidates than {bname})."
+        elif rank is None:
+            fate = (f"was already cut at an earlier decision." if mine.status == "pruned" else
+                    f"is not in this pool ({mine.status}).")
+        elif mine.status == "pruned":
+            fate = f"ranks {rank} of {len(pool)} here: **it is cut now**, although it would have won {bname}."
+        else:
+            fate = f"ranks {rank} of {len(pool)} here: **it survives** this decision."
+        lines.append(f"\n**{bname}'s eventual winner (#{w}, final reward {fmt_score(base.finished.winner.score)})** {fate}")
+    lines.append("\nPress **Next decision** to go on, or **Run to the end** for the result.")
+    return "\n".join(lines)

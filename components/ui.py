@@ -17,19 +17,19 @@ from specrej.core.rules import RULES
 
 from . import charts
 from .session.context import ASSETS, PREFERENCE, AppContext, reward_kind_label
-from .frames import KEEP, Frame, since, slots, table_value
+from .frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
 from .session.paper import PaperPlan, duration
 from .theme import md_escape
 from .session.replay import PACES, PAPER_REWARD, PAPER_SCALE
-from .session.stream import MAX_ARMS, REQUEST_FIELDS
+from .session.stream import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS
 from .session.view import RunView
 
 PAPER = "https://arxiv.org/abs/2410.20290"
 HELP = RunConfig.help()
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE_DEFAULTS}
 DECISIONS = [("when memory is full (the paper)", "budget"), ("every k tokens (and when memory is full)", "interval")]
-X_AXES = [("FLOPs", "flops"), ("tokens generated", "tokens")]
+X_AXES = [("time", "time"), ("FLOPs", "flops")]
 SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
 PAPER_NOTE = ("**Paper scale** sets the paper's protocol: Speculative Rejection opens with the rows that fill memory "
               "at token 16, Best-of-N writes 128 answers (or this deployment's largest N) of up to 256 tokens in "
@@ -37,10 +37,12 @@ PAPER_NOTE = ("**Paper scale** sets the paper's protocol: Speculative Rejection 
               "where that takes longer than the run limit (on a CPU it takes minutes), it plays the **recorded** "
               "paper-scale race of an example prompt and sets a scaled-down version that fits for **Run**.")
 HEADER = (f"# Speculative Rejection vs Best-of-N\n"
-          f"Both methods sample N answers from one language model and keep the one a reward model likes best. "
+          f"Both methods sample answers from one language model and keep the one a reward model likes best. "
           f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
-          f"([Sun et al., NeurIPS 2024]({PAPER})) scores the partial answers whenever memory fills and stops "
-          f"writing the weakest. Press **Run** and watch them race at equal compute.")
+          f"([Sun et al., NeurIPS 2024]({PAPER})) starts many more answers at once, scores the partial answers "
+          f"whenever memory fills and stops writing the weakest. The paper's claim: the same reward in far less "
+          f"time. Press **Run**: the result places Speculative Rejection's answer on Best-of-N's reward-versus-N "
+          f"curve and says how much longer Best-of-N takes to match it, on this machine.")
 
 
 def _read(name: str, fallback: str = "") -> str:
@@ -89,6 +91,11 @@ class Controls:
     settings: gr.Accordion
     paper_note: gr.Markdown
     rule: gr.Dropdown
+    fit: gr.Checkbox
+    step: gr.Checkbox
+    classroom: gr.Button
+    link: gr.Button
+    link_box: gr.Textbox
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -104,6 +111,15 @@ def build_controls(ctx: AppContext) -> Controls:
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
     gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
                 examples_per_page=len(ctx.examples) or 1, api_visibility="private")
+    with gr.Row(elem_id="mode-row"):
+        step = gr.Checkbox(value=False, label="Step through the decisions",
+                           info="After the race, pause at each decision: who is kept, who is cut, and why.",
+                           elem_id="step")
+        fit = gr.Checkbox(value=True, label="Fit the race to this machine",
+                          info="Measures this machine first; when it is busy, every answer is shortened so the race "
+                               "still ends in about 20 s.", elem_id="fit")
+        classroom = gr.Button("Classroom preset", variant="secondary", size="md", scale=0, min_width=170,
+                              elem_id="classroom", elem_classes=["action"])
     with gr.Row(elem_id="replay-row"):
         paper = gr.Button("Paper scale", variant="secondary", size="md", scale=0, min_width=150,
                           elem_id="paper-scale", elem_classes=["action"])
@@ -111,6 +127,11 @@ def build_controls(ctx: AppContext) -> Controls:
                            elem_id="replay", elem_classes=["action"])
         pace = gr.Radio(PACES, value="inf", label="Replay pace", scale=1, elem_id="pace")
     paper_note = gr.Markdown(PAPER_NOTE, elem_id="paper-note")
+    with gr.Row(elem_id="link-row"):
+        link = gr.Button("🔗 Link to this race", variant="secondary", size="md", scale=0, min_width=190,
+                         elem_id="link", elem_classes=["action"])
+        link_box = gr.Textbox(label="Open this link to get the same race (the settings and the seed)",
+                              interactive=False, buttons=["copy"], visible=False, elem_id="link-box", scale=4)
     with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings") as settings:
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
@@ -177,7 +198,8 @@ def build_controls(ctx: AppContext) -> Controls:
                     temperature=temperature, top_p=top_p, seed=seed, second=second, second_alpha=second_alpha,
                     second_decision=second_decision, second_group=second_group, sr_start=sr_start,
                     first_decision=first_decision, stop_when_matched=stop_when_matched, paper=paper, replay=replay,
-                    pace=pace, settings=settings, paper_note=paper_note, rule=rule)
+                    pace=pace, settings=settings, paper_note=paper_note, rule=rule, fit=fit, step=step,
+                    classroom=classroom, link=link, link_box=link_box)
 
 
 def paper_outputs(page: "Page") -> list:
@@ -254,13 +276,30 @@ class Slot:
     leader: gr.Textbox
 
 
-@dataclass
+@dataclass(kw_only=True)
+class StepPanel:
+    """Step mode: one decision at a time (``frames.step_frame``)."""
+
+    group: gr.Column
+    plot: gr.Plot
+    text: gr.Markdown
+    prev: gr.Button
+    next: gr.Button
+    end: gr.Button
+    index: gr.State
+
+
+@dataclass(kw_only=True)
 class Arena:
+    badge_row: gr.Row
+    badge: gr.Markdown
+    live: gr.Button          # "Run it live": the recording's settings, scaled to fit, run here
     status: gr.Markdown
     slots: list[Slot]
     race_plot: gr.Plot
     x_axis: gr.Radio
     summary: gr.Markdown
+    step: StepPanel
 
 
 def _colour_class(colour: str) -> str:
@@ -268,8 +307,49 @@ def _colour_class(colour: str) -> str:
     return "arm-c-" + colour.lstrip("#").lower()
 
 
+# Plotly's own export, from the chart on the page (window.Plotly is set once plotly.js has loaded): a PNG at
+# twice the pixels for slides, or an SVG that scales.
+_DOWNLOAD_JS = """() => {{
+  const el = document.querySelector('#{elem} .js-plotly-plot');
+  if (!el || !window.Plotly) {{ return; }}
+  window.Plotly.downloadImage(el, {{format: '{fmt}', filename: '{name}', width: el.clientWidth || 1000,
+                                   height: el.clientHeight || 450, scale: {scale}}});
+}}"""
+
+
+def download_buttons(elem: str, name: str) -> None:
+    """"PNG" and "SVG" under a chart: the chart as the page shows it, for a slide."""
+    with gr.Row(elem_classes=["downloads"]):
+        for fmt, scale in (("png", 2), ("svg", 1)):
+            b = gr.Button(f"⬇ {fmt.upper()}", size="sm", variant="secondary", scale=0, min_width=70,
+                          elem_classes=["download"], elem_id=f"{elem}-{fmt}")
+            b.click(None, None, None, js=_DOWNLOAD_JS.format(elem=elem, fmt=fmt, name=name, scale=scale),
+                    api_visibility="private", queue=False)
+
+
+RACE_LABEL = RACE_LABELS["work"]
+STEP_LABEL = "This decision: every candidate ranked by its partial reward"
+
+
 def build_arena() -> Arena:
+    with gr.Row(visible=False, elem_id="badge-row") as badge_row:
+        badge = gr.Markdown("", elem_id="badge")
+        live = gr.Button("▶ Run it live", variant="primary", size="md", scale=0, min_width=150, elem_id="run-live",
+                         elem_classes=["action"])
     status = gr.Markdown(status_markdown(None), elem_id="status", elem_classes=["status-idle"])
+    with gr.Column(visible=False, elem_id="step-panel") as group:
+        with gr.Row(elem_id="step-row"):
+            with gr.Column(scale=5, min_width=300):
+                step_plot = gr.Plot(label=STEP_LABEL, elem_id="step-plot")
+                download_buttons("step-plot", "specrej-decision")
+            with gr.Column(scale=4, min_width=280):
+                step_text = gr.Markdown("", elem_id="step-text")
+                with gr.Row(elem_id="step-buttons"):
+                    prev = gr.Button("◀ Previous", size="md", elem_id="step-prev", min_width=100)
+                    nxt = gr.Button("Next decision ▶", variant="primary", size="md", elem_id="step-next",
+                                    min_width=140)
+                    end = gr.Button("Run to the end ⏭", size="md", elem_id="step-end", min_width=140)
+    step = StepPanel(group=group, plot=step_plot, text=step_text, prev=prev, next=nxt, end=end, index=gr.State(0))
     # The default run's arms lay out the first slots; a run with other arms relabels them.
     view = RunView(RunConfig(prompt="-"))
     order = slots(view)
@@ -277,20 +357,22 @@ def build_arena() -> Arena:
     with gr.Row(equal_height=True, elem_id="arms"):
         for i in range(MAX_SLOTS):
             arm_id, label, colour = order[i] if i < len(order) else ("", "", "")
-            with gr.Column(visible=i < len(order), elem_classes=["arm"], elem_id=f"slot-{i}") as column:
+            with gr.Column(visible=i < len(order), elem_classes=["arm"], elem_id=f"slot-{i}", min_width=300) as column:
                 plot = gr.Plot(label=label, elem_id=f"plot-{i}")
+                download_buttons(f"plot-{i}", f"specrej-arm-{i}")
                 leader = gr.Textbox(label=f"{view.arms[arm_id].spec.label} · leader" if arm_id else "leader",
                                     lines=5, max_lines=8, interactive=False, elem_id=f"leader-{i}",
                                     elem_classes=["leader"] + ([_colour_class(colour)] if colour else []))
             out.append(Slot(column, plot, leader))
     with gr.Row(elem_id="race-row"):
-        with gr.Column(scale=5):   # about half each: a narrower result wrapped its numbers and left a blank
-            race_plot = gr.Plot(label="Compute race: best reward of a finished answer vs compute spent",
-                                elem_id="race-plot")
-            x_axis = gr.Radio(X_AXES, value="flops", label="Compute axis", elem_id="x-axis")
-        with gr.Column(scale=4):
+        with gr.Column(scale=5, min_width=300):   # about half each: a narrower result wrapped its numbers
+            race_plot = gr.Plot(label=RACE_LABEL, elem_id="race-plot")
+            download_buttons("race-plot", "specrej-verdict")
+            x_axis = gr.Radio(X_AXES, value="time", label="Result chart's x-axis", elem_id="x-axis")
+        with gr.Column(scale=4, min_width=280):
             summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
-    return Arena(status, out, race_plot, x_axis, summary)
+    return Arena(badge_row=badge_row, badge=badge, live=live, status=status, slots=out, race_plot=race_plot, x_axis=x_axis, summary=summary,
+                 step=step)
 
 
 # ---------------------------------------------------------------- results
@@ -346,7 +428,7 @@ class Page:
         a, r = self.arena, self.results
         return ([a.status] + [c for s in a.slots for c in (s.plot, s.leader)]
                 + [a.race_plot, a.summary, r.table, r.trace_file, r.summary_json, self.view, r.group]
-                + [s.column for s in a.slots])
+                + [s.column for s in a.slots] + [a.badge_row, a.badge, a.step.group, a.step.plot, a.step.text, a.step.index])
 
     def stream(self, frames: Iterable[Frame]) -> Iterator[dict]:
         """Each frame's updates: a live frame carries only what changed since the frame before
@@ -376,11 +458,23 @@ class Page:
         out = {
             a.status: gr.skip() if frame.status is KEEP else frame.status if frame.status_kind is KEEP else gr.Markdown(
                 value=frame.status, elem_classes=[f"status-{frame.status_kind}"]),
-            a.race_plot: val(frame.race_plot, plot), a.summary: val(frame.summary),
+            a.race_plot: (val(frame.race_plot, plot) if frame.race_label is KEEP else
+                          gr.Plot(label=frame.race_label) if frame.race_plot is KEEP else
+                          gr.Plot(value=plot(frame.race_plot), label=frame.race_label)),
+            a.summary: val(frame.summary),
             r.table: val(frame.table, table), r.trace_file: val(frame.trace_path),
             r.summary_json: val(frame.summary_json), self.view: val(frame.view),
             r.group: val(frame.results_visible, lambda v: gr.Column(visible=v)),
+            a.badge: val(frame.badge), a.badge_row: val(frame.badge, lambda b: gr.Row(visible=bool(b))),
         }
+        st = a.step
+        if frame.step is KEEP:
+            out.update({st.group: gr.skip(), st.plot: gr.skip(), st.text: gr.skip(), st.index: gr.skip()})
+        elif frame.step is None:
+            out.update({st.group: gr.Column(visible=False), st.plot: gr.skip(), st.text: gr.skip(), st.index: 0})
+        else:
+            out.update({st.group: gr.Column(visible=True), st.plot: plot(frame.step["plot"]),
+                        st.text: frame.step["text"], st.index: frame.step["k"]})
         layout = frame.slots
         for i, s in enumerate(a.slots):
             here = layout is not KEEP and i < len(layout)
@@ -410,3 +504,80 @@ def build_page(ctx: AppContext) -> Page:
     results = build_results()
     build_how_it_works()
     return Page(controls, arena, results, gr.State(None))
+
+
+# ---------------------------------------------------------------- presets and links
+
+def live_updates(ctx: AppContext, page: "Page", plan: PaperPlan) -> dict:
+    """"Run it live": the recording's protocol at the largest setting that fits here (``paper.plan``), set
+    on the page, with what was scaled said on the status line; the race then starts as Run starts it."""
+    c, named = page.controls, page.controls.by_name()
+    s = plan.settings
+    out = {named[k]: v for k, v in s.items() if k in named}
+    if any(k == PAPER_REWARD for _, k in ctx.rewards):
+        out[c.reward] = PAPER_REWARD
+    out[c.fit] = True
+    scaled = [f"{what} {PAPER_SCALE[k]} → {s[k]}" for k, what in (("n", "N"), ("max_new_tokens", "new tokens"),
+                                                                   ("budget", "memory budget"),
+                                                                   ("first_decision", "first decision at token"))
+              if s[k] != PAPER_SCALE[k]]
+    words = ("**Running the recording's settings live**" + (
+        f", scaled down to fit this deployment ({'; '.join(scaled)}): the same protocol, smaller. "
+        if scaled else ". ") + "Starting…")
+    out[page.arena.status] = gr.Markdown(words, elem_classes=["status-live"])
+    out[c.settings] = gr.Accordion(open=True)
+    out[c.paper_note] = words
+    return out
+
+
+def classroom_updates(ctx: AppContext, page: "Page") -> dict:
+    """The Classroom preset (``links.CLASSROOM``) on the controls, the Settings opened to show it."""
+    from .links import CLASSROOM
+
+    named = page.controls.by_name()
+    out = {named[k]: v for k, v in CLASSROOM.items() if k in named}
+    out[named["n"]] = min(CLASSROOM["n"], ctx.limits.max_n)
+    for k in ("prompt", "reward", "preference", "temperature", "top_p", "interval", "second_alpha",
+              "second_decision"):
+        out.setdefault(named[k], gr.skip())
+    out[page.controls.settings] = gr.Accordion(open=True)
+    out[page.arena.status] = gr.Markdown(
+        "**Classroom preset set** (see Settings): a small race, about 15-25 s here, that steps through its "
+        "decisions. Press **Run**.", elem_classes=["status-idle"])
+    return out
+
+
+# Compose the link in the browser (its own address), show it, put it in the address bar and copy it.
+LINK_JS = """(q) => {
+  const url = window.location.origin + window.location.pathname + (q ? '?' + q : '');
+  try { window.history.replaceState(null, '', url); } catch (e) {}
+  if (navigator.clipboard) { navigator.clipboard.writeText(url).catch(() => {}); }
+  const box = document.querySelector('#link-box');
+  if (box) { box.style.display = ''; }
+  return url;
+}"""
+
+
+def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
+    """A link's settings on the controls (``links.settings``: unknown or invalid values are dropped)."""
+    from .links import FIELDS, settings
+
+    named = page.controls.by_name()
+    choices = {"reward": [k for _, k in ctx.rewards], "decision": [v for _, v in DECISIONS],
+               "second_decision": [v for _, v in DECISIONS], "sr_start": [v for _, v in SR_STARTS],
+               "rule": list(RULES)}
+    ranges = {"n": (1, ctx.limits.max_n), "alpha": (0, 0.95), "second_alpha": (0, 0.95),
+              "max_new_tokens": (1, ctx.limits.max_new_tokens), "temperature": (0.05, 2.0), "top_p": (0.05, 1.0),
+              "budget": (0, ctx.limits.max_budget), "interval": (1, 256), "first_decision": (1, 128),
+              "seed": (0, 2**63 - 1)}
+    got = settings(params, choices, ranges)
+    out = {named[k]: got[k] if k in got else gr.skip() for k in FIELDS}
+    if "prompt" in got:
+        out[named["prompt"]] = got["prompt"][:ctx.limits.max_prompt_chars]
+    changed = bool(set(got) - {"prompt"})
+    out[page.controls.settings] = gr.Accordion(open=True) if changed else gr.skip()
+    out[page.controls.second_group] = gr.Row(visible=bool(got.get("second"))) if "second" in got else gr.skip()
+    out[named["preference"]] = (gr.Textbox(value=got["preference"], visible=got.get("reward") == PREFERENCE)
+                                if "preference" in got else
+                                gr.Textbox(visible=got["reward"] == PREFERENCE) if "reward" in got else gr.skip())
+    return out

@@ -2,11 +2,12 @@
 # Record the paper-scale race of every example prompt (assets/examples.json) into assets/recordings/,
 # for instant replay in the app. Same settings as the app's "Paper scale" preset (components/session/replay.py):
 # Best-of-128 in the passes that fit, Speculative Rejection opening with the rows that fill the budget at
-# token 16, 256 new tokens, budget 2048 KV slots, alpha 0.5, the self-certainty reward, and Best-of-N
-# stopped once it matches. Usage: bash scripts/record_examples.sh [extra flags for python -m specrej record]
+# token 16, 256 new tokens, budget 2048 KV slots, alpha 0.5, the self-certainty reward. Best-of-N writes all
+# 128 answers (its curve over N is the verdict's yardstick), and the recording keeps this machine's measured
+# decoding step (the verdict's clock). Usage: bash scripts/record_examples.sh [extra flags for python -m specrej record]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=assets/recordings
+out=${OUT:-assets/recordings}
 mkdir -p "$out"
 python - <<'PY' | while IFS=$'\t' read -r slug prompt; do
 import json, re
@@ -16,6 +17,6 @@ PY
   echo "recording: $prompt" >&2
   python -m specrej record --out "$out/$slug.json.gz" --prompt "$prompt" \
     --arms bon:n=128 sr:n=auto,first_decision=16 --alpha 0.5 --max-new-tokens 256 --budget 2048 \
-    --reward self-certainty --stop-when-matched --quiet "$@"
+    --reward self-certainty --quiet "$@"
 done
 du -sh "$out"

@@ -154,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
                   f"prompt cache {'shared' if lm.shares_prefix else 'copied'} across rows)", file=sys.stderr)
+        step_cost = None
+        if record:   # this machine's decoding step, so that a replay prices Best-of-N's curve in seconds here
+            from .bench.engine_speed import decode_sweep
+
+            sweep = decode_sweep(lm, "Hello", [1, 8, 32, 128], steps=3)
+            step_cost = {"rows": [s["rows"] for s in sweep], "seconds": [s["step_min_s"] for s in sweep]}
         trace, tally = [], Tally()
         referee = StopWhenMatched(arms[0].id, arms[1].id) if args.stop_when_matched and len(arms) > 1 else None
         recorder = Recorder()
@@ -175,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                     "first_decision": cfg.first_decision, "alpha": cfg.alpha, "seed": cfg.seed,
                     "stop_when_matched": bool(referee)}
         rec = recorder.recording(make_meta(args.model, reward.name, settings, prompt=cfg.prompt,
-                                           arms=[{"id": a.id, "spec": a.spec} for a in arms]))
+                                           arms=[{"id": a.id, "spec": a.spec} for a in arms],
+                                           step_cost=step_cost, dtype=precision.short_name(lm.dtype)))
         size = rec.save(args.out)
         print(f"\nrecording written to {args.out} ({size / 1024:.0f} KiB, {len(rec.events)} events)")
     if args.json:

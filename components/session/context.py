@@ -16,6 +16,8 @@ Environment:
   SPECREJ_ARMS         the arms every run races, as arm specs separated by spaces (default
                        ``bon sr``: Best-of-N and Speculative Rejection; ``specrej.arms``); the page
                        can add a second Speculative Rejection setting, up to three arms in all
+  SPECREJ_RACE_SECONDS a Run is fitted to end in about this many seconds on this machine as it is now
+                       (default 20; ``pace.py``: answers are shortened when the machine is slow)
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
                        SPECREJ_MAX_RUNS_PER_CLIENT (default 2, ``guard.py``)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
@@ -108,6 +110,9 @@ class AppContext:
     policy: ModelPolicy = field(default_factory=ModelPolicy)
     arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
     step_costs: dict = field(default_factory=dict)   # generator spec -> its measured StepCost (paper.py)
+    race_target_s: float = 20.0      # a fitted race's expected time (SPECREJ_RACE_SECONDS; ``pace.py``)
+    overhead: float = 1.0            # races here took this times their decode-time bound (learnt, ``pace.learn``)
+    threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "AppContext":
@@ -148,6 +153,7 @@ class AppContext:
                                              env=env, lo=50) / 1000,
                   arms=tuple(a.spec for a in parse_arms(env.get("SPECREJ_ARMS", "").split() or DEFAULT_ARMS)),
                   archive_dir=env.get("SPECREJ_TRACE_DIR", "").strip() or None,
+                  race_target_s=float(env_int("SPECREJ_RACE_SECONDS", 20, env=env, lo=1)),
                   limits=Limits.from_env(env), policy=ModelPolicy.from_env(env, offered=offered))
         kw.update(overrides)
         return cls(**kw)
@@ -183,8 +189,11 @@ class AppContext:
         """Load the default models now (on the app's torch thread) so the first Run starts at once."""
         from .worker import torch_worker
 
-        torch_worker().call(get_models, *self.resolve(self.default_model, self.default_reward,
-                                                      self.default_preference))
+        lm, _ = torch_worker().call(get_models, *self.resolve(self.default_model, self.default_reward,
+                                                              self.default_preference))
+        from .paper import step_cost
+
+        step_cost(self, self.default_model, lm)   # the quiet step, measured before any visitor's run
 
 
 def _has_embedded_generator() -> bool:

@@ -21,12 +21,13 @@ from .worker import torch_worker
 
 FIT_SHARE = 0.5
 CALIBRATION_ROWS = (1, 8, 32, 128)
-# The paper's protocol (auto first batch, memory-full decisions, alpha 0.5, Best-of-N stops once it
-# matches), smaller: each step halves the tokens and the budget, or nearly.
+# The paper's protocol (auto first batch, memory-full decisions, alpha 0.5), smaller: each step halves the
+# tokens and the budget, or nearly. Every setting keeps N >= budget / first decision, so Speculative
+# Rejection never opens with more rows than Best-of-N writes answers: its result falls on Best-of-N's curve.
 SCALED_DOWN = (dict(n=64, max_new_tokens=128, budget=1024, first_decision=16),
-               dict(n=32, max_new_tokens=96, budget=768, first_decision=12),
-               dict(n=32, max_new_tokens=64, budget=512, first_decision=8),
-               dict(n=16, max_new_tokens=48, budget=448, first_decision=8))
+               dict(n=32, max_new_tokens=96, budget=512, first_decision=16),
+               dict(n=32, max_new_tokens=64, budget=448, first_decision=14),
+               dict(n=16, max_new_tokens=48, budget=224, first_decision=14))
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ def capped(ctx: AppContext, settings: dict) -> dict:
     out["max_new_tokens"] = min(out["max_new_tokens"], ctx.limits.max_new_tokens)
     if ctx.limits.max_budget:
         out["budget"] = min(out["budget"], ctx.limits.max_budget)
+    # N capped by the deployment: the budget follows, so that the first batch still fits in N
+    out["budget"] = min(out["budget"], out["n"] * out["first_decision"])
     return out
 
 

@@ -18,15 +18,17 @@ from specrej.arms import parse_arms
 from specrej.record import Recording, RecordingError, load, replay
 
 from .context import ASSETS, model_label, reward_kind_label
-from ..frames import Frame, error_frame, final_frame, live_frame, start_frame
+from specrej.core.cost import StepCost
+
+from ..frames import Frame, end_frame, error_frame, live_frame, start_frame
 from ..deploy.guard import check_choice, check_text_field
-from ..theme import md_escape
+from ..theme import fmt_s, md_escape
 from .view import RunView
 
 RECORDINGS = ASSETS / "recordings"
 PACES = [("real pace", "1"), ("4×", "4"), ("16×", "16"), ("instant", "inf")]
 PAPER_SCALE = dict(n=128, sr_start="auto", first_decision=16, max_new_tokens=256, budget=2048, alpha=0.5,
-                   decision="budget", stop_when_matched=True, second=False, rule="paper")
+                   decision="budget", stop_when_matched=False, second=False, rule="paper")
 PAPER_REWARD = "self-certainty"
 
 
@@ -60,7 +62,28 @@ def view_for(rec: Recording) -> RunView:
     view = RunView(cfg, model_label=model_label(m.get("model", "?")),
                    reward_label=reward_kind_label(m.get("reward", "?")), specs=specs)
     view.note = recording_note(rec, view)
+    view.recording = {"hardware": m.get("hardware", "?"), "date": m.get("date", "?"), "seconds": rec.duration_s,
+                      "reward": view.reward_label, "model": view.model_label, "dtype": m.get("dtype")}
+    cost = m.get("step_cost")
+    if cost:
+        try:
+            view.step = StepCost(tuple(cost["rows"]), tuple(cost["seconds"]))
+        except (KeyError, TypeError, ValueError):
+            view.step = None   # an older recording: the verdict counts decoding steps
     return view
+
+
+def badge_markdown(view: RunView, *, speed: float | None = None, replayed_s: float | None = None) -> str:
+    """The badge a replay carries while it plays and after it ends: it is a recording, when and where it
+    was recorded and how long it took then, its own replay clock, and the reward it was scored with."""
+    r = view.recording or {}
+    pace = "instantly" if speed is None or not math.isfinite(speed) else f"at {speed:g}× the recorded pace"
+    clock = (f"recorded in {fmt_s(r.get('seconds', 0.0))}, replayed in {fmt_s(replayed_s)}" if replayed_s is not None
+             else f"recorded in {fmt_s(r.get('seconds', 0.0))}, replaying {pace}")
+    return (f"**⏺ Recording**, not a live run · {md_escape(r.get('model', '?'))} on {md_escape(r.get('hardware', '?'))}, "
+            f"{md_escape(r.get('date', '?'))} · {clock} · scored with the **{md_escape(r.get('reward', '?'))}** reward "
+            "(the recording's own; your Settings' reward is not used) · **Run it live** runs these settings here, "
+            "scaled down to fit.")
 
 
 def recording_note(rec: Recording, view: RunView) -> str:
@@ -78,7 +101,7 @@ def recording_note(rec: Recording, view: RunView) -> str:
     shared = ", ".join(f"{k}={_show(v)}" for k, v in settings.items() if shown(k, v))
     arms = ", ".join(a.spec.label for a in view.display_order())
     return (f"Recorded race: {view.model_label}, reward {view.reward_label}, {m.get('hardware', '?')}, "
-            f"{m.get('date', '?')}. {arms}; {shared}. Press Run to run it live.")
+            f"{m.get('date', '?')}. {arms}; {shared}.")
 
 
 def _show(v) -> str:
@@ -99,7 +122,7 @@ def check_replay(prompt, pace, max_prompt_chars: int = 2000) -> tuple[str, float
 
 
 def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,
-                  min_frame_interval: float = 0.25, sleep=time.sleep) -> Iterator[Frame]:
+                  min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False) -> Iterator[Frame]:
     """Frames of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
     try:
         prompt, speed = check_replay(prompt, pace, max_prompt_chars)
@@ -117,8 +140,10 @@ def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, 
     except (ValueError, RecordingError) as e:
         yield error_frame(f"cannot replay {path.name}: {e}")
         return
+    view.stepping = step is True
     first = start_frame(view)   # a live run's first frame, but nothing loads or prefills here
     first.status = REPLAY_START + f"\n\n*{md_escape(view.note)}*"
+    first.badge = badge_markdown(view, speed=speed)
     yield first
     last = 0.0
     for event in replay(rec, speed=speed, sleep=sleep):
@@ -129,6 +154,7 @@ def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, 
         last = now
         if not view.done:
             yield live_frame(view)
-    view.started = time.perf_counter() - rec.duration_s   # "Done in" says the recorded time
     view.state = "done"
-    yield final_frame(view)
+    end = end_frame(view)
+    end.badge = badge_markdown(view, replayed_s=view.elapsed())
+    yield end

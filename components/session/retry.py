@@ -65,7 +65,8 @@ def retry_on_oom(attempt: Callable[[RunView], Iterator], view: RunView,
     cfg = smaller_budget(view.cfg, used)
     note = f"Out of memory with a budget of {used:,} KV slots: retried once with a smaller budget of {cfg.budget:,}."
     retry = RunView(cfg, model_label=view.model_label, reward_label=view.reward_label, x_axis=view.x_axis,
-                    specs=view.specs, run_id=view.run_id, note=note)
+                    specs=view.specs, run_id=view.run_id, note=note, step=view.step, fit=view.fit,
+                    stepping=view.stepping)
     on_view(retry)
     try:
         yield from attempt(retry)

@@ -33,12 +33,13 @@ from components.deploy.limits import PolicyError
 
 from .. import charts
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
-from ..frames import KEEP, Frame, error_frame, failure_frame, final_frame, limit_frame, live_frame, start_frame  # noqa: F401
+from ..frames import KEEP, Frame, end_frame, error_frame, failure_frame, final_frame, limit_frame, live_frame, start_frame  # noqa: F401
 from .gpu import GPU
 from ..deploy.guard import check_request
 from .retry import OutOfMemory, retry_on_oom
 from .trace import write_traces
 from .view import RunView
+from . import pace
 from .worker import torch_worker
 
 log = logging.getLogger("specrej.app")
@@ -57,7 +58,12 @@ class RunTooLong(Exception):
 CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed", "budget", "decision", "interval",
                  "first_decision")
 SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+# The page's defaults: the library's, except N and the first decision. N = 32 = the CPU budget's 448 slots / 14
+# tokens: Speculative Rejection opens with at most as many rows as Best-of-N writes answers, so with coupled
+# randomness every answer it can pick is one Best-of-N writes too, and its result always falls on Best-of-N's
+# curve (the verdict is a time, never only a bound). Two decisions on every example prompt.
+PAGE_DEFAULTS = {"n": 32, "first_decision": 14}
+_DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE_DEFAULTS}
 
 
 class _Request:
@@ -106,16 +112,19 @@ RunRequest = make_dataclass(
      ("preference", Any, field(default=""))]
     + [(name, Any, field(default=_DEFAULTS[name])) for name in CONFIG_FIELDS]
     + [("second", Any, field(default=False)), ("second_alpha", Any, field(default=0.9)),
-       ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="flops")),
+       ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="time")),
        ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False)),
-       ("rule", Any, field(default=_DEFAULTS["rule"]))],
+       ("rule", Any, field(default=_DEFAULTS["rule"])), ("fit", Any, field(default=True)),
+       ("step", Any, field(default=False))],
     bases=(_Request,), frozen=True)
 RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
                       "settings the page offers, the model and reward choices, a second Speculative Rejection "
                       "setting to compare, the race chart's axis, how Speculative Rejection starts ('same' N as "
                       "Best-of-N, or 'auto': the rows that fill memory at first_decision tokens) and whether the "
                       "race stops Best-of-N once it matches Speculative Rejection's winner, and the rule that picks which "
-                      "candidates a decision keeps (specrej.core.rules).")
+                      "candidates a decision keeps (specrej.core.rules); whether the race is fitted to this machine "
+                      "(fit: answers shortened when the machine is busy, session/pace.py) and whether the page "
+                      "steps through the decisions at the end (step).")
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))
 
 
@@ -130,6 +139,20 @@ def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAU
     arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
     referee = StopWhenMatched(arms[0].id, arms[1].id) if stop_when_matched and len(arms) > 1 else None
     yield from race_arms(lm, reward, cfg, arms, referee)
+
+
+MEASURING = "**Measuring** this machine's decoding speed now, to size the race so it ends in time…"
+
+
+def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *, shorten: bool):
+    """``pace.fit`` for this race (None when it cannot measure: the race then runs as asked, and the verdict
+    counts decoding steps instead of seconds)."""
+    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in arms if a.method == "sr")
+    try:
+        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, allow_shorten=shorten)
+    except Exception:   # a model that cannot load says so in the race itself
+        log.warning("could not measure this machine's decoding step", exc_info=True)
+        return None
 
 
 def reward_label(ctx: AppContext, key: str, preference: str) -> str:
@@ -166,16 +189,24 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
         arms = request.arms(ctx.arms)
         for arm in arms:
             ctx.limits.check(arm.config(cfg))
-        x_axis = request.x_axis if isinstance(request.x_axis, str) and request.x_axis in charts.X_AXES else "flops"
+        x_axis = request.x_axis if isinstance(request.x_axis, str) and request.x_axis in charts.X_AXES else "time"
     except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing
         yield error_frame(str(e))
         return
     kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
     if request.stop_when_matched is True:
         kw["stop_when_matched"] = True
+    yield Frame(status=MEASURING, status_kind="live")
+    fitted = measure_and_fit(ctx, model_spec, cfg, arms, shorten=request.fit is not False)
+    if fitted is not None:
+        cfg = fitted.cfg
     state = {"view": RunView(cfg, model_label=model_label(model_spec),
                              reward_label=reward_label(ctx, request.reward, request.preference),
                              x_axis=x_axis, specs=arms)}
+    state["view"].fit = fitted
+    state["view"].step = fitted.cost if fitted is not None else None
+    state["view"].note = fitted.words() if fitted is not None else ""
+    state["view"].stepping = request.step is True
     key = state["view"].run_id
     ctx.active.add(key)
 
@@ -211,7 +242,9 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
         if not view.done:
             raise RuntimeError("the race ended before every method finished")
         view.trace_path = _write(ctx, view)
-        yield final_frame(view)
+        if fitted is not None:
+            pace.learn(ctx, fitted, view.elapsed())
+        yield end_frame(view)
     except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
         view = state["view"]
         view.state, view.message = "limit", str(e)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from specrej import Candidate, Finished, Ledger, Progress, Round, RunConfig, to_dict
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
 from specrej.compare import Comparison, best_finished, compare_all
+from specrej.core.cost import StepCost
+from specrej.verdict import Verdict
+from specrej.verdict import from_race as verdict_from_race
 
 from ..looks import look
 
@@ -47,6 +51,7 @@ class ArmView:
     round_events: list[Round] = field(default_factory=list)
     finished: Finished | None = None
     curve: list[CurvePoint] = field(default_factory=list)
+    work: list[tuple[int, int]] = field(default_factory=list)   # (decoding steps so far, rows decoding then)
     events: int = 0
 
     @property
@@ -84,6 +89,8 @@ class ArmView:
             self.round_events.append(event)
         elif isinstance(event, Finished):
             self.finished, self.n_live = event, 0
+        if not self.work or self.work[-1][0] != event.ledger.steps:
+            self.work.append((event.ledger.steps, self.n_live))
         best = self.best_finished()
         self.curve.append(CurvePoint(event.ledger.flops, event.ledger.generated_tokens,
                                      None if best is None else best.score))
@@ -94,7 +101,7 @@ class RunView:
     cfg: RunConfig
     model_label: str = ""
     reward_label: str = ""
-    x_axis: str = "flops"            # "flops" | "tokens": the compute race's x axis
+    x_axis: str = "time"             # "time" | "flops": the verdict chart's x axis
     specs: tuple[ArmSpec, ...] = field(default_factory=lambda: parse_arms(DEFAULT_ARMS))
     arms: dict[str, ArmView] = field(default_factory=dict)
     y_range: tuple[float, float] | None = None
@@ -106,6 +113,11 @@ class RunView:
     trace_path: str | None = None
     note: str = ""                   # e.g. "retried with a smaller budget": shown on the status line
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # server-side: names the trace file
+    step: StepCost | None = None     # this machine's decoding step during the race (prices the verdict)
+    fit: Any = None                  # how the race was fitted to this machine (``pace.Fit``), if it was
+    recording: dict | None = None    # a replay: what was recorded (model, hardware, date, recorded seconds)
+    checkpoints: list = field(default_factory=list)   # a snapshot at each decision (``Checkpoint``)
+    stepping: bool = False           # the page steps through the decisions once the race is over
 
     def __post_init__(self) -> None:
         self.specs = parse_arms(self.specs) if not all(isinstance(a, ArmSpec) and a.id for a in self.specs) \
@@ -120,6 +132,21 @@ class RunView:
     def display_order(self) -> list[ArmView]:
         """Arms as the page lays them out: those with a pruning chart first, then the rest."""
         return sorted(self.arms.values(), key=lambda a: a.chart != "pruning")
+
+    def verdicts(self) -> dict[str, Verdict]:
+        """Every pruning arm placed on the baseline's Best-of-N curve (``specrej.verdict``), once all are
+        finished and the baseline wrote every answer; priced at ``step`` (else one unit per step)."""
+        if not self.done:
+            return {}
+        base = self.arms[self.baseline]
+        step = self.step.step if self.step is not None else _unit_step
+        out = {}
+        for a, arm in self.arms.items():
+            if a != self.baseline and arm.chart == "pruning":
+                v = verdict_from_race(arm.finished, base.finished, base.round_events, step)
+                if v is not None:
+                    out[a] = v
+        return out
 
     def comparisons(self) -> dict[str, Comparison]:
         """Every other arm against the baseline (``specrej.compare``), once all are finished."""
@@ -140,11 +167,24 @@ class RunView:
     def apply(self, event) -> None:
         if self.first_event_s is None:
             self.first_event_s = self.elapsed()
-        self.arms[event.arm].apply(event)
+        arm = self.arms[event.arm]
+        arm.apply(event)
+        if isinstance(event, Round) and arm.chart == "pruning":
+            self.checkpoints.append(Checkpoint(event.arm, len(arm.rounds) - 1, self._snapshot()))
         self._grow_y(event)
         self.trace.append(_trace_entry(event, self.elapsed()))
         if self.done:
             self.state = "done"
+
+    def _snapshot(self) -> dict:
+        return {a: replace(v, rounds=list(v.rounds), round_events=list(v.round_events), curve=list(v.curve[-1:]),
+                           work=list(v.work)) for a, v in self.arms.items()}
+
+    def at(self, checkpoint: "Checkpoint") -> "RunView":
+        """A copy of this view showing every arm as it stood at ``checkpoint`` (the charts draw it)."""
+        out = replace(self, checkpoints=[], trace=[])   # __post_init__ lays out fresh arms: replace them
+        out.arms, out.state = checkpoint.arms, "running"
+        return out
 
     def _grow_y(self, event) -> None:
         """Expand-only y range over every score seen, so lines never jump between updates."""
@@ -164,6 +204,19 @@ class RunView:
         lo, hi = self.y_range
         pad = max(0.08 * (hi - lo), 0.02 * max(abs(lo), abs(hi)), 0.01)
         return [round(lo - pad, 4), round(hi + pad, 4)]
+
+
+def _unit_step(rows: int) -> float:
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Every arm as it stood when a pruning arm took a decision (for stepping through the decisions)."""
+
+    arm: str                    # the arm that decided
+    index: int                  # its decision's index in that arm's rounds
+    arms: dict                  # arm id -> ArmView as it was then (a copy; the candidates are shared)
 
 
 def _trace_entry(event, t: float) -> dict:

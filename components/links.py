@@ -1,0 +1,91 @@
+"""Links that reproduce a race, and the Classroom preset: settings <-> a URL's query string.
+
+``query(values)`` writes the page's settings and seed as a query string; ``settings(params, ...)``
+reads one back into control values, keeping only known fields with valid values (a link is typed,
+pasted and edited by people: anything else is dropped, never an error). After a race that was fitted
+to the machine (answers shortened), the link holds the settings the race really ran with and turns
+fitting off, so whoever opens it gets the same race. Nothing here knows Gradio.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+from urllib.parse import urlencode
+
+# Field -> kind. The prompt first; the rest as RunRequest names them (components/session/stream.py).
+FIELDS = {
+    "prompt": "text", "reward": "choice", "preference": "text", "n": "int", "alpha": "float",
+    "max_new_tokens": "int", "temperature": "float", "top_p": "float", "seed": "int", "budget": "int",
+    "decision": "choice", "interval": "int", "first_decision": "int", "sr_start": "choice", "rule": "choice",
+    "stop_when_matched": "bool", "second": "bool", "second_alpha": "float", "second_decision": "choice",
+    "fit": "bool", "step": "bool",
+}
+MAX_TEXT = 2000
+
+# A race for a class: small enough to end in well under half a minute on a 2-core CPU, N equal to the rows
+# Speculative Rejection opens with (so its result always falls on Best-of-N's curve: every answer it could
+# pick is one Best-of-N writes too), two decisions to step through, and step mode on.
+CLASSROOM = dict(n=16, alpha=0.5, max_new_tokens=32, budget=224, first_decision=14, sr_start="auto",
+                 decision="budget", rule="paper", seed=0, second=False, stop_when_matched=False, fit=True, step=True)
+
+
+def _show(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def query(values: Mapping[str, object]) -> str:
+    """The query string of these settings (unknown fields and empty values left out)."""
+    return urlencode({k: _show(values[k]) for k in FIELDS if k in values and values[k] not in (None, "")})
+
+
+def run_values(view, values: Mapping[str, object]) -> dict:
+    """The settings a link should hold: the page's, and where the last race was fitted to the machine
+    (shortened), the settings that race ran with, with fitting off."""
+    out = dict(values)
+    fit = getattr(view, "fit", None)
+    if fit is not None and fit.shortened and view.state == "done":
+        c = fit.cfg
+        out.update(max_new_tokens=c.max_new_tokens, first_decision=c.first_decision, budget=c.budget,
+                   interval=c.interval, fit=False)
+    return out
+
+
+def _parse(kind: str, raw: str, choices=None):
+    raw = raw.strip()
+    if kind == "text":
+        return raw[:MAX_TEXT] if raw else None
+    if kind == "bool":
+        return {"1": True, "true": True, "0": False, "false": False}.get(raw.lower())
+    if kind == "choice":
+        return raw if choices is None or raw in choices else None
+    try:
+        v = float(raw)
+    except ValueError:
+        return None
+    if not math.isfinite(v):
+        return None
+    if kind == "int":
+        return int(v) if v == int(v) and v >= 0 else None
+    return v
+
+
+def settings(params: Mapping[str, str], choices: Mapping[str, list] | None = None,
+             ranges: Mapping[str, tuple[float, float]] | None = None) -> dict:
+    """Control values from a link's query parameters: known fields, valid values, within ``ranges``
+    (``choices``: the allowed values of each choice field)."""
+    out = {}
+    for k, kind in FIELDS.items():
+        if k not in params:
+            continue
+        v = _parse(kind, str(params[k]), (choices or {}).get(k))
+        if v is None:
+            continue
+        lo, hi = (ranges or {}).get(k, (-math.inf, math.inf))
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not lo <= v <= hi:
+            continue
+        out[k] = v
+    return out
