@@ -1,15 +1,28 @@
 """specrej: Speculative Rejection (Sun et al., NeurIPS 2024) and Best-of-N on one engine.
 
-The library knows nothing of any UI: methods are iterators of typed events (``events``).
+The library knows nothing of any UI: methods are iterators of typed events (``core.events``).
+
+Names load on first use (module ``__getattr__``): ``import specrej.core.budget`` or ``from specrej
+import RunConfig`` does not load torch; ``from specrej import race`` does (the methods need it).
 """
-from .arms import DEFAULT_ARMS, REGISTRY, ArmKind, ArmSpec, ArmSpecError, parse_arms, race_arms, register
-from .core.budget import BudgetError
+from __future__ import annotations
+
+import importlib
+
+# ``compare`` is both a submodule and a function: load it now so the package attribute is the
+# function (as ``from specrej import compare`` always gave), not the module. It is torch-free.
 from .compare import Comparison, Ratio, Tally, compare, compare_all
-from .config import RunConfig
-from .events import Candidate, Event, Finished, Ledger, Progress, Round, to_dict
-from .methods import METHODS, best_of_n, race, run_to_completion, speculative_rejection
-from .models import LM, ModelSpecError, load_generator
-from .rewards import CallableReward, Reward, RewardError, Scored, TokenStats, load_reward
+
+_WHERE = {  # name -> the module (relative to this package) that defines it
+    **dict.fromkeys(["DEFAULT_ARMS", "REGISTRY", "ArmKind", "ArmSpec", "ArmSpecError", "parse_arms", "race_arms",
+                     "register"], ".arms"),
+    "BudgetError": ".core.budget",
+    "RunConfig": ".core.config",
+    **dict.fromkeys(["Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict"], ".core.events"),
+    **dict.fromkeys(["METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection"], ".methods"),
+    **dict.fromkeys(["LM", "ModelSpecError", "load_generator"], ".models"),
+    **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "load_reward"], ".rewards"),
+}
 
 __all__ = [
     "DEFAULT_ARMS", "REGISTRY", "ArmKind", "ArmSpec", "ArmSpecError", "parse_arms", "race_arms", "register",
@@ -18,3 +31,16 @@ __all__ = [
     "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelSpecError",
     "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "load_reward",
 ]
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value   # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

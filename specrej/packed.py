@@ -5,7 +5,7 @@ a plain ``[out, in]`` weight, which the kernel re-lays out (packs) on every call
 reads every weight from memory once more per step. Prepacking once at load is what inductor's
 ``freezing`` does on CPUs. Measured on the project's 2-core machine (AMD EPYC, AVX2, fp32, quiet,
 paired steps of one engine): 32 rows 165 -> 136 ms a step, 128 rows 599 -> 493 ms; the numbers
-and the script are in the README's engine section.
+and the script are in docs/performance.md (the engine).
 
 What it keeps: the model's forward (transformers' own code) and its parameters (``weight`` is the
 same tensor, so tied embeddings, ``n_params`` and saving are unchanged); only the matmul kernel

@@ -143,7 +143,7 @@ def shared_prefix_attention(module, query: torch.Tensor, key: torch.Tensor, valu
         # prefix part on a CPU: a matmul broadcast over rows (the same FLOPs; the one prefix stays in
         # cache). Folded, the GEMM's M would be rows x groups, and the CPU kernels round differently for
         # different M, so a row's attention would depend on how many rows share its batch; per row,
-        # M = groups x q whatever the batch. (Other ops still round by batch size in bf16: README.)
+        # M = groups x q whatever the batch. (Other ops still round by batch size in bf16: docs/library.md.)
         o_p, lse_p = lone_row_padded(lambda rows: _part(rows, layer.prefix_keys, layer.prefix_values, scaling), qg)
     # per-row part: causal within the new tokens when several arrive at once
     bias = _row_causal_bias(q, g, query.device, groups) if q > 1 else None

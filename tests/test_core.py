@@ -5,6 +5,9 @@ pin the rules themselves, with numbers worked out by hand."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +89,36 @@ def test_the_scheduling_core_and_the_methods_do_not_import_torch(folder):
             assert not any(n.split(".")[0] in ("torch", "transformers") for n in names), f"{path} imports {names}"
             if isinstance(node, ast.ImportFrom) and node.level:
                 assert not (node.module or "").startswith("backends.hf"), f"{path} reaches past the Backend protocol"
+
+
+IMPORT_EACH_CORE_MODULE = """
+import importlib, json, pkgutil, sys
+import specrej.core
+out = {}
+for m in sorted(pkgutil.iter_modules(specrej.core.__path__, "specrej.core.")):
+    importlib.import_module(m.name)
+    out[m.name] = sorted(k for k in ("torch", "transformers", "gradio", "plotly") if k in sys.modules)
+print(json.dumps(out))
+"""
+
+
+def test_importing_every_core_module_loads_no_torch():
+    """In a fresh interpreter, importing ``specrej.core`` and each of its modules (through the package's
+    ``__init__``, as a user's import does) leaves torch, transformers and the app's libraries unloaded."""
+    done = subprocess.run([sys.executable, "-c", IMPORT_EACH_CORE_MODULE], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"specrej.core.budget", "specrej.core.config", "specrej.core.events", "specrej.core.rules",
+            "specrej.core.decisions", "specrej.core.cost"} <= set(loaded)
+    assert all(not heavy for heavy in loaded.values()), {m: h for m, h in loaded.items() if h}
+
+
+def test_core_imports_nothing_above_it():
+    """``specrej.core`` modules import only from ``specrej.core`` (relative imports stay in the folder)."""
+    for path in (ROOT / "specrej" / "core").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level <= 1, f"{path.name} imports from above core: {'.' * node.level}{node.module}"
+                assert node.level or not (node.module or "").startswith("specrej") or \
+                    (node.module or "").startswith("specrej.core"), f"{path.name} imports {node.module}"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def embedded():
     # fp32: exact coupling across batches of different sizes is a property of fp32 here; in bf16 the
     # CPU's kernels round a row differently for different row counts and ~5% of candidates drift
-    # (README, coupled randomness; the bench's engine section measures it in the dtype in use)
+    # (docs/library.md, coupled randomness; the bench's engine section measures it in the dtype in use)
     return load_generator("embedded", dtype="fp32"), load_reward("embedded")
 
 

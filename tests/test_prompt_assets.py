@@ -1,13 +1,15 @@
-"""Checks that the bundled prompt sets and demo examples are well formed."""
+"""Checks that the bundled prompt sets (package data), the bundled rules and the app's demo examples are well formed."""
 
 import json
 from collections import Counter
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-PROMPTS = ASSETS / "prompts"
+ASSETS = Path(__file__).resolve().parent.parent / "assets"   # the app's (examples.json)
+DATA = files("specrej").joinpath("data")                     # the library's package data
+PROMPTS = DATA / "prompts"
 KINDS = {"advice", "explanation", "creative", "coding", "factual", "decline"}
 
 
@@ -65,7 +67,9 @@ def test_quick_is_two_per_kind_subset_of_default(default_rows, quick_rows):
 
 def test_bundled_rules_were_fitted_outside_the_quick_set(quick_rows):
     quick = {row["id"] for row in quick_rows}
-    for path in (ASSETS / "rules").glob("*.json"):
+    rules = [p for p in (DATA / "rules").iterdir() if p.name.endswith(".json")]
+    assert rules
+    for path in rules:
         fitted = set(json.loads(path.read_text(encoding="utf-8"))["fitted_on"])
         assert fitted and not fitted & quick, (path.name, fitted & quick)
 

@@ -6,7 +6,7 @@
 - ``start(ids)`` adds one request per candidate; candidate c's request is seeded from
   (seed, c) (``SamplingParams(seed=...)``: its own random stream), so the same candidate writes the
   same text in both arms as far as the kernels give the same logits whatever the batch (on a GPU,
-  vLLM's batch-invariant mode makes them so; on a CPU they drift, see the README);
+  vLLM's batch-invariant mode makes them so; on a CPU they drift, see docs/deploying.md);
 - ``step()`` runs ``LLMEngine.step()`` until every live row has one more token; pruning is
   ``abort_request`` (its KV blocks go back to the pool at once);
 - the budget is in token slots, as for the transformers engine (prompt once + each row's own

@@ -263,7 +263,7 @@ def _decode(lm, ids: list[int], cands: list[int], sampling: Sampling, seed: int,
 def coupling_check(lm, prompt: str, sampling: Sampling, seed: int, n: int = 32, length: int = 48) -> dict:
     """Does candidate c write the same tokens whatever batch it is in? All n candidates decode together,
     then again in batches of other sizes and compositions; count the candidates whose tokens differ
-    (the kernels may round differently for different row counts: see README, coupled randomness)."""
+    (the kernels may round differently for different row counts: see docs/library.md, coupled randomness)."""
     ids = lm.render(prompt)
     everyone = _decode(lm, ids, list(range(n)), sampling, seed, n, length)
     half = n // 2

@@ -1,7 +1,7 @@
 """Fit a calibrated rejection rule on coupled runs, and compare rules on others, offline.
 
     python -m specrej.bench.reward_study collect --out fit.json.gz --ids <prompts outside the quick set>
-    python -m specrej.bench.fit_rule fit fit.json.gz --name calibrated --out assets/rules/calibrated.json
+    python -m specrej.bench.fit_rule fit fit.json.gz --name calibrated --out specrej/data/rules/calibrated.json
     python -m specrej.bench.fit_rule evaluate quick_runs.json.gz --rules paper,calibrated
 
 The fit: at each decision length t in ``POSITIONS``, every candidate of every run is a sample:
@@ -16,7 +16,7 @@ never runs the generator, only its tokenizer.
 prints the bench's table (raw and capped improvement with intervals, how often it kept
 Best-of-N's winner, speed-ups): simulated numbers, labelled so.
 The fit must never see the prompts it is evaluated on (the bench's quick set): ``fit`` refuses
-runs whose prompts are in ``assets/prompts/quick.jsonl`` unless told otherwise.
+runs whose prompts are in ``specrej/data/prompts/quick.jsonl`` unless told otherwise.
 """
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def main(argv=None) -> None:
     f = sub.add_parser("fit", help="fit a calibrated rule on coupled runs")
     f.add_argument("runs", help="coupled runs (reward_study collect's output)")
     f.add_argument("--name", default="calibrated")
-    f.add_argument("--out", required=True, help="the rule's JSON (assets/rules/<name>.json to bundle it)")
+    f.add_argument("--out", required=True, help="the rule's JSON (specrej/data/rules/<name>.json to bundle it)")
     f.add_argument("--reward", default="self-certainty")
     f.add_argument("--model", default="embedded")
     f.add_argument("--top", type=float, default=TOP)

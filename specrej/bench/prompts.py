@@ -1,26 +1,33 @@
-"""Prompt sets for the benchmark: a bundled set by name (``assets/prompts/<name>.jsonl``) or a file."""
+"""Prompt sets for the benchmark: a bundled set by name (``specrej/data/prompts/<name>.jsonl``, package
+data that a wheel carries) or a file."""
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
-PROMPT_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "prompts"
+PROMPT_DIR = files("specrej").joinpath("data", "prompts")   # found through the package, not the source tree
+
+
+def bundled_sets() -> list[str]:
+    """The names of the bundled prompt sets."""
+    return sorted(p.name[: -len(".jsonl")] for p in PROMPT_DIR.iterdir() if p.name.endswith(".jsonl"))
 
 
 # ---------------------------------------------------------------------------------- prompts
 def load_prompts(spec: str) -> list[dict]:
-    """A prompt set by name (``assets/prompts/<name>.jsonl``) or a JSON / JSONL file.
+    """A prompt set by name (``specrej/data/prompts/<name>.jsonl``) or a JSON / JSONL file.
 
     Rows are objects with a "prompt" (and optional "id", "kind") or bare strings."""
     path = Path(spec)
-    if not path.is_file():
+    if path.is_file():
+        text, suffix = path.read_text(encoding="utf-8"), path.suffix
+    else:
         named = PROMPT_DIR / f"{spec}.jsonl"
         if not named.is_file():
-            names = ", ".join(sorted(p.stem for p in PROMPT_DIR.glob("*.jsonl")))
-            raise ValueError(f"prompt set {spec!r} is neither a file nor a bundled set ({names}).")
-        path = named
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
+            raise ValueError(f"prompt set {spec!r} is neither a file nor a bundled set ({', '.join(bundled_sets())}).")
+        path, text, suffix = f"{spec}.jsonl", named.read_text(encoding="utf-8"), ".jsonl"
+    if suffix == ".json":
         raw = json.loads(text)
         if isinstance(raw, dict) and "prompts" in raw:
             raw = raw["prompts"]

@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
                     "steps, FLOPs and wall time), and the engine's speed. Under `accelerate launch` (or torchrun) "
                     "prompts are sharded across processes.")
     p.add_argument("--quick", action="store_true", help="the quick mode (default: full): " + json.dumps(MODES["quick"]))
-    p.add_argument("--prompts", help="prompt set name in assets/prompts (default, quick) or a .json/.jsonl file")
+    p.add_argument("--prompts", help="bundled prompt set name (default, quick: specrej/data/prompts) or a .json/.jsonl file")
     p.add_argument("--limit", type=int, help="use only the first LIMIT prompts")
     p.add_argument("--n-ref", type=int, help="Best-of-N's largest N: the reference and the top of its curve")
     p.add_argument("--points", help="Speculative Rejection's points, alpha@first_decision, comma-separated "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..config import AUTO, RunConfig
+from .config import AUTO, RunConfig
 
 FEW_TOKENS = 4       # Speculative Rejection must fit N rows for at least this many tokens
 AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's free memory could fit far more)

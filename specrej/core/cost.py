@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..config import AUTO, RunConfig
+from .config import AUTO, RunConfig
 from .budget import FEW_TOKENS, KVBudget
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ..config import RunConfig
+from .config import RunConfig
 from .budget import KVBudget
 from .rules import PAPER, Contender, RejectionRule, get_rule
 

@@ -7,7 +7,7 @@ ranks the pool, best first, and the policy keeps the head of that ranking. The l
 as ``Contender`` records. No torch here.
 
 - ``paper``: the paper's rule and the reference: the highest partial reward (ties: lower id).
-- ``calibrated`` (and any ``assets/rules/<name>.json``): a linear score, fitted on coupled runs
+- ``calibrated`` (and any ``specrej/data/rules/<name>.json``, package data): a linear score, fitted on coupled runs
   (``bench/fit_rule.py``), of the candidate's features standardised within the pool (partial
   reward, mean token log-probability, mean self-certainty, finished or not, length), with
   weights per decision length. It reads the generator's token statistics, so the method asks
@@ -21,10 +21,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Protocol, Sequence
 
-RULE_DIR = Path(__file__).resolve().parents[2] / "assets" / "rules"
+# The bundled rules ship inside the package (a wheel carries them); found through the package, not the source tree.
+RULE_DIR = files("specrej").joinpath("data", "rules")
 
 
 @dataclass(frozen=True)
@@ -142,8 +144,8 @@ PAPER = PaperRule()
 
 def _bundled() -> dict[str, RejectionRule]:
     rules: dict[str, RejectionRule] = {PAPER.name: PAPER}
-    for path in sorted(RULE_DIR.glob("*.json")):
-        rule = CalibratedRule.load(path)
+    for path in sorted((p for p in RULE_DIR.iterdir() if p.name.endswith(".json")), key=lambda p: p.name):
+        rule = CalibratedRule.from_dict(json.loads(path.read_text(encoding="utf-8")))
         rules[rule.name] = rule
     return rules
 
