@@ -518,7 +518,7 @@ class ApiGate:
         if root and path.startswith(root + "/"):
             path = path[len(root):]
         if not self.guard.serves(scope.get("method", ""), path):
-            return await _json(send, 404, {"detail": NOT_SERVED})
+            return await _json(send, 404, {"detail": NOT_SERVED}, [(b"x-specrej-gate", b"not-served")])
         path = path.rstrip("/")
         if scope.get("method") != "POST" or not path.startswith("/gradio_api/"):
             return await self.app(scope, receive, send)
@@ -646,8 +646,9 @@ def _plain_400(send):
     return plain
 
 
-async def _json(send, status: int, payload: dict) -> None:
+async def _json(send, status: int, payload: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     data = json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            *headers]})
     await send({"type": "http.response.body", "body": data})
