@@ -1,8 +1,11 @@
 """Memory growth of ``load_reward`` over many distinct preference texts (issue 26).
 
-``python scripts/reward_cache_memory.py [N]``: loads the embedded preference reward once, then N
-(default 300) distinct preference texts, and prints the process's resident memory before and after
-and how many rewards the library keeps. One process, one thread (torch), no server.
+``PYTHONPATH=. python scripts/reward_cache_memory.py [N]`` (from the repository root): loads the
+embedded preference reward once, then N (default 300) distinct preference texts, and prints the
+process's resident memory before and after and how many rewards the library keeps. One process, one
+thread (torch), no server. Measured (issue 26): before the bound, 300 texts +20.1 MB and 301 rewards
+kept, 1200 texts +27.7 MB; with it, +19.0 MB and 4 kept, 1200 texts +23.1 MB. Most of the growth is
+the encoder's own first calls on new token lengths, which levels off (about +23 MB), not the cache.
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ counted in runs, steps and HTTP statuses, never in seconds."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import threading
 from pathlib import Path
