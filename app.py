@@ -19,7 +19,7 @@ from components import charts, links, panels, ui
 from components.session import memory, paper
 from components.autospec_tab import build_autospec_tab
 from components.session.context import PREFERENCE, AppContext
-from components.deploy.guard import ApiGate, Guard
+from components.deploy.guard import ApiGate, Guard, forwarded_headers_ignored
 from components.panels import STOPPED
 from components.frames import Frame, error_frame, final_frame, step_frame
 from components.session.replay import check_replay, replay_frames
@@ -263,6 +263,8 @@ def launch(demo: gr.Blocks, **kwargs):
         app_kwargs = dict(opts.get("app_kwargs") or {})
         app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(ApiGate, guard=guard)]
         opts["app_kwargs"] = app_kwargs
+        with forwarded_headers_ignored():   # the guard alone reads X-Forwarded-For (SPECREJ_TRUSTED_PROXY)
+            return demo.launch(**opts)
     return demo.launch(**opts)
 
 

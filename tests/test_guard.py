@@ -50,14 +50,17 @@ def test_wrong_types_and_broken_text_are_refused_naming_the_field(ctx, field, va
     check_request(run_request(ctx, dict(prompt=PROMPT, **TINY)))   # a good request passes
 
 
-def test_the_client_is_its_address_else_its_session():
+def test_the_client_is_its_session_else_its_address():
+    """Issue 26: many visitors behind one address are many clients (each session); a request with no
+    session of its own (Gradio's call/<name>) is its address."""
     from types import SimpleNamespace as NS
 
-    from components.deploy.guard import client_key
+    from components.deploy.guard import client_address, client_key
 
-    assert client_key(NS(client=NS(host="10.0.0.7"), session_hash="s1")) == "address:10.0.0.7"
-    assert client_key(NS(client=None, session_hash="s1")) == "session:s1"
-    assert client_key(NS(client=NS(host=""), session_hash="s2")) == "session:s2"
+    assert client_key(NS(client=NS(host="10.0.0.7"), session_hash="s1"), "10.0.0.7") == "session:s1"
+    assert client_key(NS(client=NS(host="10.0.0.7"), session_hash=None), "10.0.0.7") == "address:10.0.0.7"
+    assert client_address(NS(client=NS(host="10.0.0.7"), session_hash="s1")) == "10.0.0.7"
+    assert client_address(NS(client=None, session_hash="s1")) is None
 
 
 def test_an_id_less_cancel_stops_the_runs_of_its_session_or_refuses_its_next_join():
@@ -158,11 +161,18 @@ def test_the_cap_counts_runs_on_their_way_into_the_queue():
 
     from components.deploy.guard import Guard
 
-    g = Guard(max_runs_per_client=2, queued_fns=frozenset({4, 5}))
-    req = lambda s: NS(session_hash=s, client=NS(host="10.0.0.9"), request=NS(state=NS()))  # noqa: E731
-    assert g.admit(req("a"), 4) is None and g.admit(req("b"), 5) is None   # a race and a lab run
-    assert "You already have 2 runs queued or running" in g.admit(req("c"), 4)   # same address, other session
-    assert g.admit(NS(session_hash="d", client=NS(host="10.0.0.8"), request=NS(state=NS())), 5) is None
+    g = Guard(max_runs_per_client=2, max_runs_per_address=3, queued_fns=frozenset({4, 5}))
+    held = []   # Gradio holds a join's request while its run is queued (the guard knows runs by it)
+
+    def req(session, host="10.0.0.9"):
+        held.append(NS(session_hash=session, client=NS(host=host), request=NS(state=NS())))
+        return held[-1]
+
+    assert g.admit(req("a"), 4) is None and g.admit(req("a"), 5) is None   # a race and a lab run
+    assert "You already have 2 runs queued or running" in g.admit(req("a"), 4)   # the same session
+    assert g.admit(req("b"), 4) is None   # another session at the same address (issue 26: not refused)
+    assert "SPECREJ_MAX_RUNS_PER_ADDRESS" in g.admit(req("c"), 4)   # the address's cap
+    assert g.admit(req("d", host="10.0.0.8"), 5) is None
 
 
 # ---------------------------------------------------------------- in the app
@@ -266,10 +276,11 @@ def test_one_client_gets_at_most_its_cap_of_runs_queued_plus_running(served_gate
     assert len(admitted) == 2 and len(refused) == 6, [r.status_code for r in results]
     assert all(r.status_code == 422 and "runs queued or running" in r.text and "SPECREJ_MAX_RUNS_PER_CLIENT" in r.text
                for r in refused)
-    # gradio_client from the same address is refused too, with the message
-    with pytest.raises(Exception, match="prompt: You already have 2 runs queued or running"):
-        client.predict(**kwargs(ctx), api_name="/run")
+    # a visitor with a session of its own at the same address is not (issue 26): its run is queued
+    queued = client.submit(**kwargs(ctx, prompt="another visitor"), api_name="/run")
+    assert wait_for(lambda: queued.status().code.name in ("IN_QUEUE", "PROCESSING") or queued.done())
     gate["open"].set()
+    assert "Done" in text(queued.result(timeout=HANG_GUARD_S)[0])
     for r in admitted:   # read both runs to their end
         httpx.get(f"{base}/call/run/{r.json()['event_id']}", timeout=HANG_GUARD_S)
     assert wait_for(lambda: not ctx.active)

@@ -25,7 +25,7 @@ _ADDRESSES = iter(f"10.1.{i // 250}.{i % 250 + 1}" for i in range(100_000))
 
 
 def fresh_address() -> str:
-    """A client address of its own (uvicorn trusts X-Forwarded-For from loopback): the tests of
+    """A client address of its own (the served app trusts one proxy hop: the tests play the proxy): the tests of
     input checks and routes must not meet the per-client cap, which its own test covers."""
     return next(_ADDRESSES)
 
@@ -58,7 +58,8 @@ def served(ctx):
 
     autospec_tab._frames = gated
     two = dataclasses.replace(ctx, concurrency=2, active=set())
-    demo = app.build_demo(two, guard=Guard(max_runs_per_client=2))
+    # trusted_proxy: the tests play a Space's proxy, each client's address the right-most X-Forwarded-For entry
+    demo = app.build_demo(two, guard=Guard(max_runs_per_client=2, trusted_proxy=True))
     url = launch_local(demo)
     try:
         yield demo, two, url, gate
@@ -69,7 +70,7 @@ def served(ctx):
 
 
 def client(url, address="10.0.0.1"):
-    """A gradio_client whose requests come from ``address`` (uvicorn trusts X-Forwarded-For from loopback)."""
+    """A gradio_client whose requests come from ``address`` (as a trusted proxy would say in X-Forwarded-For)."""
     from gradio_client import Client
 
     return Client(url, verbose=False, analytics_enabled=False, headers={"X-Forwarded-For": address})
@@ -266,7 +267,7 @@ def test_one_cap_counts_races_replays_and_lab_runs_of_a_client_together(served):
     for name, data in (("replay", [PROMPT, "inf"]),
                        ("exactness_handler", ["mixture", 6, 0.5, 3, 1.0, 2, "token", 1000]),
                        ("measure_handler", ["curie-weiss", 0.5, 3, 1.0, 2])):
-        status, refusal = join(url, fn_index(demo, name), data, session=f"a-{name}", address="10.0.0.41")
+        status, refusal = join(url, fn_index(demo, name), data, session=a.session_hash, address="10.0.0.41")
         assert status == 422 and "You already have 2 runs queued or running" in json.dumps(refusal), (name, refusal)
     # another client is not held up by this one
     assert "Done" in text(b.predict(**kwargs(ctx), api_name="/run")[0])

@@ -6,16 +6,31 @@ What a hostile client tried, and what stops it here (no algorithm logic, no page
   value of its kind (text for the prompt, the model, the reward ...), and text must be valid
   Unicode (a lone UTF-16 surrogate sent through the API cannot be tokenised, written or sent back
   as JSON). The message names the field; the text itself is never echoed.
-- **One client filling the queue** (``Guard.admit``, Gradio's validator of the race: it runs when a
+- **One visitor filling the queue** (``Guard.admit``, Gradio's validator of the race: it runs when a
   run joins the queue, before it waits): at most ``SPECREJ_MAX_RUNS_PER_CLIENT`` (default 2) runs
-  queued plus running per client. The client is the address Gradio reports
-  (``request.client.host``; behind a proxy set uvicorn's ``FORWARDED_ALLOW_IPS`` so that it is the
-  user's), else the session.
+  queued plus running per visitor, and ``SPECREJ_MAX_RUNS_PER_ADDRESS`` (default 10) per network
+  address. A visitor is a session (the page's tab, a gradio_client ``Client``); a request without one
+  of its own (``/gradio_api/call/<name>``, where Gradio makes up a session per request) is its
+  address. Many visitors behind one address (a school, a proxy) each get their runs, up to the
+  address's cap; one visitor making up sessions is held by the address's cap.
+- **Addresses a client makes up** (``client_address``): the address is the TCP peer, unless a proxy
+  is in front (``SPECREJ_TRUSTED_PROXY=1``; on by default on a Hugging Face Space, ``SPACE_ID``): then
+  it is the right-most ``X-Forwarded-For`` entry, the one the proxy added; what the client wrote left of
+  it is never read. ``app.launch`` turns uvicorn's own reading of ``X-Forwarded-For`` off, so that this
+  is the one place that decides.
+- **Anonymous routes the page does not use** (``ApiGate`` with ``surface.py``): uploads, Gradio's
+  monitoring dashboard (``SPECREJ_MONITORING=1`` opens it), streaming inputs, login pages ... answer
+  404; only the routes in ``surface.PUBLIC_ROUTES`` (README's list) answer.
+- **Internal names in errors** (``ApiGate``): a queue join or API call with fewer input values than
+  its event takes is refused with the counts; any other 400 Gradio would send on those routes (its
+  text can name a handler and echo values) becomes a plain message.
 - **A cancelled run that goes on computing** (``Guard.note_cancel``): ``/cancel`` without an
   event id (gradio_client's ``Job.cancel()`` while the job is starting) cancels nothing in Gradio
   and the run went on unread; with one, Gradio cancels the task but not the thread computing it.
   ``ApiGate`` notes every cancel; the run it names (or, without an id, every run of that session
-  that joined before the cancel) stops at its next event.
+  that joined before the cancel) stops at its next event. The handler waiting for the torch thread's
+  next event is woken at once (``StopFlag``), so ``/cancel`` answers without waiting for the step in
+  progress.
 - **One client filling the queue with anything** (``Guard.bind``): the cap counts every queued
   endpoint together (races, replays, the lab's samples, measurements and exactness checks); each
   gets the same validator.
@@ -32,11 +47,14 @@ What a hostile client tried, and what stops it here (no algorithm logic, no page
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import ipaddress
 import json
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -46,9 +64,16 @@ import gradio as gr
 
 from specrej.config import check_text, env_int
 
+from . import surface
+
 log = logging.getLogger("specrej.app")
 MAX_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_CLIENT"
 DEFAULT_MAX_RUNS = 2
+MAX_ADDRESS_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_ADDRESS"
+DEFAULT_MAX_ADDRESS_RUNS = 10   # ten visitors behind one address each get a run queued (SPECREJ_MAX_QUEUE: 10)
+TRUSTED_PROXY_ENV = "SPECREJ_TRUSTED_PROXY"
+NOT_SERVED = "Not served by this deployment."   # the gate's 404 for a route off the public surface
+MALFORMED = "This request does not match the event it names: send the values the page sends (gradio_client does)."
 TEXT_FIELDS = ("prompt", "model", "reward", "preference", "decision", "second_decision", "x_axis")
 IN_FLIGHT_S = 10.0   # an admitted run shows up in Gradio's queue within milliseconds; forget it after this
 CANCEL_BODY_LIMIT = 4096
@@ -131,32 +156,116 @@ def check_request(request) -> None:
 
 # ---------------------------------------------------------------- clients and their runs
 
-def client_key(request) -> str:
-    """The address Gradio reports for a request, else its session."""
+def _flag(env, name: str, default: bool) -> bool:
+    value = str(env.get(name, "")).strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={value[:40]!r}: use 1 or 0.")
+
+
+def _headers(request, name: str) -> list[str]:
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return []
+    if hasattr(headers, "getlist"):
+        return [str(v) for v in headers.getlist(name)]
+    value = headers.get(name) if hasattr(headers, "get") else None
+    return [] if value is None else [str(value)]
+
+
+def forwarded_for(request) -> str | None:
+    """The right-most ``X-Forwarded-For`` entry (every header of that name, in order): the address
+    the nearest proxy saw. None if there is none or it is not an IP address."""
+    entries = [e.strip() for v in _headers(request, "x-forwarded-for") for e in v.split(",")]
+    entries = [e for e in entries if e]
+    if not entries:
+        return None
+    try:
+        return str(ipaddress.ip_address(entries[-1][:64]))
+    except ValueError:
+        return None
+
+
+def client_address(request, trusted_proxy: bool = False) -> str | None:
+    """A request's network address: the TCP peer; behind a trusted proxy (one hop), the address that
+    proxy saw, i.e. the right-most ``X-Forwarded-For`` entry (the peer if the proxy sent none).
+    Entries left of it are whatever the client wrote and are never read."""
+    if trusted_proxy:
+        forwarded = forwarded_for(request)
+        if forwarded is not None:
+            return forwarded
     client = getattr(request, "client", None)
     host = getattr(client, "host", None) if client is not None else None
-    if isinstance(host, str) and host:
-        return f"address:{host}"
-    return f"session:{getattr(request, 'session_hash', None)}"
+    return host if isinstance(host, str) and host else None
 
 
-@dataclass
+def client_key(request, address: str | None = None) -> str:
+    """The visitor a request comes from: its session, else (Gradio's ``call/<name>`` routes make up a
+    session per request) its address."""
+    session = getattr(request, "session_hash", None)
+    if isinstance(session, str) and session:
+        return f"session:{session}"
+    return f"address:{address}" if address else "session:None"
+
+
+class StopFlag:
+    """Whether a run's client cancelled it: ``flag()`` asks; ``flag.on_set(fn)`` calls ``fn`` when it
+    is set (at once if it is already), e.g. to wake a handler waiting for the torch thread."""
+
+    def __init__(self):
+        self._set, self._hooks, self._lock = False, [], threading.Lock()
+
+    def __call__(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        with self._lock:
+            if self._set:
+                return
+            self._set, hooks, self._hooks = True, self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def on_set(self, hook: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._set:
+                self._hooks.append(hook)
+                return
+        hook()
+
+
+@dataclass(kw_only=True)
 class _Run:
     """A run the guard admitted: whose it is, of which event, and whether its client cancelled it."""
 
-    key: str
+    key: str                   # the visitor (client_key)
+    address: str | None        # its network address (client_address)
     session: str | None
     fn: int                    # the event's fn index
     since: float               # time.monotonic() at admission
     seen: bool = False         # found in Gradio's queue or started
-    cancelled: bool = False
+    stop: StopFlag = field(default_factory=StopFlag)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stop()
+
+    def cancel(self) -> None:
+        self.stop.set()
 
 
 @dataclass
 class Guard:
     """Per-app state of the guards: the app's events by kind, the runs admitted, early cancels."""
 
-    max_runs_per_client: int = DEFAULT_MAX_RUNS
+    max_runs_per_client: int = DEFAULT_MAX_RUNS               # per visitor (session)
+    max_runs_per_address: int = DEFAULT_MAX_ADDRESS_RUNS      # per network address, every visitor there
+    trusted_proxy: bool = False   # one proxy in front: the address is the right-most X-Forwarded-For entry
+    monitoring: bool = False      # Gradio's /monitoring routes answer (SPECREJ_MONITORING=1)
     blocks: Any = None                         # the gr.Blocks, once bound
     queued_fns: frozenset[int] = frozenset()   # every queued event: all count towards the per-client cap
     stop_fns: frozenset[int] = frozenset()     # the events the Stop button cancels (the race, the replay)
@@ -168,7 +277,17 @@ class Guard:
 
     @classmethod
     def from_env(cls, env=None) -> "Guard":
-        return cls(max_runs_per_client=env_int(MAX_RUNS_ENV, DEFAULT_MAX_RUNS, env=env))
+        """SPECREJ_MAX_RUNS_PER_CLIENT, SPECREJ_MAX_RUNS_PER_ADDRESS, SPECREJ_TRUSTED_PROXY (default: on
+        on a Hugging Face Space, whose proxy is the only way in) and SPECREJ_MONITORING (default off)."""
+        env = os.environ if env is None else env
+        return cls(max_runs_per_client=env_int(MAX_RUNS_ENV, DEFAULT_MAX_RUNS, env=env),
+                   max_runs_per_address=env_int(MAX_ADDRESS_RUNS_ENV, DEFAULT_MAX_ADDRESS_RUNS, env=env),
+                   trusted_proxy=_flag(env, TRUSTED_PROXY_ENV, bool(str(env.get("SPACE_ID", "")).strip())),
+                   monitoring=_flag(env, surface.MONITORING_ENV, False))
+
+    def serves(self, method: str, path: str) -> bool:
+        """Whether the public app answers this route at all (``surface.py``)."""
+        return surface.served(method, path, monitoring=self.monitoring)
 
     def bind(self, blocks) -> None:
         """Sort the app's events (queued, cancelled by Stop, unqueued, public) and give every queued
@@ -219,23 +338,31 @@ class Guard:
 
     # -- the per-client cap and early cancels (Gradio's validator of every queued event)
     def admit(self, request, fn: int) -> str | None:
-        """Why this run of event ``fn`` may not join the queue (None: it may, and is noted as on its way)."""
+        """Why this run of event ``fn`` may not join the queue (None: it may, and is noted as on its way).
+        Two caps: the visitor's (its session, else its address) and its address's, over every run the
+        guard admitted that is on its way, queued or running."""
         if request is None:
             return None
-        key, session = client_key(request), getattr(request, "session_hash", None)
+        address = client_address(request, self.trusted_proxy)
+        key, session = client_key(request, address), getattr(request, "session_hash", None)
         with self._lock:
-            events, on_the_way = self._reconcile()
+            self._reconcile()
             if time.monotonic() - self._early.pop((session, fn), -IN_FLIGHT_S) < IN_FLIGHT_S:
                 return "This run was cancelled before it reached the queue."
-            mine = sum(client_key(_RequestView(e)) == key for e in events)
-            mine += sum(r.key == key for r in on_the_way)
+            runs = list(self._runs.values())   # every admitted run on its way, queued or running
+            mine = sum(r.key == key for r in runs)
             if mine >= self.max_runs_per_client:
                 return (f"You already have {self.max_runs_per_client} runs queued or running (races, replays "
                         f"and lab runs together), the most this deployment allows per client ({MAX_RUNS_ENV}): "
                         "wait for one to finish, or stop it, and try again.")
+            here = sum(r.address == address for r in runs)
+            if address is not None and here >= self.max_runs_per_address:
+                return (f"{here} runs from your network address are queued or running, the most this deployment "
+                        f"allows per address ({MAX_ADDRESS_RUNS_ENV}): wait for one to finish and try again.")
             raw = getattr(request, "request", None)
             if raw is not None:
-                self._runs[id(raw)] = run = _Run(key, session, fn, time.monotonic())
+                self._runs[id(raw)] = run = _Run(key=key, address=address, session=session, fn=fn,
+                                                 since=time.monotonic())
                 raw.state.specrej_run = run
         return None
 
@@ -266,7 +393,7 @@ class Guard:
                     if getattr(e, "_id", None) == body["event_id"]:
                         run = self._runs.get(id(getattr(e, "request", None)))
                         if run is not None:
-                            run.cancelled = True
+                            run.cancel()
             return
         fn, session = body.get("fn_index"), body.get("session_hash")
         if fn not in self.queued_fns or not isinstance(session, str):
@@ -275,7 +402,7 @@ class Guard:
             self._reconcile()
             runs = [r for r in self._runs.values() if r.session == session and r.fn == fn]
             for r in runs:
-                r.cancelled = True
+                r.cancel()
             now = time.monotonic()
             for k, t in list(self._early.items()):   # sessions whose run never came: forget them
                 if now - t > IN_FLIGHT_S:
@@ -293,7 +420,7 @@ class Guard:
             runs = [r for r in self._runs.values() if r.session == session and r.fn in self.stop_fns
                     and not r.cancelled]
             for r in runs:
-                r.cancelled = True
+                r.cancel()
         return len(runs)
 
     def on_start(self, request) -> Callable[[], bool]:
@@ -304,13 +431,13 @@ class Guard:
 def started(request) -> Callable[[], bool]:
     """Every queued handler calls this first (``request``: its ``gr.Request``): the admitted run is
     marked as started, so the per-client cap forgets it once it leaves Gradio's queue (a run never
-    marked is held for IN_FLIGHT_S: a third quick lab sample was refused). Returns whether the
-    client has cancelled the run (``/stop``)."""
+    marked is held for IN_FLIGHT_S: a third quick lab sample was refused). Returns the run's
+    ``StopFlag``: called, whether its client has cancelled it (``/stop``, ``/cancel``)."""
     run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
     if run is None:
         return lambda: False
     run.seen = True
-    return lambda: run.cancelled
+    return run.stop
 
 
 def _quiet(fn: Callable) -> Callable:
@@ -343,23 +470,40 @@ def with_request(fn: Callable, names: Sequence[str]) -> Callable:
     return fn
 
 
-class _RequestView:
-    """A queued Gradio ``Event`` seen as a request (its join request's client and its session)."""
+# ---------------------------------------------------------------- the server
 
-    def __init__(self, event):
-        self.client = getattr(getattr(event, "request", None), "client", None)
-        self.session_hash = getattr(event, "session_hash", None)
+@contextlib.contextmanager
+def forwarded_headers_ignored():
+    """While Gradio builds its uvicorn server: uvicorn trusts no ``X-Forwarded-For`` (by default it
+    takes the header from any peer on 127.0.0.1, which lets a local caller pose as many clients).
+    ``client_address`` alone reads it, one hop, where ``SPECREJ_TRUSTED_PROXY`` says a proxy is in front."""
+    old = os.environ.get("FORWARDED_ALLOW_IPS")
+    if old:
+        log.warning("FORWARDED_ALLOW_IPS is ignored: the app reads X-Forwarded-For itself where %s=1.",
+                    TRUSTED_PROXY_ENV)
+    os.environ["FORWARDED_ALLOW_IPS"] = ""   # uvicorn reads it when its Config is made, inside launch()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("FORWARDED_ALLOW_IPS", None)
+        else:
+            os.environ["FORWARDED_ALLOW_IPS"] = old
 
 
 # ---------------------------------------------------------------- the HTTP gate
 
 class ApiGate:
-    """ASGI middleware in front of Gradio's POST routes under ``/gradio_api/``:
+    """ASGI middleware in front of Gradio's routes:
 
+    - any route off the public surface (``surface.py``; uploads, monitoring ...): 404;
     - ``call/<name>``, ``call/v2/<name>``: 404 unless ``name`` is a public endpoint;
     - ``run/<name>``, ``api/<name>`` (direct: outside the queue, its concurrency and validators):
       only the page's unqueued events (``Guard.direct_fns``, by ``fn_index`` or by name), else 404;
     - ``queue/join``: 404 for an ``fn_index`` the app does not have;
+    - ``queue/join``, ``call/<name>``, ``run/<name>``, ``api/<name>``: 400 for fewer input values than
+      the event takes; any other 400 of Gradio's there becomes ``MALFORMED`` (Gradio's text can name
+      a handler and echo the values);
     - ``cancel``: noted for ``Guard.note_cancel``;
     - a body over ``MAX_BODY`` bytes: 413.
     Every refusal is a short JSON ``{"detail": ...}``; what passes reaches Gradio byte for byte."""
@@ -368,10 +512,17 @@ class ApiGate:
         self.app, self.guard = app, guard
 
     async def __call__(self, scope, receive, send):
-        path = scope.get("path", "").rstrip("/")
-        if scope.get("type") != "http" or scope.get("method") != "POST" or "/gradio_api/" not in path:
+        if scope.get("type") != "http":
             return await self.app(scope, receive, send)
-        route = path.rsplit("/gradio_api/", 1)[1].split("/")
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        if root and path.startswith(root + "/"):
+            path = path[len(root):]
+        if not self.guard.serves(scope.get("method", ""), path):
+            return await _json(send, 404, {"detail": NOT_SERVED}, [(b"x-specrej-gate", b"not-served")])
+        path = path.rstrip("/")
+        if scope.get("method") != "POST" or not path.startswith("/gradio_api/"):
+            return await self.app(scope, receive, send)
+        route = path[len("/gradio_api/"):].split("/")
         head = route[0]
         if head not in ("call", "run", "api", "queue", "cancel"):
             return await self.app(scope, receive, send)
@@ -409,11 +560,35 @@ class ApiGate:
             refused = self._refuse_keywords(route[2], body)
             if refused:
                 return await _json(send, 400, {"detail": refused})
+        if head != "cancel" and not (head == "call" and route[1] == "v2"):
+            short = self._short_of_values(head, route, body)
+            if short:
+                return await _json(send, 400, {"detail": short})
 
         async def replay():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()
 
-        return await self.app(scope, replay, send)
+        return await self.app(scope, replay, send if head == "cancel" else _plain_400(send))
+
+    def _short_of_values(self, head: str, route: list[str], body: Any) -> str | None:
+        """Why a positional call (``data``: a list) has too few values for its event (None: it has
+        enough, or Gradio refuses it otherwise). Gradio's own message names the handler."""
+        fns = getattr(self.guard.blocks, "fns", {})
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            return None
+        index = body.get("fn_index")
+        if head in ("call", "run", "api") and not (isinstance(index, int) and index in fns):
+            name = route[1] if len(route) > 1 else ""
+            index = next((i for i, fn in fns.items() if fn.api_name == name), None)
+        fn = fns.get(index) if isinstance(index, int) and not isinstance(index, bool) else None
+        if fn is None:
+            return None
+        needed = len(fn.inputs)
+        shown = [b for b in fn.inputs if not getattr(b, "skip_api", False)]
+        if len(data) >= needed or (head == "call" and len(data) == len(shown)):
+            return None
+        return f"This event takes {needed} input values; the request has {len(data)}."
 
     def _refuse(self, head: str, name: str, body: Any) -> str | None:
         """Why a direct call or a queue join may not reach Gradio (None: it may)."""
@@ -450,8 +625,30 @@ class ApiGate:
         return None
 
 
-async def _json(send, status: int, payload: dict) -> None:
+def _plain_400(send):
+    """``send`` that replaces the body of a 400 response with ``MALFORMED``."""
+    state = {"swap": False}
+
+    async def plain(message):
+        if message["type"] == "http.response.start" and message.get("status") == 400:
+            state["swap"] = True
+            data = json.dumps({"detail": MALFORMED}).encode()
+            state["body"] = data
+            return await send({"type": "http.response.start", "status": 400,
+                               "headers": [(b"content-type", b"application/json"),
+                                           (b"content-length", str(len(data)).encode())]})
+        if state["swap"] and message["type"] == "http.response.body":
+            if not message.get("more_body", False):
+                await send({"type": "http.response.body", "body": state["body"]})
+            return None
+        return await send(message)
+
+    return plain
+
+
+async def _json(send, status: int, payload: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     data = json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            *headers]})
     await send({"type": "http.response.body", "body": data})

@@ -19,7 +19,9 @@ Environment:
   SPECREJ_RACE_SECONDS a Run is fitted to end in about this many seconds on this machine as it is now
                        (default 20; ``pace.py``: answers are shortened when the machine is slow)
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
-                       SPECREJ_MAX_RUNS_PER_CLIENT (default 2, ``guard.py``)
+                       SPECREJ_MAX_RUNS_PER_CLIENT (default 2 per session), SPECREJ_MAX_RUNS_PER_ADDRESS
+                       (default 10), SPECREJ_TRUSTED_PROXY (default on a Space), SPECREJ_MONITORING
+                       (default off): the public deployment's guard (``components.deploy.guard``)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
                        (``components.deploy.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also

@@ -34,6 +34,7 @@ from components.deploy.limits import PolicyError
 from .. import charts
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
 from ..frames import KEEP, Frame, end_frame, error_frame, failure_frame, final_frame, limit_frame, live_frame, start_frame  # noqa: F401
+from . import memory
 from .gpu import GPU
 from ..deploy.guard import check_request
 from .retry import OutOfMemory, retry_on_oom
@@ -232,7 +233,9 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
                 if not view.done:
                     yield live_frame(view)   # the torch thread computes on while this frame is sent
         finally:
-            events.close()  # closes the race and every arm: their KV caches are freed now
+            # closes the race and every arm on the torch thread after its step in progress (their KV caches
+            # are freed there, then memory is returned); not waited for: a cancel answers at once
+            events.close(wait=False, then=memory.release)
 
     try:
         yield from retry_on_oom(attempt, state["view"], lambda v: state.update(view=v))

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 _DONE = object()
+_WAKE = object()   # put by a cancel into the reader's queue: the reader stops waiting at once
 
 
 class TorchWorker:
@@ -83,7 +84,10 @@ class Stream(Iterator[T]):
     resumes when the reader reads on. ``cancelled`` is asked on the worker before every event, so a
     Stop pressed during the loading or the prefill stops the race before its first step.
     ``close()`` (Stop, a closed tab, the end) lets the event in progress finish, never starts
-    another, and closes the generator on the worker, whose ``finally`` frees the KV cache."""
+    another, and closes the generator on the worker, whose ``finally`` frees the KV cache;
+    ``close(wait=False)`` returns at once and leaves that to the worker. A ``cancelled`` that can say
+    when it is set (``on_set``, the guard's ``StopFlag``) wakes a reader waiting for an event at once:
+    ``/cancel`` need not wait for the step in progress."""
 
     AHEAD = 2
 
@@ -96,18 +100,25 @@ class Stream(Iterator[T]):
         self._pumping = False   # a job for the next event is queued or running
         self._cancel = threading.Event()
         self._ended = False
+        self._finished = False   # the generator ran to its end or raised (on the worker)
+        on_set = getattr(cancelled, "on_set", None)
+        if on_set is not None:
+            on_set(lambda: self._events.put(_WAKE))
 
     def _advance(self):   # on the worker
         if self._cancel.is_set() or self._cancelled():
             return _DONE
         if self._it is None:
             self._it = self._factory()
-        return next(self._it, _DONE)
+        item = next(self._it, _DONE)
+        self._finished = item is _DONE
+        return item
 
     def _pump(self) -> None:   # on the worker: one event, then the job for the next unless enough wait
         try:
             item = self._advance()
         except BaseException as e:
+            self._finished = True
             item = _Raised(e)
         with self._lock:
             self._events.put(item)
@@ -131,6 +142,8 @@ class Stream(Iterator[T]):
                     self._pumping = True
                     self._worker.submit(self._pump)
             item = self._events.get()
+            if item is _WAKE:   # cancelled while waiting: stop now, the worker stops at its next event
+                item = _DONE
             with self._lock:   # the pump paused with AHEAD unread: one was read, so it goes on
                 if not self._pumping and not isinstance(item, _Raised) and item is not _DONE \
                         and not self._ended and self._events.qsize() < self.AHEAD:
@@ -144,14 +157,25 @@ class Stream(Iterator[T]):
             raise StopIteration
         return item
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True, then: Callable[[], Any] | None = None) -> None:
+        """End the stream: the event in progress finishes, no other starts, and the generator is
+        closed on the worker (its ``finally`` runs there), then ``then()`` if it was still open.
+        ``wait=False``: return at once; the worker does it after the event in progress."""
         self._cancel.set()
         self._ended = True
-        self._worker.call(self._close_it)   # queued after the event in progress, which then stops
+        if wait:
+            self._worker.call(self._close_it, then)   # queued after the event in progress, which then stops
+        else:
+            self._worker.submit(self._close_it, then)
 
-    def _close_it(self) -> None:
-        if self._it is not None and hasattr(self._it, "close"):
+    def _close_it(self, then: Callable[[], Any] | None = None) -> None:
+        if self._it is None or self._finished:
+            return
+        if hasattr(self._it, "close"):
             self._it.close()
+        self._finished = True
+        if then is not None:
+            then()
 
 
 _worker: TorchWorker | None = None
