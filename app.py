@@ -86,7 +86,6 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
     # one API name.
     on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
                    api_visibility="private").then(api_name="run", **race)
-    page.race = race   # "Run it live" starts the same handler (recordings.py)
     return on_run
 
 
@@ -131,7 +130,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
         .then(paper_scale, [c.prompt, c.pace, c.step], ui.paper_outputs(page), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)
 
-    def run_it_live(prompt):
+    def recorded_settings(prompt):
         """The recording's settings (the paper's protocol), scaled down to fit this deployment, set on the
         page; the race then starts as Run starts it."""
         try:
@@ -140,10 +139,11 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
             return {a.status: gr.Markdown(panels.error_markdown(str(e)), elem_classes=["status-error"])}
         return ui.live_updates(ctx, page, plan)
 
-    race = {k: v for k, v in page.race.items()}
-    c_live = a.live.click(run_it_live, [c.prompt], ui.paper_outputs(page), api_visibility="private",
-                          concurrency_id="replay", concurrency_limit=4)
-    c_live.then(api_visibility="private", **race)
+    # the settings first, then the page's own Run (one handler runs every race: Run, Enter, Run it live)
+    a.live.click(recorded_settings, [c.prompt], ui.paper_outputs(page), api_visibility="private",
+                 concurrency_id="replay", concurrency_limit=4) \
+        .then(None, None, None, js="() => { document.querySelector('#run')?.click(); }", queue=False,
+              api_visibility="private")
     return on_replay, on_paper
 
 
@@ -192,9 +192,13 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
                       queue=False, api_visibility="private")
 
     def make_link(view, *values):
-        return links.query(links.run_values(view, dict(zip(links.FIELDS, values))))
+        """The query string of the race shown (or of the settings): raw values (preprocess=False), so only
+        plain scalars are kept."""
+        plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
+        return links.query(links.run_values(view if hasattr(view, "fit") else None, plain))
 
-    c.link.click(make_link, [page.view] + fields, [c.link_box], queue=False, api_visibility="private") \
+    c.link.click(make_link, [page.view] + fields, [c.link_box], queue=False, api_visibility="private",
+                 preprocess=False) \
         .then(None, [c.link_box], [c.link_box], js=ui.LINK_JS, queue=False, api_visibility="private")
 
     def from_link(request: gr.Request):

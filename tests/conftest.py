@@ -143,7 +143,16 @@ def serve(ctx, **build):
 
 
 API_OUTPUTS = ["status", "plot0", "leader0", "plot1", "leader1", "plot2", "leader2", "race", "summary", "table",
-               "trace", "summary_json"]
+               "trace", "summary_json", "badge", "step_plot", "step_text"]
+
+
+def race_frames(ctx, req, **kw) -> list:
+    """Every frame of a race after the machine is measured (``stream.MEASURING``, the first frame of every
+    run that starts): the start frame first."""
+    from components.session.stream import MEASURING, frames
+
+    out = list(frames(ctx, req, **kw))
+    return out[1:] if out and out[0].status == MEASURING else out
 
 
 def api_outputs(values) -> dict:

@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 import pytest
-from conftest import HANG_GUARD_S, api_outputs, run_request, serve, text, tiny_app_context, wait_for
+from conftest import race_frames, HANG_GUARD_S, api_outputs, run_request, serve, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -67,15 +67,14 @@ def raced(ctx):
     """Every frame of one small race, streamed without a server."""
     from components.session.stream import frames
 
-    return list(frames(ctx, request(ctx)))
+    return race_frames(ctx, request(ctx))
 
 
 def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
     from components import charts, panels
     from components.session.stream import KEEP
 
-    measuring, *out = raced   # the machine is measured first (session/pace.py), then the race starts
-    assert "Measuring" in measuring.status and measuring.slots is KEEP
+    out = raced
     assert len(out) >= 3
     first, last = out[0], out[-1]
     assert "Starting" in first.status
@@ -88,8 +87,11 @@ def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
     # the page's slots: Speculative Rejection left, Best-of-N right, as before
     assert [arm for arm, _, _ in first.slots] == ["sr", "bon"] and len(first.arm_plots) == 2
     # fixed trace count and order between the first and the last frame
-    for a, b in zip(first.arm_plots + [first.race_plot], last.arm_plots + [last.race_plot]):
+    for a, b in zip(first.arm_plots, last.arm_plots):
         assert [t["uid"] for t in a["data"]] == [t["uid"] for t in b["data"]]
+    # the race chart shows how each arm spends its time while racing, then the verdict on Best-of-N's curve
+    assert first.race_plot["data"][0]["uid"].startswith("work-") and last.race_plot["data"][0]["uid"] == "verdict-0"
+    assert "Result" in last.race_label and "While racing" in first.race_label
     rows = last.table["data"]
     assert len(rows) == 8 and all(len(r) == len(last.table["headers"]) == 8 for r in rows)
     assert "to reach Speculative Rejection" in last.summary and "prune Best-of-N's winner" in last.summary
@@ -105,10 +107,10 @@ def test_bad_input_gives_a_message_and_starts_nothing(ctx):
                               (dict(alpha=1.5), "alpha"), (dict(temperature=0), "temperature"),
                               (dict(reward="preference", preference=" "), "preference text is empty"),
                               (dict(reward="hf:someone/else"), "not offered")]:
-        out = list(frames(ctx, request(ctx, **overrides)))
+        out = race_frames(ctx, request(ctx, **overrides))
         assert len(out) == 1 and "Can't run" in out[0].status and needle in out[0].status, (overrides, out)
     # a combination that cannot fit the budget is found when the race starts, before model work
-    out = list(frames(ctx, request(ctx, budget=50)))
+    out = race_frames(ctx, request(ctx, budget=50))
     assert "Can't run" in out[-1].status and "budget" in out[-1].status
     assert not ctx.active
 
@@ -119,10 +121,10 @@ def test_the_deployment_limits_apply(ctx):
     from components.session.stream import frames
     from components.deploy.limits import Limits
 
-    out = list(frames(ctx, request(ctx, n=ctx.limits.max_n + 1)))
+    out = race_frames(ctx, request(ctx, n=ctx.limits.max_n + 1))
     assert len(out) == 1 and "SPECREJ_MAX_N" in out[0].status
     capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=0), active=set())
-    out = list(frames(capped, request(capped)))
+    out = race_frames(capped, request(capped))
     assert "SPECREJ_MAX_RUN_SECONDS" in out[-1].status and not capped.active
 
 
@@ -139,7 +141,7 @@ def test_a_run_that_reaches_the_time_limit_keeps_its_partial_result(ctx, monkeyp
 
     monkeypatch.setattr(RunView, "elapsed", lambda self: 10.0 * len(self.trace))
     capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=60), active=set())
-    out = list(frames(capped, request(capped, n=8, max_new_tokens=60, budget=0)))
+    out = race_frames(capped, request(capped, n=8, max_new_tokens=60, budget=0))
     last = out[-1]
     assert last.status.startswith("**Stopped at the time limit**") and "Can't run" not in last.status
     assert last.status_kind == "stopped" and last.view.state == "limit" and not capped.active
@@ -162,7 +164,7 @@ def test_an_unexpected_error_is_shown_not_raised(ctx):
         yield from ()
         raise RuntimeError("boom")
 
-    out = list(frames(ctx, request(ctx), events_fn=broken))
+    out = race_frames(ctx, request(ctx), events_fn=broken)
     assert "went wrong" in out[-1].status and "boom" in out[-1].status
 
 
@@ -170,9 +172,11 @@ def test_switching_the_compute_axis_rerenders_from_the_session_view(raced):
     import app
 
     view = raced[-1].view
-    plot = app.rerender_race(view, "tokens")
+    plot = app.rerender_race(view, "flops")
     fig = json.loads(plot.plot)
-    assert "tokens" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "tokens"
+    assert "FLOPs" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "flops"
+    fig = json.loads(app.rerender_race(view, "time").plot)
+    assert "time" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "time"
     assert app.rerender_race(None, "flops") is not None  # nothing to redraw: a skip, not an error
 
 
@@ -240,7 +244,7 @@ def test_run_streams_growing_charts_and_the_trace_agrees(served, ctx):
                and "value" not in u[1]] + [u[3] for u in updates[1:-1] if isinstance(u[3], dict)
                                             and u[3].get("__type__") == "update" and "value" not in u[3]]
     assert skipped, updates
-    assert "Done" in text(last["status"]) and "Speed-up" in summary
+    assert "Done" in text(last["status"]) and "to reach Speculative Rejection" in summary
     for leader, name in ((last["leader0"], "Speculative Rejection"), (last["leader1"], "Best-of-N")):
         assert "winner" in leader["label"] and name in leader["label"] and leader["value"], leader  # a Textbox update
 
@@ -272,7 +276,10 @@ def test_run_streams_growing_charts_and_the_trace_agrees(served, ctx):
     bon_winner = finished["bon"]["winner"]["id"]
     sr_twin = next(c for c in finished["sr"]["candidates"] if c["id"] == bon_winner)
     assert comparison["kept_baseline_winner"] == (sr_twin["status"] != "pruned")
-    assert comparison["flops"]["words"] in summary
+    # the verdict's curve ends at Best-of-N's best answer, and the summary states it in time
+    verdict = summary_json["verdict"]["sr"]
+    assert verdict["curve"][-1]["best"] == pytest.approx(max(bon_scores.values()), abs=1e-4)
+    assert verdict["n"] == SMALL["n"] and "less time" in summary or "more time" in summary
 
 
 def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx, monkeypatch):
@@ -345,27 +352,28 @@ def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         AppContext.from_env({"SPECREJ_ARMS": "bon nope"})
     three = dataclasses.replace(ctx, arms=("bon", "sr", "first"), active=set())
-    out = list(frames(three, request(three)))
+    out = race_frames(three, request(three))
     first, last = out[0], out[-1]
     assert last.view.state == "done", last.status
     assert [arm for arm, _, _ in first.slots] == ["sr", "bon", "first"]
     assert "First answer" in first.slots[2][1] and len(last.arm_plots) == 3
     assert "First answer" in last.arm_leaders[2][0] and "winner" in last.arm_leaders[2][0]
-    assert any("First answer" in t["name"] for t in last.race_plot["data"])
+    # while racing it has its own line in the work chart; the verdict places pruning arms on Best-of-N's curve
+    assert any("First answer" in t["name"] for t in out[-2].race_plot["data"])
     assert "final score had it continued (First answer)" in last.table["headers"]
     assert "First answer" in last.status and "First answer" in last.summary
     assert set(last.summary_json["comparison"]) == {"sr", "first"}
     data = json.loads(open(last.trace_path, encoding="utf-8").read())
     assert {e["arm"] for e in data["events"] if e["event"] == "finished"} == {"bon", "sr", "first"}
     # and a second Speculative Rejection setting would make four: refused with a message
-    out = list(frames(three, request(three, second=True)))
+    out = race_frames(three, request(three, second=True))
     assert len(out) == 1 and "at most 3" in out[0].status
 
 
 def test_a_second_setting_races_three_arms(ctx):
     from components.session.stream import frames
 
-    out = list(frames(ctx, request(ctx, second=True, second_alpha=0.8, second_decision="interval")))
+    out = race_frames(ctx, request(ctx, second=True, second_alpha=0.8, second_decision="interval"))
     last = out[-1]
     assert last.view.state == "done", last.status
     labels = [label for _, label, _ in out[0].slots]
@@ -374,5 +382,7 @@ def test_a_second_setting_races_three_arms(ctx):
     assert labels[1].startswith("Speculative Rejection (alpha=0.8, decision=interval, n=auto)")
     assert labels[2].startswith("Best-of-N")
     assert last.view.arms["sr2"].round_events and set(last.summary_json["comparison"]) == {"sr", "sr2"}
-    assert last.summary.count("Speed-up") == 2 and len([t for t in last.race_plot["data"]
-                                                        if t["mode"] == "lines+markers"]) == 3
+    # one verdict per Speculative Rejection setting, each a point on Best-of-N's one curve
+    assert last.summary.count("to reach Speculative Rejection") == 2
+    assert [t["name"] for t in last.race_plot["data"] if t["mode"] == "markers"] == [
+        last.view.arms["sr"].spec.label, last.view.arms["sr2"].spec.label]

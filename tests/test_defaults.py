@@ -26,7 +26,8 @@ def test_the_page_defaults_are_the_measured_ones():
     from components.session.stream import RunRequest
 
     req = RunRequest(prompt="x")
-    assert (req.n, req.max_new_tokens, req.first_decision, req.alpha, req.sr_start) == (16, 48, 8, 0.5, "auto")
+    assert (req.n, req.max_new_tokens, req.first_decision, req.alpha, req.sr_start) == (32, 48, 14, 0.5, "auto")
+    assert req.fit is True and req.step is False
 
 
 def test_the_defaults_prune_on_every_example_prompt(page):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 import pytest
-from conftest import run_request, tiny_app_context
+from conftest import race_frames, run_request, tiny_app_context
 
 pytest.importorskip("gradio")
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
@@ -26,7 +26,7 @@ def _settings(**kw):
 def test_auto_start_and_stop_when_matched_through_the_request(ctx):
     from components.session.stream import frames
 
-    out = list(frames(ctx, run_request(ctx, _settings())))
+    out = race_frames(ctx, run_request(ctx, _settings()))
     view = out[-1].view
     assert view.state == "done", out[-1].status
     sr, bon = view.arms["sr"], view.arms["bon"]
@@ -40,7 +40,7 @@ def test_auto_start_and_stop_when_matched_through_the_request(ctx):
 def test_bad_start_choice_is_a_message(ctx):
     from components.session.stream import frames
 
-    out = list(frames(ctx, run_request(ctx, _settings(sr_start="lots"))))
+    out = race_frames(ctx, run_request(ctx, _settings(sr_start="lots")))
     assert len(out) == 1 and "sr_start" in out[0].status
 
 
@@ -58,7 +58,7 @@ def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
     assert all(isinstance(f, Frame) for f in frames)
     first, last = frames[0], frames[-1]
     assert first.status.startswith("**Replaying**") and "Starting" not in first.status
-    assert "Recorded race:" in first.status and "Press Run to run it live" in first.status
+    assert "Recorded race:" in first.status and "Recording" in first.badge and "Run it live" in first.badge
     assert "Best-of-N \\(n=12\\)" in first.status and "n=32" not in first.status   # the settings as run
     assert last.view.state == "done" and last.results_visible and "### Result" in last.summary
     assert last.view.arms["bon"].finished.match is not None
@@ -74,7 +74,7 @@ def test_paper_scale_preset_and_committed_recordings(ctx):
     from components.session.replay import PAPER_SCALE, RECORDINGS, index, replay_frames
     from specrej.record import load
 
-    assert PAPER_SCALE["sr_start"] == "auto" and PAPER_SCALE["stop_when_matched"] is True
+    assert PAPER_SCALE["sr_start"] == "auto" and PAPER_SCALE["stop_when_matched"] is False
     total = sum(p.stat().st_size for p in RECORDINGS.glob("*"))
     assert total < 10 * 2**20
     for prompt, path in index().items():
@@ -120,6 +120,6 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     cost = slow.step_costs[ctx.default_model]   # every larger step of the ladder is too long
     assert all(paper.live_seconds(slow, s, 10, True, cost) > paper.FIT_SHARE * plan.limit_s
                for s in ladder[:chosen])
-    assert plan.settings["sr_start"] == "auto" and plan.settings["stop_when_matched"] is True
+    assert plan.settings["sr_start"] == "auto" and plan.settings["stop_when_matched"] is False
     assert plan.replay_prompt in ctx.examples and find(plan.replay_prompt) is not None
     assert paper.plan(slow, PROMPT).replay_prompt == PROMPT   # its own recording when it has one

@@ -18,7 +18,7 @@ import time
 import weakref
 
 import pytest
-from conftest import HANG_GUARD_S, api_outputs, launch_local, run_request, serve, text, tiny_app_context, wait_for
+from conftest import race_frames, HANG_GUARD_S, api_outputs, launch_local, run_request, serve, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -124,7 +124,7 @@ def test_a_failing_reward_ends_the_run_with_a_message_and_keeps_the_charts(ctx, 
             return [float("nan")] * len(rs)
         return [len(r) * 0.1 for r in rs]
 
-    out = list(frames(ctx, request(ctx, **DECIDING), events_fn=faulty_events(reward)))
+    out = race_frames(ctx, request(ctx, **DECIDING), events_fn=faulty_events(reward))
     FIGURES["faults_injected"] += 1
     last = out[-1]
     assert len(out) >= 3, "the run should have streamed before the fault"
@@ -138,7 +138,7 @@ def test_a_failing_reward_ends_the_run_with_a_message_and_keeps_the_charts(ctx, 
     assert data["state"] == "failed" and data["message"] and data["events"]
     assert not ctx.active and all_released(engines)
     # and the app keeps serving
-    assert list(frames(ctx, request(ctx)))[-1].view.state == "done"
+    assert race_frames(ctx, request(ctx))[-1].view.state == "done"
 
 
 def oom_events(times: int, counter: dict):
@@ -163,7 +163,7 @@ def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engin
     from specrej.backends.hf import Engine
 
     counter: dict = {}
-    out = list(frames(ctx, request(ctx), events_fn=oom_events(1, counter)))
+    out = race_frames(ctx, request(ctx), events_fn=oom_events(1, counter))
     FIGURES["faults_injected"] += 1
     last = out[-1]
     auto = Engine.default_budget(load_generator(ctx.default_model))
@@ -176,7 +176,7 @@ def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engin
 
     # a second out-of-memory error ends the run with a clear message (one retry only)
     counter = {}
-    out = list(frames(ctx, request(ctx, budget=1000), events_fn=oom_events(2, counter)))
+    out = race_frames(ctx, request(ctx, budget=1000), events_fn=oom_events(2, counter))
     FIGURES["faults_injected"] += 2
     assert counter["budgets"] == [1000, 500]
     assert "out of memory again" in out[-1].status and out[-1].view.state == "error"
@@ -188,7 +188,7 @@ def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engin
         yield from ()
         raise RuntimeError("device lost")
 
-    out = list(frames(ctx, request(ctx), events_fn=broken))
+    out = race_frames(ctx, request(ctx), events_fn=broken)
     FIGURES["faults_injected"] += 1
     assert counter["other"] == 1 and "device lost" in out[-1].status
     assert not ctx.active
@@ -207,14 +207,16 @@ def test_closing_the_stream_mid_run_frees_memory_and_writes_a_stopped_trace(ctx,
         next(gen)
     assert ctx.active and engines and any(r() is not None for r in engines)
     steps_at_close = steps["n"]
-    gen.close()  # what Gradio does on Stop / a closed tab
-    assert not ctx.active and all_released(engines)   # closed at once: released before close() returns
-    assert steps["n"] == steps_at_close               # and not one more decoding step
+    gen.close()  # what Gradio does on Stop / a closed tab: it returns at once (issue 26)
+    # the torch thread closes the race after the step in progress: released then, at most one more step
+    assert wait_for(lambda: not ctx.active and all_released(engines))
+    assert steps["n"] <= steps_at_close + 1
     new = set(os.listdir(ctx.archive_dir)) - before
-    assert len(new) == 1
+    assert wait_for(lambda: len(set(os.listdir(ctx.archive_dir)) - before) == 1)
+    new = set(os.listdir(ctx.archive_dir)) - before
     data = json.loads(open(os.path.join(ctx.archive_dir, new.pop()), encoding="utf-8").read())
     assert data["state"] == "stopped"
-    assert list(frames(ctx, request(ctx)))[-1].view.state == "done"
+    assert race_frames(ctx, request(ctx))[-1].view.state == "done"
 
 
 # ---------------------------------------------------------------- traces
@@ -224,7 +226,7 @@ def test_traces_go_to_the_operator_folder_atomically_and_never_named_by_the_prom
     from components.session.stream import frames
 
     nasty = "../../etc/passwd; rm -rf / $(reboot) `id` <script>"
-    last = list(frames(ctx, request(ctx, prompt=nasty)))[-1]
+    last = race_frames(ctx, request(ctx, prompt=nasty))[-1]
     assert last.view.state == "done"
     name = os.path.basename(last.trace_path)
     archived = os.path.join(ctx.archive_dir, name)
@@ -245,7 +247,7 @@ def test_traces_go_to_the_operator_folder_atomically_and_never_named_by_the_prom
         trace.write_atomic(trace.Path(ctx.archive_dir) / "x.json", "{}")
     assert set(os.listdir(ctx.archive_dir)) == before
     # ... and a run whose trace cannot be written still ends normally
-    out = list(frames(ctx, request(ctx)))
+    out = race_frames(ctx, request(ctx))
     assert out[-1].view.state == "done" and out[-1].trace_path is None and not ctx.active
 
 
@@ -286,7 +288,7 @@ def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
     assert "<" not in label and text == INJECTIONS[-1]
     # a message quoting what the user sent is escaped in the status line (Markdown)
     for bad in INJECTIONS:
-        out = list(frames(ctx, request(ctx, model=bad)))
+        out = race_frames(ctx, request(ctx, model=bad))
         s = out[-1].status
         assert "not offered" in s and "<script" not in s and "<img" not in s and "![" not in s and "](" not in s
         assert "&lt;" in s or "\\" in s
@@ -308,13 +310,13 @@ def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
     monkeypatch.setattr(context, "load_reward",
                         lambda spec, **kw: loads.append(("rew", spec, kw)) or real_rew(spec, **kw))
     for model in ("/etc/passwd", "../x", "gpt2", "evil/model", "hf:evil/model", "$(id)", "embedded"):
-        out = list(frames(ctx, request(ctx, model=model)))
+        out = race_frames(ctx, request(ctx, model=model))
         assert len(out) == 1 and "not offered" in out[0].status, model
     for reward in ("hf:../x", "/etc/passwd", "hf:evil/reward", "model:hf:evil/reward"):
-        out = list(frames(ctx, request(ctx, reward=reward)))
+        out = race_frames(ctx, request(ctx, reward=reward))
         assert len(out) == 1 and "not offered" in out[0].status, reward
     assert loads == []  # nothing was loaded for a refused request
-    assert list(frames(ctx, request(ctx)))[-1].view.state == "done"
+    assert race_frames(ctx, request(ctx))[-1].view.state == "done"
     assert loads and all(kw == {"trust_remote_code": False} for _, _, kw in loads)
 
     # the policy: an operator's allowlist; remote code only when enabled
@@ -327,14 +329,14 @@ def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
         policy.check("org/a", trust_remote_code=True)
     # a context whose operator listed the default model out of the allowlist refuses it
     strict = dataclasses.replace(ctx, policy=ModelPolicy(frozenset()), active=set())
-    assert "allowlist" in list(frames(strict, request(strict)))[-1].status
+    assert "allowlist" in race_frames(strict, request(strict))[-1].status
     # remote code enabled by the operator reaches the loader; otherwise never
     seen: list = []
     monkeypatch.setattr(stream, "get_models", lambda m, r, **kw: seen.append(kw) or (_ for _ in ()).throw(
         RuntimeError("stop here")))
     opened = dataclasses.replace(ctx, policy=dataclasses.replace(ctx.policy, allow_remote_code=True), active=set())
-    list(frames(opened, request(opened)))
-    list(frames(ctx, request(ctx)))
+    race_frames(opened, request(opened))
+    race_frames(ctx, request(ctx))
     assert seen == [{"trust_remote_code": True}, {"trust_remote_code": False}]
 
 
@@ -375,7 +377,7 @@ def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, rew
                      alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, seed=seed, x_axis=x_axis, second=second,
                      second_alpha=second_alpha)
-    out = list(frames(ctx, req))  # never raises
+    out = race_frames(ctx, req)  # never raises
     FIGURES["inputs_fuzzed_in_process"] += 1
     last = out[-1].status
     assert isinstance(last, str)

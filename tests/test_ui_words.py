@@ -30,7 +30,8 @@ def test_every_reward_axis_and_the_result_name_the_reward_and_its_scale(replayed
     last = frames[-1]
     scale = REWARDS["self-certainty"].scale
     assert scale_of(last.view.reward_label) is scale
-    for spec in [*last.arm_plots, last.race_plot]:
+    # the arm charts, and the verdict chart when Best-of-N wrote all its answers (else the work chart's rows)
+    for spec in [*last.arm_plots] + ([last.race_plot] if last.view.verdicts() else []):
         assert scale.name in _y_titles(spec) and scale.unit in _y_titles(spec), _y_titles(spec)
     assert "**Reward:** Self-certainty" in last.summary and "higher means more" in last.summary
     assert f"reward of the winner ({scale.name})" in last.summary
@@ -44,7 +45,7 @@ def test_a_live_runs_reward_label_finds_its_registry_scale():
 
     pref = REWARDS["preference"].scale
     view = RunView(RunConfig(prompt="-"), reward_label="preference: short and kind")
-    assert pref.name in _y_titles(charts.race_chart(view)) and pref.unit in _y_titles(charts.arm_chart(view, "bon"))
+    assert pref.name in _y_titles(charts.arm_chart(view, "sr")) and pref.unit in _y_titles(charts.arm_chart(view, "bon"))
     assert "short and kind" in panels.reward_words(view) and "cosine similarity" in panels.reward_words(view)
     for kind, cls in REWARDS.items():   # a spec and a UI label of every kind find the same words
         assert scale_of(kind) is cls.scale and scale_of(cls.label) is cls.scale
@@ -75,19 +76,27 @@ def test_table_headers_name_an_arm_shortly_unless_two_arms_share_a_kind(replayed
     assert "round pruned (SR)" in headers and "round pruned (SR alpha=0.8)" in headers and "BoN rank" in headers
 
 
-def test_race_labels_never_stack_on_each_other():
-    """Two arms that end at the same point get their "done at" labels at different heights."""
+def test_verdict_labels_never_stack_on_each_other():
+    """Two Speculative Rejection settings that end at the same reward get their verdict labels at
+    different heights, each beside the point where Best-of-N's curve reaches it."""
     from components import charts
     from components.session.view import RunView
-    from specrej import Candidate, Finished, Ledger, RunConfig
+    from specrej import Candidate, Finished, Ledger, Round, RunConfig
 
-    view = RunView(RunConfig(prompt="-", n=1), specs=("bon", "sr", "sr:alpha=0.8"))
-    for arm in ("bon", "sr", "sr2"):
-        c = Candidate(id=0, text="a", tokens=4, status="finished", score=0.5, history=((4, 0.5),))
-        view.apply(Finished(arm=arm, candidates=(c,), ledger=Ledger(generator_flops=1e9, generated_tokens=4), winner=c,
-                            rounds=0))
-    notes = [a for a in charts.race_chart(view)["layout"]["annotations"] if "done" in a["text"]]
-    assert len(notes) == 2 and notes[0]["ay"] != notes[1]["ay"] and {a["axref"] for a in notes} == {"x"}
+    view = RunView(RunConfig(prompt="-", n=2), specs=("bon", "sr", "sr:alpha=0.8"))
+    bon = (Candidate(id=0, text="a", tokens=4, status="finished", score=0.5, finish_reason="eos"),
+           Candidate(id=1, text="b", tokens=4, status="finished", score=0.2, finish_reason="eos"))
+    view.apply(Round(arm="bon", index=0, position=4, candidates=bon, threshold=None, n_kept=2, n_pruned=0,
+                     forced=False, ledger=Ledger(steps=4)))
+    view.apply(Finished(arm="bon", candidates=bon, ledger=Ledger(generator_flops=1e9, generated_tokens=8, steps=4),
+                        winner=bon[0], rounds=1))
+    for arm in ("sr", "sr2"):
+        c = Candidate(id=0, text="a", tokens=4, status="finished", score=0.5, history=((4, 0.5),), finish_reason="eos")
+        view.apply(Finished(arm=arm, candidates=(c,), ledger=Ledger(generator_flops=1e9, generated_tokens=4, steps=4),
+                            winner=c, rounds=0))
+    spec = charts.race_chart(view)
+    notes = spec["layout"]["annotations"]
+    assert spec["data"][0]["uid"] == "verdict-0" and len(notes) == 2 and notes[0]["ay"] != notes[1]["ay"]
 
 
 def test_paper_scale_opens_the_settings_and_says_what_it_set():
@@ -104,16 +113,17 @@ def test_paper_scale_opens_the_settings_and_says_what_it_set():
     paper = capped(ctx, {})
     fits = PaperPlan(paper, 42.0, 120, paper, None, None)
     out = ui.paper_scale_updates(ctx, page, fits, "Why is the sky blue?")
-    assert out[c.sr_start] == "auto" and out[c.stop_when_matched] is True and out[c.max_new_tokens] == 256
+    assert out[c.sr_start] == "auto" and out[c.stop_when_matched] is False and out[c.max_new_tokens] == 256
     assert out[c.settings].open is True and c.prompt not in out
     words = out[page.arena.status].value
     assert words.startswith("**Paper scale set**") and f"N = {min(128, ctx.limits.max_n)}" in words
     assert "token 16" in words and "about 42 s" in words and out[c.paper_note] == words
 
-    scaled = capped(ctx, dict(n=32, max_new_tokens=96, budget=768, first_decision=12))
+    scaled = capped(ctx, dict(n=32, max_new_tokens=96, budget=512, first_decision=16))
+    assert capped(ctx, dict(n=32, budget=2048, first_decision=16))["budget"] == 512   # N >= budget / T
     too_long = PaperPlan(paper, 162.0, 120, scaled, 59.0, "Give me three tips for staying healthy.")
     out = ui.paper_scale_updates(ctx, page, too_long, "Why is the sky blue?")
-    assert out[c.max_new_tokens] == 96 and out[c.budget] == 768 and out[c.first_decision] == 12
+    assert out[c.max_new_tokens] == 96 and out[c.budget] == 512 and out[c.first_decision] == 16
     assert out[c.prompt] == "Give me three tips for staying healthy."    # the recording about to play
     words = out[c.paper_note]
     assert "would take about 2 min 42 s here" in words and "limit of 120 s" in words
