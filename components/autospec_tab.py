@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from specrej.autospec import LABELS, make_target, trace
+from specrej.autospec import CurieWeiss, MixtureProduct, make_target, trace
 from specrej.autospec.exactness import empirical, score
 from specrej.autospec.report import scaling_figure
 from specrej.autospec.scaling import curve
@@ -34,10 +34,42 @@ MEASURE_NS = (32, 64, 128, 256)
 MEASURE_CHAINS = 4
 MAX_DELAY = 1.5        # seconds per frame of the animation (the slider's range)
 MAX_FRAMES = 80        # a sequential run is shown in at most this many frames
-TARGET_CHOICES = [("Mixture of product distributions", "mixture"), ("Curie–Weiss (mean field)", "curie-weiss"),
-                  ("Ising / Potts chain", "potts")]
-SAMPLER_CHOICES = [("block verification", "block"), ("token verification", "token"),
-                   ("block verification, adaptive block", "block-adaptive"), ("sequential", "sequential")]
+# Plain names on the page; the values (what the handlers and the API receive) are the library's names.
+# The technical name of each is in the "Details for specialists" accordion (GLOSSARY).
+TARGET_CHOICES = [("One of a few hidden patterns", "mixture"), ("Every cell leans toward the majority", "curie-weiss"),
+                  ("Each cell leans toward its neighbours", "potts")]
+SAMPLER_CHOICES = [("Guess them all, check the guesses together", "block"),
+                   ("Guess them all, check one by one until a miss", "token"),
+                   ("Guess a growing batch, check it together", "block-adaptive"),
+                   ("One cell at a time, no guessing", "sequential")]
+PLAIN_SAMPLERS = {v: label[0].lower() + label[1:] for label, v in SAMPLER_CHOICES}
+SHORT_SAMPLERS = {"block": "check together", "token": "check one by one", "block-adaptive": "growing batch",
+                  "sequential": "one at a time"}     # the chart's legend: narrow, under each panel
+# What the tab shows first: three sentences a teacher can read aloud (no jargon: tests/test_autospec_tab.py).
+OPENING = ("This lab shows a shortcut for filling a grid of cells at random: instead of choosing one cell at a time, "
+           "the model guesses many cells at once and then checks its guesses, and the result is just as random as "
+           "the slow way. Press **▶ Sample** to watch one grid fill in, round by round. Look at the count of rounds "
+           "above the grid: it is far smaller than the number of cells, which is how many rounds the "
+           "one-at-a-time way needs.")
+GLOSSARY = """**What the lab does, in the paper's words.** Exact samples from an *any-order* model in far fewer rounds than sites,
+by letting the model **speculate about itself** and verifying the guesses exactly
+([Anari et al., 2025](https://arxiv.org/abs/2511.07869)). The page's plain names, and what they stand for:
+
+| on the page | technical name |
+|---|---|
+| a cell | a site; *n* sites, each with *q* states |
+| a round (a round of questions to the model) | an oracle call: one batch of conditional marginals asked at once (parallel depth) |
+| questions asked | conditionals read (queries, total work) |
+| One of a few hidden patterns; number of hidden patterns (C) | mixture of C product distributions |
+| Every cell leans toward the majority; how strongly the cells agree (β) | Curie–Weiss (mean field) model at inverse temperature β (β = 1 is critical) |
+| Each cell leans toward its neighbours; how strongly neighbours agree (λ); values per cell (q) | 1D Ising (q = 2) / Potts chain with coupling λ |
+| Guess them all, check the guesses together | autospeculation with block verification ([Sun et al., arXiv 2403.10444](https://arxiv.org/abs/2403.10444)) |
+| Guess them all, check one by one until a miss | autospeculation with token verification |
+| Guess a growing batch, check it together | block verification with an adaptive block (starts at ⌈√n⌉) |
+| One cell at a time, no guessing | the sequential sampler (n rounds) |
+| rounds grow ×r each time n doubles | r = 2^slope, the slope of the least-squares fit of log rounds on log n (sequential: slope 1, ×2) |
+| the samples match the exact probabilities | χ² goodness of fit against the law enumerated exactly; total variation against its Monte Carlo noise floor |
+"""
 RECORDED = ASSETS / "autospec_quick.json"
 # The default sample (Curie–Weiss, n = 64, beta = 0.5, block verification) at this seed drafts three blocks:
 # two end in a rejected draft and its correction, so the first Sample shows every step (6 rounds, not 64).
@@ -52,9 +84,9 @@ STYLE = {
     "discarded": "background:#f1f1f1;color:#9a3b3b;border:1px solid #d08c8c;text-decoration:line-through;",
     "sampled": "background:#0072B2;color:#ffffff;border:1px solid #004f7c;",
 }
-LEGEND = [("open", "open"), ("fixed", "fixed earlier"), ("drafted", "drafted (round A)"),
-          ("accepted", "accepted draft"), ("corrected", "corrected"), ("discarded", "discarded draft"),
-          ("sampled", "sampled (sequential)")]
+LEGEND = [("open", "not filled yet"), ("fixed", "filled earlier"), ("drafted", "guessed this round"),
+          ("accepted", "guess kept"), ("corrected", "guess corrected"), ("discarded", "guess thrown away"),
+          ("sampled", "filled one at a time")]
 SYMBOLS = "0123456789ABCDEF"
 
 
@@ -125,6 +157,20 @@ def _error(e: Exception) -> str:
     return f"**Cannot run:** {html.escape(str(e))}"
 
 
+def plain_describe(t) -> str:
+    """The target in the page's plain words (the library's ``describe()`` uses the technical names)."""
+    if isinstance(t, CurieWeiss):
+        return f"{t.n} cells that lean toward the majority (β = {t.beta:g})"
+    if isinstance(t, MixtureProduct):
+        return f"{t.n} cells from one of {t.components} hidden pattern{'s' * (t.components != 1)}"
+    return f"{t.n} cells that lean toward their neighbours (λ = {t.lam:g}, {t.q} values per cell)"
+
+
+def per_doubling(slope: float) -> str:
+    """How rounds grow each time n doubles (2^slope): the plain reading of a log-log slope."""
+    return f"×{2 ** slope:.2f}" if math.isfinite(slope) else "×?"
+
+
 # ---------------------------------------------------------------- the grid
 
 def _frames(target, sampler: str, seed: int):
@@ -182,10 +228,10 @@ def grid_html(status: list[str], values: list[int]) -> str:
 
 
 def counter_markdown(sampler: str, rounds: int, queries, fixed: int, n: int, done: bool) -> str:
-    head = f"**{rounds}** oracle round{'s' * (rounds != 1)} ({LABELS[sampler]})"
-    tail = f" · a sequential sampler needs **{n}** · {fixed}/{n} sites fixed"
+    head = f"**{rounds}** round{'s' * (rounds != 1)} of questions to the model ({PLAIN_SAMPLERS[sampler]})"
+    tail = f" · one cell at a time needs **{n}** · {fixed}/{n} cells filled"
     if queries is not None:
-        tail += f" · {queries} conditionals read"
+        tail += f" · {queries} questions asked in all"
     if done:
         tail += f" · **{n / max(rounds, 1):.1f}x fewer rounds**" if sampler != "sequential" else ""
     return head + tail
@@ -202,7 +248,7 @@ def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay, re
     except ValueError as e:
         yield _error(e), gr.skip(), gr.skip()
         return
-    yield f"Sampling {html.escape(t.describe())}…", gr.skip(), grid_html(["open"] * t.n, [-1] * t.n)
+    yield f"Sampling {html.escape(plain_describe(t))}…", gr.skip(), grid_html(["open"] * t.n, [-1] * t.n)
     last = None
     for status, values, rounds, queries, fixed in _frames(t, sampler, seed):
         last = (rounds, queries, grid_html(status, values))
@@ -212,7 +258,7 @@ def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay, re
     memory.release()
     rounds, queries, grid = last
     # The last frame repeats the grid, so that an API caller's result is complete.
-    yield (f"Done: one exact sample of the {html.escape(t.describe())}.",
+    yield (f"Done: one grid of {html.escape(plain_describe(t))}, exactly as random as one filled cell by cell.",
            counter_markdown(sampler, rounds, queries, t.n, t.n, True), grid)
 
 
@@ -223,18 +269,47 @@ def recorded_scaling():
     try:
         data = json.loads(RECORDED.read_text())
     except (OSError, ValueError):
-        return None, "No recorded scaling run (`python -m specrej.autospec --quick`); press **Measure live**."
+        return None, "No recorded measurement (`python -m specrej.autospec --quick`); press **Measure now**."
     meta = data.get("meta", {})
-    note = (f"Recorded by `python -m specrej.autospec --quick`: mean rounds over {meta.get('chains', '?')} samples "
-            f"per point. Lines are least-squares fits on log-log axes; sequential has slope 1. Rounds are oracle "
-            f"calls (parallel depth), not timings.")
+    note = (f"Recorded earlier: the average number of rounds over {meta.get('chains', '?')} samples for each grid "
+            f"size. Both axes double at each tick, so a flat line means the rounds do not grow with the number of "
+            f"cells, and one cell at a time doubles them (×2.00 in the legend). A round is one batch of questions "
+            f"asked at once, not a time in seconds.")
     return scaling_panels(data["scaling"]), note
 
 
+PANEL_TITLES = {"mixture": "one of a few hidden patterns", "curie-weiss": "cells lean toward the majority",
+                "potts": "cells lean toward their neighbours"}
+PARAM_SYMBOLS = {"C": "C", "beta": "β", "lambda": "λ", "q": "q"}
+
+
+def _plain_params(p: dict) -> str:
+    return ", ".join(f"{PARAM_SYMBOLS[k]} = {v:g}" for k, v in p.items() if k in PARAM_SYMBOLS)
+
+
+def _plain_words(fig, scaling: list[dict]) -> None:
+    """The library's figure (technical names, slopes) in the page's words: panel titles, legend entries
+    ("×r per doubling of n" for a slope), axis titles. The traces are the library's, in its order."""
+    targets = [t for t in PANEL_TITLES if any(s["target"] == t for s in scaling)]
+    ordered = [s for t in targets for s in scaling if s["target"] == t]
+    assert len(ordered) == len(fig.data)
+    for trace, s in zip(fig.data, ordered):
+        trace.name = f"{SHORT_SAMPLERS[s['sampler']]}: {per_doubling(s['slope'])}"
+        trace.legendgrouptitle.text = "rounds grow, each time n doubles:"
+        trace.hovertemplate = "n = %{x} cells<br>%{y:.1f} rounds<extra>" + PLAIN_SAMPLERS[s["sampler"]] + "</extra>"
+    for note, t in zip(fig.layout.annotations, targets):
+        p = next(s["params"] for s in scaling if s["target"] == t)
+        note.text = f"{PANEL_TITLES[t]} ({_plain_params(p)})"
+    fig.update_xaxes(title_text="n (cells)")
+    fig.update_yaxes(title_text="rounds (average)", row=1, col=1)
+
+
 def scaling_panels(scaling: list[dict]):
-    """The library's rounds-against-n figure with one legend under each panel (plotly's legend2, legend3):
-    one shared legend wrapped across the panels put a target's title over its neighbour's axis title."""
+    """The library's rounds-against-n figure, in plain words, with one legend under each panel (plotly's
+    legend2, legend3): one shared legend wrapped across the panels put a target's title over its
+    neighbour's axis title."""
     fig = scaling_figure(scaling)
+    _plain_words(fig, scaling)
     axes = sorted({t.xaxis or "x" for t in fig.data}, key=lambda a: int(a[1:] or 1))
     for trace in fig.data:
         k = axes.index(trace.xaxis or "x")
@@ -261,23 +336,24 @@ def measure_handler(target, beta, components, lam, q, request: gr.Request = None
                   for _, s in SAMPLER_CHOICES]
     finally:
         memory.release()
-    slopes = ", ".join(f"{c['sampler']} {c['slope']:.2f}" for c in curves)
-    return scaling_panels(curves), f"Measured live, 4 samples per point, n = 32…256. Slopes: {slopes}."
+    growth = "; ".join(f"{PLAIN_SAMPLERS[c['sampler']]} {per_doubling(c['slope'])}" for c in curves)
+    return scaling_panels(curves), (f"Measured now, {MEASURE_CHAINS} samples for each grid size, n = 32 to 256. "
+                                    f"Each time n doubles, the rounds grow: {growth}.")
 
 
 def exact_figure(states: list[str], exact: list[float], emp: list[float]):
     import plotly.graph_objects as go
 
     fig = go.Figure([
-        go.Bar(x=states, y=exact, name="exact (enumeration)", marker=dict(color="#0072B2")),
-        go.Bar(x=states, y=emp, name="empirical (samples)", marker=dict(color="#E69F00", pattern=dict(shape="/"))),
+        go.Bar(x=states, y=exact, name="exact probability", marker=dict(color="#0072B2")),
+        go.Bar(x=states, y=emp, name="how often it came up", marker=dict(color="#E69F00", pattern=dict(shape="/"))),
     ])
     fig.update_layout(template="none", paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
                       font=dict(color="#7f7f7f", size=13), barmode="group", height=360,
                       margin=dict(l=60, r=20, t=50, b=90), legend=dict(orientation="h", y=1.02, x=1, xanchor="right",
                                                                         yanchor="bottom"),
                       yaxis=dict(title="probability", gridcolor="rgba(128,128,128,0.25)"),
-                      xaxis=dict(title="state (the most likely, in order)", tickangle=-45,
+                      xaxis=dict(title="grid (the most likely first)", tickangle=-45,
                                  type="category"))
     return fig
 
@@ -300,7 +376,7 @@ def exactness_handler(target, n, beta, components, lam, q, sampler, samples, req
         samples = _int("samples", samples, 1000, MAX_EXACT_SAMPLES)
         t = _target(target, n, beta, components, lam, q)
         if t.q ** t.n > MAX_EXACT_STATES:
-            raise ValueError(f"q^n = {t.q}^{t.n} states is more than {MAX_EXACT_STATES} to enumerate: lower n or q")
+            raise ValueError(f"{t.q}^{t.n} possible grids is more than {MAX_EXACT_STATES} to list: lower n or q")
         sampler = _sampler(sampler)
     except ValueError as e:
         return gr.skip(), _error(e)
@@ -314,61 +390,73 @@ def exactness_handler(target, n, beta, components, lam, q, sampler, samples, req
     emp = (counts.double() / samples).tolist()
     ex, em = [exact[i].item() for i in top], [emp[i] for i in top]
     rest = len(exact) - len(top)
-    others = (f" The other {rest} states (not drawn) hold {1 - sum(ex):.1%} of the probability; the samples put "
-              f"{1 - sum(em):.1%} there." if rest else "")
-    verdict = "consistent with exact sampling" if f.chi2_p > 0.001 else "**not** consistent with the exact law"
-    note = (f"{samples} samples of the {html.escape(t.describe())} by {LABELS[sampler]}: χ² = {f.chi2:.1f} on "
-            f"{f.df} degrees of freedom, **p = {f.chi2_p:.3f}** ({verdict}). Total variation **{f.tv:.4f}**, against "
-            f"a Monte Carlo noise floor of {f.tv_floor:.4f} (the TV of as many draws from the exact law).{others}")
+    others = (f" The other {rest} grids (not in the chart) have {1 - sum(ex):.1%} of the probability; the samples "
+              f"put {1 - sum(em):.1%} there." if rest else "")
+    verdict = "**match** as well as chance allows" if f.chi2_p > 0.001 else "**do not match**"
+    note = (f"Drew {samples} grids of {html.escape(plain_describe(t))}, the way “{PLAIN_SAMPLERS[sampler]}”. How often each "
+            f"grid came up and its exact probability {verdict} (**p = {f.chi2_p:.3f}**: only a p below 0.001 would show a real "
+            f"difference). The two sets of bars differ by {f.tv:.4f} in all; perfect draws would differ by about "
+            f"{f.tv_floor:.4f} from chance alone."
+            f"{others}\n\n<details><summary>Details for specialists</summary>χ² = {f.chi2:.1f} on {f.df} degrees of "
+            f"freedom; total variation {f.tv:.4f} against a Monte Carlo noise floor of {f.tv_floor:.4f} (the TV of "
+            f"as many draws from the exact law, enumerated).</details>")
     return exact_figure(names, ex, em), note
 
 
 # ---------------------------------------------------------------- layout
 
 def build_autospec_tab() -> AutospecTab:
-    """Lay out the tab inside the current Blocks/Tab context, wire its events, return its handles."""
-    gr.Markdown("# Parallel sampling lab\nExact samples from an any-order model in far fewer rounds than sites, "
-                "by letting the model **speculate about itself** and verifying the guesses exactly "
-                "([Anari et al., 2025](https://arxiv.org/abs/2511.07869)).", elem_id="as-header")
+    """Lay out the tab inside the current Blocks/Tab context, wire its events, return its handles.
+
+    The tab opens with three plain sentences (OPENING); every technical name, and the text that was
+    once the header, is in the closed "Details for specialists" accordion."""
+    gr.Markdown(f"# Parallel sampling lab\n{OPENING}", elem_id="as-header")
+    with gr.Accordion("Details for specialists", open=False, elem_id="as-details"):
+        gr.Markdown(GLOSSARY + "\n" + (ASSETS / "autospec.md").read_text(encoding="utf-8"), elem_id="as-explain")
     with gr.Row():
         with gr.Column(scale=1, min_width=280):
-            target = gr.Dropdown(TARGET_CHOICES, value="curie-weiss", label="Target distribution", elem_id="as-target")
-            n = gr.Number(value=64, label=f"n: sites (2 to {MAX_N})", precision=0, elem_id="as-n")
-            beta = gr.Number(value=0.5, label="β: Curie–Weiss inverse temperature (−5 to 5; 1 is critical)",
-                             elem_id="as-beta")
-            components = gr.Number(value=3, label="C: mixture components (1 to 64)", precision=0, elem_id="as-c",
-                                   visible=False)
-            lam = gr.Number(value=1.0, label="λ: chain coupling (−5 to 10; 0 is independent)", elem_id="as-lam",
-                            visible=False)
-            q = gr.Number(value=2, label="q: states per site (2 is Ising, up to 16)", precision=0, elem_id="as-q",
+            target = gr.Dropdown(TARGET_CHOICES, value="curie-weiss", label="How the cells depend on each other",
+                                 elem_id="as-target")
+            n = gr.Number(value=64, label=f"n: number of cells (2 to {MAX_N})", precision=0, elem_id="as-n")
+            beta = gr.Number(value=0.5, label="β: how strongly the cells agree (−5 to 5)", elem_id="as-beta",
+                             info="0: each cell on its own; above 1: most cells end up the same; "
+                                  "below 0: they split half and half")
+            components = gr.Number(value=3, label="C: number of hidden patterns (1 to 64)", precision=0,
+                                   elem_id="as-c", visible=False,
+                                   info="the grid first picks one pattern at random, then fills each cell from it")
+            lam = gr.Number(value=1.0, label="λ: how strongly neighbours agree (−5 to 10)", elem_id="as-lam",
+                            visible=False, info="0: each cell on its own; below 0: neighbours tend to differ")
+            q = gr.Number(value=2, label="q: values per cell (2 to 16)", precision=0, elem_id="as-q",
                           visible=False)
-            sampler = gr.Radio(SAMPLER_CHOICES, value="block", label="Sampler", elem_id="as-sampler")
+            sampler = gr.Radio(SAMPLER_CHOICES, value="block", label="How the model fills the grid",
+                               elem_id="as-sampler")
             with gr.Row():
-                seed = gr.Number(value=DEFAULT_SEED, label="seed", precision=0, elem_id="as-seed")
+                seed = gr.Number(value=DEFAULT_SEED, label="seed", precision=0, elem_id="as-seed",
+                                 info="the same seed gives the same grid")
                 delay = gr.Slider(0.0, 1.5, value=0.5, step=0.05, label="seconds per frame", elem_id="as-delay")
             run = gr.Button("▶ Sample", variant="primary", elem_id="as-sample")
         with gr.Column(scale=3):
-            status = gr.Markdown("Pick a target and press **Sample**.", elem_id="as-status")
+            status = gr.Markdown("Pick how the cells depend on each other and press **Sample**.", elem_id="as-status")
             counter = gr.Markdown("", elem_id="as-counter")
             grid = gr.HTML(grid_html(["open"] * 64, [-1] * 64), elem_id="as-grid")
-    with gr.Accordion("Rounds against n (log-log)", open=True):
+    with gr.Accordion("How the rounds grow with the number of cells", open=True):
         fig, note = recorded_scaling()
-        scaling_plot = gr.Plot(fig, label="oracle rounds against n", elem_id="as-scaling")
+        scaling_plot = gr.Plot(fig, label="rounds against the number of cells", elem_id="as-scaling")
         with gr.Row():
             scaling_note = gr.Markdown(note, elem_id="as-scaling-note")
-            measure = gr.Button("Measure live for this target (n = 32…256)", variant="secondary", size="md", scale=0,
+            measure = gr.Button("Measure now for this grid (n = 32 to 256)", variant="secondary", size="md", scale=0,
                                 min_width=300, elem_id="as-measure", elem_classes=["action"])
-    with gr.Accordion("Exactness check (n ≤ 10)", open=True):
+    with gr.Accordion("Is it still exactly random? (small grids, n ≤ 10)", open=True):
         with gr.Row():
-            exact_n = gr.Number(value=8, label=f"n (2 to {MAX_EXACT_N})", precision=0, elem_id="as-exact-n")
-            exact_samples = gr.Number(value=20000, label="samples (1000 to 100000)", precision=0,
+            exact_n = gr.Number(value=8, label=f"n: number of cells (2 to {MAX_EXACT_N})", precision=0,
+                                elem_id="as-exact-n")
+            exact_samples = gr.Number(value=20000, label="grids to draw (1000 to 100000)", precision=0,
                                       elem_id="as-exact-samples")
-            exact_run = gr.Button("Check exactness", elem_id="as-exact-run")
-        exact_note = gr.Markdown("Samples many times with the chosen sampler and compares the frequency of each "
-                                 "state with its exact probability (by enumeration).", elem_id="as-exact-note")
-        exact_plot = gr.Plot(label="probability of the 32 most likely states", elem_id="as-exact-plot")
-    with gr.Accordion("How this relates to speculative decoding and to Speculative Rejection", open=False):
-        gr.Markdown((ASSETS / "autospec.md").read_text(encoding="utf-8"), elem_id="as-explain")
+            exact_run = gr.Button("Compare with the exact probabilities", elem_id="as-exact-run")
+        exact_note = gr.Markdown("Draws many small grids the chosen way and compares how often each grid comes up "
+                                 "with its exact probability (worked out by listing every possible grid).",
+                                 elem_id="as-exact-note")
+        exact_plot = gr.Plot(label="probability of the 32 most likely grids", elem_id="as-exact-plot")
     tab = AutospecTab(target, n, beta, components, lam, q, sampler, seed, delay, run, status, counter, grid,
                       scaling_plot, measure, scaling_note, exact_n, exact_samples, exact_run, exact_plot, exact_note)
     _wire(tab)

@@ -23,7 +23,7 @@ def final(gen):
 @pytest.mark.parametrize("sampler", ["block", "token", "block-adaptive", "sequential"])
 def test_sample_animates_round_by_round(sampler):
     frames, (status, counter, _) = final(tab.sample_handler("potts", 40, 0.5, 3, 1.0, 3, sampler, 1, 0))
-    assert status.startswith("Done") and "a sequential sampler needs **40**" in counter
+    assert status.startswith("Done") and "one cell at a time needs **40**" in counter
     grids = [f[2] for f in frames if isinstance(f[2], str)]
     assert all('data-cells="40"' in g for g in grids)
     assert grids[-1].count("as-cell as-open") == 0                          # every site filled at the end
@@ -49,9 +49,9 @@ def test_bad_input_gets_a_message(args, msg):
 
 def test_exactness_panel():
     fig, note = tab.exactness_handler("curie-weiss", 6, 1.0, 3, 1.0, 2, "block", 20000)
-    assert "p = " in note and "noise floor" in note and "consistent with exact sampling" in note
+    assert "p = " in note and "noise floor" in note and "**match** as well as chance allows" in note
     assert len(fig.data) == 2 and len(fig.data[0].x) == 32 and fig.layout.xaxis.type == "category"
-    assert "The other 32 states" in note
+    assert "The other 32 grids" in note
     assert all(a >= b for a, b in zip(fig.data[0].y, fig.data[0].y[1:]))     # most likely first
     _, note = tab.exactness_handler("potts", 8, 1.0, 3, 1.0, 5, "block", 20000)
     assert "more than 4096" in note
@@ -63,9 +63,63 @@ def test_recorded_and_live_scaling():
     fig, note = tab.recorded_scaling()
     assert fig is not None and "Recorded" in note and len(fig.data) == 12
     fig, note = tab.measure_handler("curie-weiss", 0.5, 3, 1.0, 2)
-    assert len(fig.data) == 4 and "Slopes" in note
+    assert len(fig.data) == 4 and "Each time n doubles, the rounds grow" in note
     _, note = tab.measure_handler("potts", 0.5, 3, 99.0, 2)
     assert "Cannot run" in note
+
+
+JARGON = ("curie", "weiss", "inverse temperature", "oracle", "slope", "mean field", "ising", "potts", "any-order",
+          "marginal", "conditional", "autospec", "speculat", "log-log", "χ²", "chi²", "chi-squared", "enumerat", "empirical",
+          "total variation", "verification", "target", "sampler", "parallel depth")
+
+
+def _sentences(text: str) -> list[str]:
+    import re
+    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
+
+
+def test_the_tab_opens_with_three_plain_sentences_and_keeps_jargon_in_the_details():
+    """A teacher can read the opening aloud: three sentences, none of the jargon words; every label, choice,
+    hint, button, chart title and first result line outside the "Details for specialists" accordion is
+    plain too. The values the handlers receive are the library's names, unchanged."""
+    import gradio as gr
+
+    opening = tab.OPENING
+    assert len(_sentences(opening)) == 3, _sentences(opening)
+    assert not [w for w in JARGON if w in opening.lower()]
+    with gr.Blocks() as demo:
+        tab.build_autospec_tab()
+    header = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "as-header")
+    assert header.value.split("\n", 1)[1] == opening
+    details = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "as-details")
+    assert isinstance(details, gr.Accordion) and details.open is False and details.label == "Details for specialists"
+    inside = {id(c) for c in details.children}
+    words = []
+    for b in demo.blocks.values():
+        if id(b) in inside:
+            continue
+        for attr in ("label", "info", "value"):
+            v = getattr(b, attr, None)
+            if isinstance(v, str) and not isinstance(b, gr.HTML) and not (
+                    attr == "value" and isinstance(b, (gr.Dropdown, gr.Radio))):   # a choice's value, not shown
+                words.append(v)
+        words += [label for label, _ in getattr(b, "choices", None) or []]
+    fig, note = tab.recorded_scaling()
+    words += [note, fig.layout.yaxis.title.text, fig.layout.xaxis.title.text]
+    words += [a.text for a in fig.layout.annotations] + [tr.name for tr in fig.data]
+    words += [tr.legendgrouptitle.text for tr in fig.data]
+    frames = list(tab.sample_handler("potts", 16, 0.5, 3, 1.0, 3, "token", 1, 0))
+    words += [frames[0][0], frames[-1][0], frames[-1][1]]
+    _, exact_note = tab.exactness_handler("mixture", 4, 0.5, 3, 1.0, 2, "block-adaptive", 1000)
+    words.append(exact_note.split("<details>")[0])
+    assert {"β: how strongly the cells agree (−5 to 5)", "Every cell leans toward the majority",
+            "How the model fills the grid", "▶ Sample"} <= set(words)              # the walk reads the labels
+    found = {w: [x for x in words if w in x.lower()] for w in JARGON}
+    assert not {w: x for w, x in found.items() if x}, found
+    assert "Details for specialists" in exact_note and "χ²" in exact_note    # the technical figures stay, folded
+    assert all(w in tab.GLOSSARY for w in ("Curie–Weiss", "inverse temperature", "oracle", "slope"))
+    assert [v for _, v in tab.TARGET_CHOICES] == ["mixture", "curie-weiss", "potts"]
+    assert [v for _, v in tab.SAMPLER_CHOICES] == ["block", "token", "block-adaptive", "sequential"]
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +197,10 @@ def test_tab_in_a_dark_browser_mid_animation(served, new_page):
     page = new_page(served + "?__theme=dark")
     page.get_by_role("tab", name="Parallel sampling lab").click()
     page.locator("#as-target input").click()
-    page.get_by_role("option", name="Ising / Potts chain").click()
+    page.get_by_role("option", name="Each cell leans toward its neighbours").click()
     page.locator("#as-q input").fill("3")
     page.locator("#as-n input").fill("96")
-    page.get_by_label("token verification").check()
+    page.get_by_label("Guess them all, check one by one until a miss").check()
     page.locator("#as-exact-n input").fill("6")
     page.locator("#as-exact-run").click()
     page.wait_for_function("document.querySelector('#as-exact-note')?.textContent.includes('p = ')")

@@ -173,7 +173,7 @@ def test_call_v2_serves_the_public_api_by_keyword(served):
                    timeout=HANG_GUARD_S)
     assert r.status_code == 200, r.text
     stream = httpx.get(f"{base}/call/autospec_sample/{r.json()['event_id']}", timeout=HANG_GUARD_S).text
-    assert "exact sample" in stream
+    assert "exactly as random" in stream
     r = httpx.post(f"{base}/call/v2/exactness_handler", json={}, timeout=HANG_GUARD_S)
     assert r.status_code == 404 and "No API endpoint 'exactness_handler'" in r.text
     for body, needle in (({"data": []}, "has no parameter 'data'"), ({"n": 4}, "needs a value for target")):
@@ -275,7 +275,7 @@ def test_one_cap_counts_races_replays_and_lab_runs_of_a_client_together(served):
     assert status == 200 and msg["success"], msg
     gate["open"].set()
     for job in held:
-        assert "exact sample" in text(job.result(timeout=HANG_GUARD_S)[0])
+        assert "exactly as random" in text(job.result(timeout=HANG_GUARD_S)[0])
     assert wait_for(lambda: "Done" in text(a.predict(**kwargs(ctx), api_name="/run")[0]))   # the cap freed
 
 
