@@ -195,7 +195,8 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
         """The query string of the race shown (or of the settings): raw values (preprocess=False), so only
         plain scalars are kept."""
         plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
-        return links.query(links.run_values(view if hasattr(view, "fit") else None, plain))
+        return gr.Textbox(value=links.query(links.run_values(view if hasattr(view, "fit") else None, plain)),
+                          visible=True)
 
     c.link.click(make_link, [page.view] + fields, [c.link_box], queue=False, api_visibility="private",
                  preprocess=False) \

@@ -1,9 +1,11 @@
 """The first Run a visitor makes: the page's defaults on the embedded models, in a real Chromium.
 
 Press Run without touching anything and wait for "Done": Speculative Rejection must have made at
-least 2 decisions and pruned at least three quarters of its candidates, and the result must state
-the comparison at equal reward (or how much reward was lost). The time from the click to "Done"
-is printed and written to ``tests/artifacts/default_run.json`` (a figure, never an assertion).
+least 2 decisions and the result must state the verdict in time to equal reward; the same with both
+cores busy with other processes (the race is fitted to the machine first). A recording in step mode,
+its badge, chart downloads, a link that reproduces the settings, and every width (390 px, 1280x720,
+light and dark). The time from the click to "Done" is printed and written to
+``tests/artifacts/default_run.json`` (a figure, never an assertion).
 
 Also a tool on a quiet machine: ``python tests/test_browser_default.py`` prints the same figures.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -73,6 +76,12 @@ def decisions(summary: str) -> int:
     return int(re.search(r"(\d+) decision", row).group(1))
 
 
+# The verdict in time to equal reward: "Best-of-N needs about k answers (t s) to reach ...: ... took X.Yx less
+# time", "... never reach ...: ... took at least X.Yx less time", or "... took X.Yx more time".
+VERDICT = re.compile(r"(?:needs (?:about \d+ answers?|all \d+ answers)|never reach|none of).*?took (?:at least )?"
+                     r"[\d.]+x (?:less|more) time", re.S)
+
+
 @pytest.fixture(scope="module")
 def default_url():
     pytest.importorskip("playwright.sync_api")
@@ -85,7 +94,7 @@ def default_url():
     demo.close()
 
 
-def test_the_default_first_run_prunes_and_states_the_speed_up(default_url):
+def test_the_default_first_run_decides_and_states_the_time_to_equal_reward(default_url):
     url, ctx = default_url
     out = first_run(url, ARTIFACTS / "default-first-run.png")
     print(f"\ndefault first run in Chromium: Done {out['seconds_to_done']} s after the click "
@@ -93,15 +102,126 @@ def test_the_default_first_run_prunes_and_states_the_speed_up(default_url):
     (ARTIFACTS / "default_run.json").write_text(json.dumps(out, indent=1))
     assert "Done" in out["status"]
     assert decisions(out["summary"]) >= 2, out["summary"]
-    # three quarters pruned: the trace of the run says which candidates were pruned
-    traces = sorted(Path(ctx.trace_dir).glob("specrej-trace-*.json"), key=lambda p: p.stat().st_mtime)
-    trace = json.loads(traces[-1].read_text())
-    sr = next(e for e in reversed(trace["events"]) if e["event"] == "finished" and e["arm"] == "sr")
-    pruned = sum(c["status"] == "pruned" for c in sr["candidates"])
-    assert pruned >= 0.75 * len(sr["candidates"]), (pruned, len(sr["candidates"]))
-    # the result says the speed-up at equal reward, or plainly that reward was lost and how much
-    assert "Speed-up" in out["summary"]
-    assert re.search(r"matched Best-of-N's reward|reached [\d.]+% of Best-of-N's reward", out["summary"]), out["summary"]
+    assert VERDICT.search(out["summary"]), out["summary"]
+    assert "Improvement score" in out["summary"] and "FLOPs:" in out["summary"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def replayed(browser, url, *, step: bool, viewport=VIEWPORT, dark: bool = False):
+    """The first example's recorded paper-scale race, replayed instantly (optionally in step mode)."""
+    page = browser.new_page(viewport=viewport, color_scheme="dark" if dark else "light")
+    page.set_default_timeout(120_000)
+    page.goto(url + ("?__theme=dark" if dark else ""))
+    page.wait_for_selector("#run")
+    if step:
+        page.check("#step input")
+    page.click("#replay")
+    page.wait_for_function("/Replay done|Stepping/.test(document.querySelector('#status').innerText)")
+    time.sleep(0.5)
+    return page
+
+
+def test_a_recording_steps_through_its_decisions_and_looks_like_a_recording(browser, default_url):
+    url, _ = default_url
+    page = replayed(browser, url, step=True)
+    badge = page.inner_text("#badge")
+    assert "Recording" in badge and "recorded in" in badge and "replayed in" in badge, badge
+    assert "self-certainty" in badge.lower() and page.is_visible("#run-live")
+    # step mode: the first decision, the pool ranked, the cut, the rank correlation, Best-of-N's winner
+    text = page.inner_text("#step-text")
+    assert "Decision 1 of" in text and "threshold" in text and "Spearman" in text and "eventual winner" in text, text
+    assert page.evaluate("document.querySelector('#step-plot .js-plotly-plot').data.length") >= 3
+    assert "Hidden while you step" in page.inner_text("#summary")
+    page.click("#step-next")
+    page.wait_for_function("document.querySelector('#step-text').innerText.includes('Decision 2 of')")
+    page.click("#step-prev")
+    page.wait_for_function("document.querySelector('#step-text').innerText.includes('Decision 1 of')")
+    page.screenshot(path=str(ARTIFACTS / "step-mode.png"), full_page=True)
+    page.click("#step-end")
+    page.wait_for_function("!document.querySelector('#summary').innerText.includes('Hidden while')")
+    assert VERDICT.search(page.inner_text("#summary")), page.inner_text("#summary")
+    assert not page.is_visible("#step-panel")
+    page.close()
+
+
+def test_charts_download_for_slides(browser, default_url):
+    url, _ = default_url
+    page = replayed(browser, url, step=False)
+    for fmt in ("png", "svg"):
+        with page.expect_download() as got:
+            page.click(f"#race-plot-{fmt}")
+        d = got.value
+        assert d.suggested_filename == f"specrej-verdict.{fmt}", d.suggested_filename
+        data = Path(d.path()).read_bytes()
+        assert data.startswith(b"\x89PNG") if fmt == "png" else b"<svg" in data[:500]
+    page.close()
+
+
+def test_a_link_reproduces_the_settings(browser, default_url):
+    url, _ = default_url
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(url)
+    page.wait_for_selector("#run")
+    page.fill("#prompt textarea", "Name three rivers.")
+    page.click("#settings")
+    page.wait_for_selector("#seed input", state="visible")
+    page.fill("#seed input", "7")
+    page.locator("#seed input").press("Enter")
+    page.click("#link")
+    page.wait_for_function("(document.querySelector('#link-box textarea, #link-box input') || {}).value"
+                           "?.includes('seed=7')")
+    link = page.input_value("#link-box textarea, #link-box input")
+    assert "prompt=Name+three+rivers." in link and page.url == link, (link, page.url)
+    other = browser.new_page(viewport=VIEWPORT)
+    other.goto(link)
+    other.wait_for_selector("#prompt textarea")
+    other.wait_for_function("document.querySelector('#prompt textarea').value === 'Name three rivers.'")
+    assert other.input_value("#seed input") == "7"
+    page.close(), other.close()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("size", [(390, 844), (1280, 720)], ids=["phone", "projector"])
+def test_every_width_fits(browser, default_url, size, theme):
+    """No horizontal overflow at 390 px or on a 1280x720 projector, with the result showing; the result
+    table and the step text inside their boxes. Screenshots under tests/artifacts/."""
+    url, _ = default_url
+    w, h = size
+    page = replayed(browser, url, step=False, viewport={"width": w, "height": h}, dark=theme == "dark")
+    assert page.evaluate("document.documentElement.scrollWidth") <= w, page.evaluate(
+        "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > "
+        f"{w} + 1).slice(0, 5).map(e => e.id || e.className || e.tagName)")
+    table, box = page.locator("#summary table").bounding_box(), page.locator("#summary").bounding_box()
+    assert table["x"] + table["width"] <= box["x"] + box["width"] + 1, (table, box)
+    page.screenshot(path=str(ARTIFACTS / f"width-{w}-{theme}.png"), full_page=True)
+    page.close()
+
+
+@pytest.mark.slow
+def test_the_default_run_concludes_with_both_cores_busy(default_url):
+    """Two other processes spin on both cores (a shared Space, a teacher's busy laptop): the race is fitted
+    before it starts, so it still ends "Done" with a verdict (the time is printed, never asserted)."""
+    url, _ = default_url
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(1.0)
+        out = first_run(url, ARTIFACTS / "default-run-loaded.png")
+    finally:
+        for s in spinners:
+            s.kill()
+    print(f"\ndefault run with both cores busy: Done {out['seconds_to_done']} s after the click")
+    (ARTIFACTS / "default_run_loaded.json").write_text(json.dumps(out, indent=1))
+    assert "Done" in out["status"] and "Stopped" not in out["status"]
+    assert VERDICT.search(out["summary"]), out["summary"]
 
 
 if __name__ == "__main__":
