@@ -54,6 +54,8 @@ def replay(method: Callable[..., Iterator[Event]], run: CoupledRun, scorer: Pref
     """``method`` (a live method: ``speculative_rejection``, ``best_of_n``, ...) on ``cfg``, driving a replay
     of ``run`` whose rewards come from ``scorer``'s memo. ``shared``: the prompt's slots are held once
     (the engine's shared prefix, vLLM's prefix cache) or once per row. ``kw``: the method's own (``policy``)."""
+    if cfg.prompt != run.prompt:
+        raise ValueError("the coupled run recorded another prompt: replay the prompt it recorded.")
     if shared and not scorer.lm.shares_prefix:
         raise ValueError(f"model {getattr(scorer.lm, 'name', '?')!r} cannot share the prompt's slots across rows: "
                          "replay it with shared=False.")
