@@ -133,3 +133,49 @@ def test_memo_reward_scores_each_response_once():
     again = memo.score("p", ["cd", "xy"])
     assert again.scores == [100.0, 121.0] and again.tokens_read == 2 and inner.calls == 2   # only "xy" is read
     assert memo.score("other prompt", ["ab"]).tokens_read == 2                            # keyed by prompt too
+
+
+# ------------------------------------------------------------------ Best-of-N's winner, and the oracle
+# Seven candidates; Speculative Rejection opens with the first six (n=6), so candidate 6, whose final
+# reward is the best ('~' = 126), is never drawn. Candidate 2 looks worst at token 4 ('b') and ends
+# second best ('y' = 121): the paper's rule prunes it at the first decision, the oracle keeps it.
+TEXTS7 = ["aaaaaaaa", "ffffffff", "bbbbyyyy", "eeeezzzx", "dddd", "cccccccc", "~~~~~~~~"]
+SCRIPT7 = Script(prompt_tokens=4, tokens=[list(t.encode()) for t in TEXTS7])
+FINAL7 = {c: float(ord(t[-1])) for c, t in enumerate(TEXTS7)}
+
+
+def _sr(policy=None):
+    events = list(speculative_rejection(ByteLM(), LastLetter(), CFG, engine=Replay(SCRIPT7), policy=policy))
+    return events[-1], [e for e in events if isinstance(e, Round)]
+
+
+def test_the_winners_fate_never_drawn_pruned_or_kept():
+    from specrej.compare import winner_fate
+
+    fin, rounds = _sr()
+    # decision 1 at token 4 keeps 1 ('f'), 3 ('e') and 4 ('dddd', finished): 2 goes
+    assert [r.position for r in rounds] == [4]
+    assert winner_fate(6, fin, rounds).to_dict() == {"fate": "never_drawn", "decision": None, "position": None}
+    assert winner_fate(6, fin, rounds).words() == "never drawn (outside the first batch)"
+    assert winner_fate(2, fin, rounds).to_dict() == {"fate": "pruned", "decision": 1, "position": 4}
+    assert winner_fate(3, fin, rounds).to_dict() == {"fate": "kept", "decision": None, "position": None}
+    assert fin.winner.id == 3 and fin.winner.score == float(ord("x"))
+
+
+def test_the_oracle_keeps_the_best_final_rewards_through_the_same_loop():
+    from specrej.core.decisions import decision_rule
+    from specrej.core.oracle import OracleRule
+    from specrej.core.rules import Contender
+
+    oracle = OracleRule(FINAL7)
+    pool = [Contender(c, 0.0, 4) for c in (0, 2, 3, 5)]
+    assert oracle.rank(pool, 4) == [2, 3, 5, 0]                # y, x, c, a: the partial scores play no part
+    with pytest.raises(ValueError, match="no final reward"):
+        oracle.rank([Contender(9, 0.0, 4)], 4)
+    fin, rounds = _sr(decision_rule(alpha=0.5, rule=oracle))
+    # at token 4 the pool by final reward is 2 y, 3 x, 1 f, 4 d (finished), 5 c, 0 a: keep 3 of 6
+    assert {c.id for c in rounds[0].candidates if c.status in ("kept", "finished")} == {1, 2, 3}
+    # the ceiling: the best final reward the first batch drew (never candidate 6: it was not drawn)
+    assert (fin.winner.id, fin.winner.score) == (2, 121.0) == (2, max(FINAL7[c] for c in range(6)))
+    paper, _ = _sr()
+    assert paper.winner.score < fin.winner.score
