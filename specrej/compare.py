@@ -96,6 +96,40 @@ def decision_rank(r: Round, final: Mapping[int, float]) -> DecisionRank:
     return DecisionRank(r.index, r.position, len(live), r.n_kept, r.forced, rho)
 
 
+@dataclass(frozen=True)
+class Fate:
+    """What became of one candidate (Best-of-N's winner) in a Speculative Rejection run.
+
+    ``never_drawn``: its id is outside the run's first batch, so no rule could have kept it;
+    ``pruned`` at ``decision`` (1-based) when the rows had ``position`` tokens; ``kept`` to the end."""
+
+    fate: str                      # "never_drawn" | "pruned" | "kept"
+    decision: int | None = None    # the decision that pruned it (1 = the first)
+    position: int | None = None    # tokens generated at that decision
+
+    def words(self) -> str:
+        if self.fate == "never_drawn":
+            return "never drawn (outside the first batch)"
+        if self.fate == "pruned":
+            return f"pruned at decision {self.decision} ({self.position} tokens)"
+        return "kept to the end"
+
+    def to_dict(self) -> dict:
+        return {"fate": self.fate, "decision": self.decision, "position": self.position}
+
+
+def winner_fate(winner: int, fin: Finished, rounds: Sequence[Round]) -> Fate:
+    """The fate of candidate ``winner`` (Best-of-N's winner) in the run that ended with ``fin``
+    (its Round events ``rounds``, by index)."""
+    twin = next((c for c in fin.candidates if c.id == winner), None)
+    if twin is None:
+        return Fate("never_drawn")
+    if twin.status == "pruned":
+        at = next((r for r in rounds if r.index == twin.round_pruned), None)
+        return Fate("pruned", twin.round_pruned + 1, at.position if at is not None else None)
+    return Fate("kept")
+
+
 # ---------------------------------------------------------------------------------- curves
 def best_finished(candidates: Iterable[Candidate]) -> Candidate | None:
     """The best-scored finished candidate still in contention (lowest id on a tie)."""

@@ -19,6 +19,9 @@ The compute of Best-of-k is an expectation too:
 - decode steps with slots refilled (``refill_steps``): the same ``rows_per_pass`` slots, but a
   slot takes the next candidate the step after its answer ends, as continuous batching (vLLM)
   does; the steps are the makespan of that list schedule, averaged over random orders;
+- decode steps with a paged KV cache (``paged_refill_steps``): no slot is reserved for a full-length
+  answer; each answer holds its real length, and the next starts as soon as its memory fits
+  (first come, first served), as vLLM admits requests: the strongest of the three baselines;
 - wall time, modelled from step times measured at the pass's batch size (``step_s(rows)``):
   sum over passes of E[steps] x step_s(rows), plus ``fixed_s`` (prefill and scoring) scaled by
   k/N. A model, not a measurement: say so where it is shown.
@@ -36,9 +39,10 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .core.budget import KVBudget
 from .metrics import SpeedUp, speedup
 
-MEASURES = ("flops", "steps", "steps_refill", "wall")
+MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "wall")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -119,6 +123,60 @@ def bon_point(run: PromptRun, k: int, rows_per_pass: int,
     return Point(k, expected_max(run.scores, k), tokens, flops, steps, wall_s)
 
 
+def _orders(n: int, draws: int, seed: int) -> list[Sequence[int]]:
+    """Every order of n candidates when n! <= ``draws``, else ``draws`` random ones (seeded)."""
+    if math.factorial(n) <= draws:
+        return list(itertools.permutations(range(n)))
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(draws):
+        o = list(range(n))
+        rng.shuffle(o)
+        orders.append(o)
+    return orders
+
+
+def paged_schedule(lengths: Sequence[int], order: Sequence[int], budget: KVBudget) -> list[int]:
+    """Decode steps of Best-of-k for k = 1..len(order) (entry k-1) when the candidates start in ``order``
+    and each holds its answer's *real* length in memory (a paged KV cache): the next candidate starts as
+    soon as its memory fits beside the running ones (first come, first served: it waits for nobody behind
+    it, nobody behind it overtakes), as vLLM's scheduler admits requests. A candidate of length L holds
+    ``budget.row_slots(L - 1)`` slots (its last token is never fed back) from its start to its end; the
+    shared prompt is held once. Online, like ``refill_steps``: the first k never wait for later ones."""
+    room = budget.total - budget.shared_slots
+    need = {c: budget.row_slots(max(lengths[c] - 1, 0)) for c in order}
+    if any(v > room for v in need.values()):
+        raise ValueError(f"an answer of {max(lengths)} tokens does not fit the budget of {budget.total} slots alone")
+    running: list[tuple[int, int]] = []   # (end step, slots held), a heap
+    now, free = 0, room
+    out, end = [], 0
+    for c in order:
+        while need[c] > free:             # wait for the next answer to end, and free its memory
+            now, held = heapq.heappop(running)
+            free += held
+            while running and running[0][0] == now:
+                free += heapq.heappop(running)[1]
+        heapq.heappush(running, (now + lengths[c], need[c]))
+        free -= need[c]
+        end = max(end, now + lengths[c])
+        out.append(end)
+    return out
+
+
+def paged_refill_steps(lengths: Sequence[int], budget: KVBudget, draws: int = 256, seed: int = 0) -> list[float]:
+    """Expected decode steps of Best-of-k for k = 1..N (entry k-1) with a paged KV cache
+    (``paged_schedule``), averaged over orders of the candidates as ``refill_steps`` does."""
+    n = len(lengths)
+    if n == 0:
+        raise ValueError("paged_refill_steps needs at least one length")
+    orders = _orders(n, draws, seed)
+    total = [0.0] * n
+    for order in orders:
+        for k, e in enumerate(paged_schedule(lengths, order, budget)):
+            total[k] += e
+    return [t / len(orders) for t in total]
+
+
 def refill_steps(lengths: Sequence[int], slots: int, draws: int = 256, seed: int = 0) -> list[float]:
     """Expected decode steps of Best-of-k for k = 1..N (entry k-1) when ``slots`` rows decode at once
     and a slot takes the next candidate as soon as its answer ends (continuous batching).
@@ -133,15 +191,7 @@ def refill_steps(lengths: Sequence[int], slots: int, draws: int = 256, seed: int
         raise ValueError("refill_steps needs at least one length")
     if slots < 1:
         raise ValueError("slots must be at least 1")
-    if math.factorial(n) <= draws:
-        orders = list(itertools.permutations(range(n)))
-    else:
-        rng = random.Random(seed)
-        orders = []
-        for _ in range(draws):
-            o = list(range(n))
-            rng.shuffle(o)
-            orders.append(o)
+    orders = _orders(n, draws, seed)
     total = [0.0] * n
     for order in orders:
         free = [0] * min(slots, n)      # the step at which each slot is next free
@@ -183,13 +233,18 @@ def improvement_gains(bests: Sequence[float], runs: Sequence[PromptRun], capped:
 
 
 def bon_curve(runs: Sequence[PromptRun], ks: Sequence[int], rows_per_pass: Sequence[int],
-              step_s: Callable[[int], float] | None = None) -> list[dict]:
+              step_s: Callable[[int], float] | None = None,
+              budgets: Sequence[KVBudget] | None = None) -> list[dict]:
     """Best-of-k over prompts, for each k: the expected improvement score and the compute summed
-    over prompts (tokens, flops, steps in fixed passes, steps_refill with refilled slots, and
-    wall_s when ``step_s`` models it)."""
+    over prompts (tokens, flops, steps in fixed passes, steps_refill with refilled slots,
+    steps_paged with a paged KV cache when ``budgets`` gives each prompt's, and wall_s when
+    ``step_s`` models it)."""
     if not runs or len(rows_per_pass) != len(runs):
         raise ValueError("bon_curve needs one rows_per_pass per prompt run")
+    if budgets is not None and len(budgets) != len(runs):
+        raise ValueError("bon_curve needs one budget per prompt run")
     refill = [refill_steps(r.lengths, b) for r, b in zip(runs, rows_per_pass)]
+    paged = [paged_refill_steps(r.lengths, kv) for r, kv in zip(runs, budgets)] if budgets is not None else None
     memos: list[dict] = [{} for _ in runs]
     out = []
     for k in ks:
@@ -197,6 +252,8 @@ def bon_curve(runs: Sequence[PromptRun], ks: Sequence[int], rows_per_pass: Seque
         row = {"k": k, "improvement": improvement([p.best for p in pts], runs),
                "tokens": sum(p.tokens for p in pts), "flops": sum(p.flops for p in pts),
                "steps": sum(p.steps for p in pts), "steps_refill": sum(rf[k - 1] for rf in refill)}
+        if paged is not None:
+            row["steps_paged"] = sum(pg[k - 1] for pg in paged)
         if step_s is not None:
             row["wall"] = sum(p.wall_s for p in pts)
         out.append(row)

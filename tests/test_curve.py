@@ -112,3 +112,29 @@ def test_refill_steps_known_answers():
     assert refill_steps(lengths, 3) == refill_steps(lengths, 3)
     with pytest.raises(ValueError):
         refill_steps([], 2)
+
+
+def test_paged_refill_steps_by_hand():
+    """A paged KV cache: each answer holds its real length (its last token never fed), the next starts
+    when its memory fits (first come, first served)."""
+    from specrej.core.budget import KVBudget
+    from specrej.curve import paged_refill_steps, paged_schedule
+
+    kv = KVBudget(10, 0, True)                    # 10 slots for the rows' own tokens
+    lengths = [6, 5, 3, 2]                        # hold 5, 4, 2, 1 slots
+    # t=0: 0 (5) and 1 (4) start, 1 slot left; 2 (2) waits. t=5: 1 ends, 5 free: 2 and 3 start.
+    # 0 ends at 6, 2 at 8, 3 at 7: Best-of-1..4 take 6, 6, 8, 8 steps.
+    assert paged_schedule(lengths, [0, 1, 2, 3], kv) == [6, 6, 8, 8]
+    # the other way round: 3 (1), 2 (2), 1 (4) start, 3 left; 0 (5) waits for 2 and 3 to end at 3
+    assert paged_schedule(lengths, [3, 2, 1, 0], kv) == [2, 3, 5, 9]
+    # the prompt held once (shared) leaves less room; copied per row, each row holds it too
+    assert paged_schedule(lengths, [0, 1, 2, 3], KVBudget(12, 2, True)) == [6, 6, 8, 8]
+    assert paged_schedule([3, 3, 3], [0, 1, 2], KVBudget(11, 2, False)) == [3, 3, 6]   # each 2 + 2 slots of 11
+    # over every order (4! = 24 <= draws): Best-of-1 is the mean length; Best-of-4 averages 24 schedules
+    steps = paged_refill_steps(lengths, kv)
+    assert steps[0] == pytest.approx(4.0) and len(steps) == 4
+    import itertools
+    assert steps[3] == pytest.approx(sum(paged_schedule(lengths, o, kv)[3]
+                                         for o in itertools.permutations(range(4))) / 24)
+    with pytest.raises(ValueError, match="does not fit"):
+        paged_schedule([12], [0], kv)

@@ -79,6 +79,45 @@ def test_capped_intervals_refill_and_the_simulator_in_the_aggregate(tiny_lm, rec
     assert rows[0]["speedup_steps_refill"] == pytest.approx(agg["bon_ref"]["steps_refill"] / agg["bon_ref"]["steps"])
 
 
+def test_paged_baseline_intervals_oracle_and_fates_in_the_aggregate(tiny_lm, length_reward):
+    """Simulated points whose first batch (12 to 14 rows) the coupled Best-of-16 runs hold, so each has its
+    oracle ceiling; and Best-of-N's third baseline, the paged KV cache."""
+    base = RunConfig(prompt="-", max_new_tokens=24, seed=2, progress_every=0)
+    P = len(tiny_lm.render(PROMPT))
+    budget = (P + 12 * 4) if tiny_lm.shares_prefix else 12 * (P + 4)
+    rows = [{"id": f"p{i}", "kind": "", "prompt": p} for i, p in enumerate([PROMPT, "Explain how a rainbow forms.",
+                                                                             "Write a haiku about the sea."])]
+    recs = [run_prompt(tiny_lm, length_reward, r, base, n_ref=16, points=[(0.5, 4), (0.8, 4)], budget=budget,
+                       live=()) for r in rows]
+    agg = aggregate(recs, gen_params=tiny_lm.n_params, step_model=None)
+    assert agg["bon_ref"]["steps_paged"] > 0 and agg["bon"][-1]["rel_steps_paged"] == pytest.approx(1.0)
+    assert all(r["kv_shared"] == tiny_lm.shares_prefix for r in recs)
+    for p in agg["sr"]:
+        for m in ("steps", "steps_refill", "steps_paged"):
+            ci = p[f"speedup_{m}_ci90"]   # the speed-up at each end of the improvement's interval
+            assert ci["low"] <= p[f"speedup_{m}"]["value"] <= ci["high"]
+        # the oracle ceiling: the best final reward SR's first batch drew, reached through the same loop
+        assert p["source"] == "simulated" and p["n"] <= 16
+        assert p["gap_to_oracle"] == pytest.approx(p["oracle_improvement"] - p["improvement"])
+        assert p["gap_to_oracle"] >= -1e-9
+        counts = p["winner_fate_counts"]
+        assert counts["kept"] + counts["pruned"] + counts["never_drawn"] == len(recs)
+        assert counts["pruned"] == sum(counts["pruned_at_decision"].values())
+        assert counts["kept"] / len(recs) == p["kept_bon_winner"]
+        assert [f["id"] for f in p["winner_fates"]] == [r["id"] for r in recs]
+    for r in recs:
+        final, n_ref = r["bon"]["scores"], r["bon"]["n"]
+        for s in r["sr"]:
+            assert s["oracle"]["score"] == pytest.approx(max(final[:s["n"]]))
+            assert s["oracle"]["score"] >= s["score"] - 1e-9
+            fate = s["winner_fate"]
+            assert (fate["fate"] == "never_drawn") == (r["bon"]["winner"] >= s["n"])
+            assert (fate["fate"] == "kept") == s["kept_bon_winner"]
+    rows = summary(agg)
+    assert rows[0]["speedup_steps_paged"] == pytest.approx(agg["bon_ref"]["steps_paged"] / agg["bon_ref"]["steps"])
+    assert all(len(r["speedup_steps_paged_ci90"]) == 2 for r in rows[1:])
+
+
 def test_simulated_points_match_the_ones_that_ran(tiny_lm, length_reward):
     """live=(): every point replayed from the coupled run gives what running it gave."""
     base = RunConfig(prompt="-", max_new_tokens=24, seed=2, progress_every=0)
@@ -90,7 +129,7 @@ def test_simulated_points_match_the_ones_that_ran(tiny_lm, length_reward):
     sim = run_prompt(tiny_lm, length_reward, row, base, live=(), **kw)
     for a, b in zip(ran["sr"], sim["sr"]):
         assert a["source"] == "run" and b["source"] == "simulated" and b["wall_s"] is None
-        for key in ("winner", "steps", "generated_tokens", "rounds", "kept_bon_winner"):
+        for key in ("winner", "steps", "generated_tokens", "rounds", "kept_bon_winner", "winner_fate", "oracle"):
             assert a[key] == b[key], key
         assert a["score"] == pytest.approx(b["score"])
 
@@ -110,6 +149,7 @@ def test_table_and_figure(tiny_lm, records, tmp_path):
     meta = {"prompt_set": "t", "model": "tiny", "reward": "variety", "max_new_tokens": 24, "budget": 1, "seed": 2}
     text = paper_table(agg, meta)
     assert "Best-of-16" in text and "SR paper a=0.5 T=4" in text and "MODELLED" in text
+    assert "x paged" in text and "oracle" in text and "Best-of-16's winner: kept" in text
     assert paper_png(agg, "t", tmp_path / "f.png") and (tmp_path / "f.png").stat().st_size > 10_000
 
 

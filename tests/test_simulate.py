@@ -1,13 +1,14 @@
-"""The offline simulator replays Speculative Rejection exactly as the real method runs it."""
+"""The offline simulator is the live method driving a replay of a coupled run: it reproduces a live
+run event for event."""
 from __future__ import annotations
 
 import pytest
 
-from specrej import RunConfig, speculative_rejection
+from specrej import RunConfig, best_of_n, speculative_rejection, to_dict
 from specrej.bench.coupled import PrefixScorer, collect
-from specrej.bench.simulate import simulate_sr
+from specrej.bench.simulate import replay, simulate_sr
 from specrej.core.budget import KVBudget
-from specrej.events import Finished, Round
+from specrej.events import Finished, Progress, Round
 
 PROMPT = "Give me three tips for staying healthy."
 
@@ -36,6 +37,66 @@ def test_simulation_matches_the_real_method(tiny_lm, length_reward, coupled, alp
     assert [d["position"] for d in sim.decisions] == [r.position for r in rounds]
     assert sim.first_decision == rounds[0].position == extra
     assert sim.steps == max(c.tokens for c in fin.candidates if c.status == "finished")
+
+
+def _same(event) -> dict:
+    """An event as data, less what a replay cannot share with a live run: the clock and the backend's name."""
+    d = to_dict(event)
+    for k in ("wall_s", "backend"):
+        d["ledger"].pop(k)
+    return d
+
+
+@pytest.mark.parametrize("method,kw", [
+    (speculative_rejection, dict(alpha=0.5, budget_extra=6)),
+    (speculative_rejection, dict(alpha=0.7, budget_extra=9, decision="interval", interval=5)),
+    (speculative_rejection, dict(alpha=0.5, budget_extra=5, keep_finished=True, rule="calibrated")),
+    (best_of_n, dict(budget_extra=20)),
+])
+def test_replay_reproduces_a_live_run_event_for_event(tiny_lm, length_reward, coupled, method, kw):
+    """The same method, the same config: on the model, and on a replay of the coupled run (the
+    simulator's one loop). Every event (Progress, Round, Finished) is equal, candidates, scores,
+    statuses and ledger included (but the clock)."""
+    kw = dict(kw)
+    extra = kw.pop("budget_extra")
+    cfg = RunConfig(prompt=PROMPT, n=16, max_new_tokens=24, seed=5, progress_every=3,
+                    budget=coupled.prompt_tokens + 16 * extra, **kw)
+    live = list(method(tiny_lm, length_reward, cfg))
+    scorer = PrefixScorer(tiny_lm, length_reward, coupled)
+    replayed = list(replay(method, coupled, scorer, cfg))
+    assert [type(e) for e in replayed] == [type(e) for e in live]
+    assert sum(isinstance(e, Round) for e in live) >= 2 and any(isinstance(e, Progress) for e in live)
+    assert [_same(e) for e in replayed] == [_same(e) for e in live]
+    assert replayed[-1].ledger.backend == "replay"
+    if method is speculative_rejection:
+        assert any(e.n_pruned for e in live if isinstance(e, Round))
+
+
+def test_replay_scores_each_prefix_once(tiny_lm, coupled):
+    """The replays of one coupled run share its scorer's memory: a prefix is scored once, whatever
+    reads it (the scorer itself, or any number of replayed points)."""
+    from specrej import CallableReward
+
+    seen: list[str] = []
+    reward = CallableReward(lambda p, rs: (seen.extend(rs), [float(len(r)) for r in rs])[1], name="len")
+    scorer = PrefixScorer(tiny_lm, reward, coupled)
+    final = scorer.final()
+    assert len(seen) == len(set(seen)) and len(seen) == 16
+    P = coupled.prompt_tokens
+    for alpha in (0.5, 0.5, 0.8):
+        simulate_sr(coupled, scorer, budget=P + 16 * 6, alpha=alpha, n0=16, max_new_tokens=24)
+    assert len(seen) == len(set(seen)) > 16            # partial prefixes were scored, each once
+    assert scorer.final() == final
+
+
+def test_replay_refuses_what_the_recording_does_not_hold(tiny_lm, length_reward, coupled):
+    scorer = PrefixScorer(tiny_lm, length_reward, coupled)
+    P = coupled.prompt_tokens
+    with pytest.raises(ValueError, match="recorded run"):
+        simulate_sr(coupled, scorer, budget=P + 17 * 6, alpha=0.5, n0=17, max_new_tokens=24)
+    with pytest.raises(ValueError, match="prompt"):
+        list(replay(speculative_rejection, coupled, scorer, RunConfig(prompt="Something else entirely.", n=4,
+                                                                       max_new_tokens=24, budget=400)))
 
 
 def test_coupled_run_is_best_of_n(tiny_lm, length_reward, coupled):

@@ -18,10 +18,12 @@ The protocol (``protocol``), per prompt:
 
 Over prompts (``protocol.aggregate``): improvement score against Best-of-N_ref, raw and capped at
 its best, with 90% bootstrap intervals; relative compute; the speed-up at equal improvement in
-decode steps (against fixed passes and against refilled slots), FLOPs and wall time (a lower
-bound when SR beats Best-of-N_ref), how often SR kept Best-of-N's winner, and the Spearman of partial against
-final reward at each decision (``specrej.compare``). The simulator (``simulate``) replays SR
-offline from one coupled run; ``reward_study`` uses it to compare reward kinds.
+decode steps (against fixed passes, refilled slots and a paged KV cache, each with an interval),
+FLOPs and wall time (a lower bound when SR beats Best-of-N_ref), what became of Best-of-N's winner
+(kept, pruned at decision d, never drawn), the oracle ceiling at each point, and the Spearman of
+partial against final reward at each decision (``specrej.compare``). The simulator (``simulate``)
+is the live method driving a replay of one coupled run (``backends.replay``); ``reward_study``
+uses it to compare reward kinds.
 
 Engine speed (``engine_speed``): tokens/s against ``transformers`` ``generate``; a Speculative
 Rejection run against the reference code's re-prefill (``reference``); peak memory; FLOP/s.

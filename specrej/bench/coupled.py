@@ -9,7 +9,8 @@ model again:
   cumulative log-probability / self-certainty kept here per position;
 - the Best-of-N curve by order statistics (``specrej.curve``);
 - Speculative Rejection replayed offline at any budget, alpha and first decision
-  (``specrej.bench.simulate``): a cross-check of the real runs, and a cheap way to choose defaults.
+  (``specrej.bench.simulate``: the live methods driving a replay of this run,
+  ``backends.replay``): a cheap way to choose defaults and to score rules.
 
 The run decodes all N rows in one batch (no memory budget: what is recorded are tokens, not
 timings, and the tokens do not depend on the batch).
@@ -25,6 +26,7 @@ import torch
 
 from ..config import RunConfig
 from ..backends import backend_for
+from ..backends.replay import MemoReward, recorded_stats
 from ..models import LM
 from ..rewards import Reward, TokenStats, checked
 
@@ -49,9 +51,8 @@ class CoupledRun:
         return [len(t) for t in self.tokens]
 
     def stats(self, c: int, t: int) -> TokenStats:
-        """Mean statistics of candidate c's first t tokens (t >= 1)."""
-        t = min(t, len(self.tokens[c]))
-        return TokenStats(self.cum_lp[c][t - 1] / t, self.cum_sc[c][t - 1] / t)
+        """Mean statistics of candidate c's first t tokens (t >= 1), as a replay reports them."""
+        return recorded_stats(self, c, t)
 
     def to_dict(self) -> dict:
         return {"prompt": self.prompt, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens,
@@ -98,11 +99,13 @@ def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
 
 class PrefixScorer:
     """Rewards of candidates' prefixes (memoised): ``score(cands, t)`` scores the first t tokens
-    of each candidate (its whole response when it is shorter)."""
+    of each candidate (its whole response when it is shorter). ``memo``: the same reward with the
+    same memory, for the replays of this run (``bench.simulate``): what one scored, the other reads."""
 
     def __init__(self, lm: LM, reward: Reward, run: CoupledRun):
         self.lm, self.reward, self.run = lm, reward, run
         self._memo: dict[tuple[int, int], float] = {}
+        self.memo = MemoReward(reward)
         self.tokens_read = 0
 
     def score(self, cands: list[int], t: int) -> list[float]:
@@ -115,6 +118,7 @@ class PrefixScorer:
             out = checked(self.reward, run.prompt, texts, stats)
             self.tokens_read += out.tokens_read
             self._memo.update(zip(todo, out.scores))
+            self.memo.remember(run.prompt, texts, stats, out.scores)
         return [self._memo[k] for k in keys]
 
     def final(self) -> list[float]:

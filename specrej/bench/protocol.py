@@ -9,13 +9,17 @@ Per prompt:
 2. **The Best-of-N curve** for every k <= N_ref by order statistics (``specrej.curve``): the
    expected best of k random candidates, and the expected compute of Best-of-k *under the
    budget*: tokens, FLOPs, decode steps in fixed passes of the rows that fit at full length,
-   decode steps with those slots refilled as answers end (continuous batching, the fair
-   baseline), and wall time MODELLED from step times measured at the budgeted batch
+   decode steps with those slots refilled as answers end (static refill), decode steps with a
+   paged KV cache (each answer holds its real length; the next starts when its memory fits, as
+   vLLM admits requests: the strongest baseline), and wall time MODELLED from step times measured at the budgeted batch
    (``StepModel``: real passes of ``rows_per_pass`` rows and of 1 row, interpolated in rows).
 3. **Speculative Rejection** with each rejection rule (``specrej.core.rules``) at each (alpha, first
    decision): its starting N fills the budget at the first decision (``n = auto``). Grid points
    are replayed by the simulator from the coupled run (exact in fp32); the ``live`` points run
    for real: ledger, decode steps, wall time, checked against the simulator and the reference.
+   Every point records what became of Best-of-N_ref's winner (kept, pruned at decision d, or never
+   drawn by the first batch) and the oracle ceiling at its (alpha, first decision): the same loop
+   with a rule that keeps the best final rewards (``core.oracle``).
 
 Decode steps track accelerator time where a step's cost hardly depends on the number of rows
 (a GPU); FLOPs track total work; CPU wall time sits between.
@@ -29,14 +33,15 @@ from typing import Callable
 
 import torch
 
-from ..compare import decision_rank, live_at_decision
+from ..compare import decision_rank, live_at_decision, winner_fate
 from ..config import AUTO, RunConfig
 from ..core.budget import KVBudget
+from ..core.oracle import OracleRule
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, improvement_gains, speedups
 from ..backends import backend_for
 from ..events import Finished, Round
 from ..methods import speculative_rejection
-from ..metrics import bootstrap_ci
+from ..metrics import bootstrap_ci, speedup
 from .coupled import CoupledRun, PrefixScorer, collect
 from .simulate import simulate_sr
 
@@ -115,7 +120,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     winner = max(range(n_ref), key=lambda c: (scores[c], -c))
     texts = [lm.decode(t) for t in run.tokens]
     tick("reference")
-    record = {**row, "prompt_tokens": P, "budget": budget,
+    record = {**row, "prompt_tokens": P, "budget": budget, "kv_shared": shared,
               "rows_per_pass": KVBudget(budget, P, shared).rows_per_pass(None, base.max_new_tokens),
               "bon": {"n": n_ref, "scores": scores, "tokens": lengths, "winner": winner,
                       "winner_text": texts[winner],
@@ -123,6 +128,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
                                  "reward_flops": 2.0 * reward.n_params * scorer.tokens_read, "wall_s": wall},
                       "note": "one coupled batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
               "sr": []}
+    oracles: dict[tuple[float, int], dict | None] = {}
     for rule in rules:   # names in core.rules.RULES, or rule objects (simulated only)
         name = getattr(rule, "name", rule)
         for alpha, first in points:
@@ -133,6 +139,9 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
                 sim = simulate_sr(run, scorer, budget=budget, alpha=alpha, n0=n0, max_new_tokens=base.max_new_tokens,
                                   shared=shared, keep_finished=base.keep_finished, decision=base.decision,
                                   interval=base.interval, rule=rule)
+            if (alpha, first) not in oracles:
+                oracles[(alpha, first)] = _oracle(run, scorer, n0, alpha, budget, base, shared) if n0 <= n_ref else None
+            entry["oracle"] = oracles[(alpha, first)]
             if sim is not None and live is not None and (alpha, first) not in live:
                 entry.update(_from_sim(sim, P, lm.n_params, reward.n_params, texts))
             else:
@@ -148,11 +157,22 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     return record
 
 
+def _oracle(run: CoupledRun, scorer: PrefixScorer, n0: int, alpha: float, budget: int, base: RunConfig,
+            shared: bool) -> dict:
+    """The oracle ceiling at one point (``core.oracle``): the same loop, keeping the best final rewards."""
+    final = dict(enumerate(scorer.score(list(range(run.n)), base.max_new_tokens)))
+    sim = simulate_sr(run, scorer, budget=budget, alpha=alpha, n0=n0, max_new_tokens=base.max_new_tokens,
+                      shared=shared, keep_finished=base.keep_finished, decision=base.decision,
+                      interval=base.interval, rule=OracleRule(final))
+    return {"score": sim.score, "winner": sim.winner, "steps": sim.steps, "rounds": sim.rounds,
+            "winner_fate": sim.bon_winner_fate.to_dict()}
+
+
 def _from_sim(sim, prompt_tokens: int, gen_params: int, reward_params: int, texts: list[str]) -> dict:
     return {"source": "simulated", "winner": sim.winner, "score": sim.score, "winner_text": texts[sim.winner],
             "rounds": sim.rounds, "steps": sim.steps, "generated_tokens": sim.generated_tokens,
             "flops": sim.flops(prompt_tokens, gen_params, reward_params), "wall_s": None,
-            "kept_bon_winner": sim.kept_bon_winner,
+            "kept_bon_winner": sim.kept_bon_winner, "winner_fate": sim.bon_winner_fate.to_dict(),
             "decisions": [{"position": d["position"], "spearman": d["spearman"]} for d in sim.decisions]}
 
 
@@ -173,6 +193,7 @@ def _live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, bon_
             "rounds": fin.rounds, "steps": max(c.tokens for c in fin.candidates),
             "generated_tokens": led["generated_tokens"], "flops": led["flops"], "wall_s": led["wall_s"],
             "ledger": led, "kept_bon_winner": status.get(bon_winner) == "finished",
+            "winner_fate": winner_fate(bon_winner, fin, rounds).to_dict(),
             "drift": drift(fin, scores, texts, prefix),
             "decisions": [{"position": d.position, "spearman": d.spearman}
                           for d in (decision_rank(r, finals) for r in rounds if live_at_decision(r))]}
@@ -209,15 +230,18 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
     Relative compute = sum over prompts of the method's / Best-of-N_ref's (budgeted, expected);
     speed-up = compute Best-of-N needs for the method's improvement score (log-interpolated on
     the order-statistics curve, every k) over the method's, per measure: decode steps against
-    fixed passes (``steps``) and against refilled slots (``steps_refill``), FLOPs, and wall time
-    (only where every prompt's point ran for real). A lower bound when the method beats
-    Best-of-N_ref. The improvement score comes raw and capped (each prompt's best at most
-    Best-of-N_ref's), each with a 90% bootstrap interval over prompts."""
+    fixed passes (``steps``), refilled slots (``steps_refill``) and a paged KV cache
+    (``steps_paged``), FLOPs, and wall time (only where every prompt's point ran for real). A lower
+    bound when the method beats Best-of-N_ref; ``speedup_<m>_ci90``: the speed-up at each end of the
+    improvement's 90% interval. The improvement score comes raw and capped (each prompt's best at most
+    Best-of-N_ref's), each with a 90% bootstrap interval over prompts; beside it the oracle ceiling and
+    the gap to it, and Best-of-N_ref's winner's fate on each prompt."""
     if not records:
         raise ValueError("no prompt results to aggregate")
     n_ref = records[0]["bon"]["n"]
     runs = [prompt_run(r, 2.0 * gen_params) for r in records]
-    curve = bon_curve(runs, default_ks(n_ref), [r["rows_per_pass"] for r in records], step_model)
+    budgets = [KVBudget(r["budget"], r["prompt_tokens"], r.get("kv_shared", True)) for r in records]
+    curve = bon_curve(runs, default_ks(n_ref), [r["rows_per_pass"] for r in records], step_model, budgets)
     ref = curve[-1]
     by = curves_by_measure(curve)
     points = []
@@ -227,23 +251,26 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
         walls = [s.get("wall_s") for s in runs_j]
         method = {"flops": sum(s["flops"] for s in runs_j), "steps": sum(s["steps"] for s in runs_j),
                   "tokens": sum(s["generated_tokens"] for s in runs_j)}
-        method["steps_refill"] = method["steps"]
+        method["steps_refill"] = method["steps_paged"] = method["steps"]
         if all(w is not None for w in walls):
             method["wall"] = sum(walls)
         imp = improvement(bests, runs)
         sp = speedups(by, imp, method)
+        imp_ci = _ci(improvement_gains(bests, runs))
         sources = {s.get("source", "run") for s in runs_j}
         point = {
             "method": "sr", "rule": first.get("rule", "paper"), "alpha": first["alpha"],
             "first_decision": first["first_decision"], "source": sources.pop() if len(sources) == 1 else "mixed",
             "n": sum(s["n"] for s in runs_j) / len(runs_j), "improvement": imp,
-            "improvement_ci90": _ci(improvement_gains(bests, runs)),
+            "improvement_ci90": imp_ci,
             "improvement_capped": improvement(bests, runs, capped=True),
             "improvement_capped_ci90": _ci(improvement_gains(bests, runs, capped=True)),
             **{f"rel_{m}": method[m] / ref[m] for m in method if m in ref},
             **{f"speedup_{m}": {"value": v.value, "lower_bound": v.lower_bound} for m, v in sp.items()},
+            **{f"speedup_{m}_ci90": _speedup_ci(by[m], imp_ci, method[m]) for m in sp},
             "kept_bon_winner": sum(s["kept_bon_winner"] for s in runs_j) / len(runs_j),
-            "mean_rounds": sum(s["rounds"] for s in runs_j) / len(runs_j), "rank_correlation": _by_decision(runs_j)}
+            "mean_rounds": sum(s["rounds"] for s in runs_j) / len(runs_j), "rank_correlation": _by_decision(runs_j),
+            **_fates(records, runs_j), **_oracle_point(runs_j, runs, imp)}
         live = [s for s in runs_j if "drift" in s]
         if live:
             point["drift"] = {k: sum(s["drift"][k] for s in live) for k in ("compared", "text_differs", "score_differs")}
@@ -251,17 +278,55 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
             point["simulator_agrees"] = f"{sum(checked)}/{len(checked)}"
         points.append(point)
     bon_rows = [{"method": "bon", "k": row["k"], "improvement": row["improvement"],
-                 **{f"rel_{m}": row[m] / ref[m] for m in ("flops", "steps", "steps_refill", "wall", "tokens")
+                 **{f"rel_{m}": row[m] / ref[m] for m in ("flops", "steps", "steps_refill", "steps_paged", "wall", "tokens")
                     if m in row}}
                 for row in curve]
     return {"n_ref": n_ref, "prompts": len(records), "bon": bon_rows, "sr": points,
-            "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "flops", "tokens", "wall") if m in ref},
+            "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "steps_paged", "flops", "tokens", "wall") if m in ref},
             "step_model": [list(p) for p in step_model.points] if step_model else None}
 
 
 def _ci(gains: list[float]) -> list[float]:
     lo, hi = bootstrap_ci(gains)
     return [100.0 * (1.0 + lo), 100.0 * (1.0 + hi)]
+
+
+def _speedup_ci(curve: list[tuple[float, float]], imp_ci: list[float], compute: float) -> dict:
+    """The speed-up at each end of the improvement's 90% bootstrap interval (over prompts): the compute
+    Best-of-N needs for that score over the method's. ``high_lower_bound``: the interval's top is past
+    Best-of-N_ref's score, so that end is a bound."""
+    lo, hi = (speedup(curve, x, compute) for x in imp_ci)
+    return {"low": lo.value, "high": hi.value, "high_lower_bound": hi.lower_bound}
+
+
+FATES = ("kept", "pruned", "never_drawn")
+
+
+def _fates(records: list[dict], runs_j: list[dict]) -> dict:
+    """What became of Best-of-N_ref's winner on each prompt (kept to the end, pruned at decision d, never
+    drawn by the first batch), and the counts: the share kept is ``kept_bon_winner``."""
+    per = [{"id": r.get("id"), **s["winner_fate"]} for r, s in zip(records, runs_j) if "winner_fate" in s]
+    if not per:
+        return {}
+    counts = {f: sum(p["fate"] == f for p in per) for f in FATES}
+    at = {}
+    for p in per:
+        if p["fate"] == "pruned":
+            at[str(p["decision"])] = at.get(str(p["decision"]), 0) + 1
+    return {"winner_fates": per, "winner_fate_counts": {**counts, "pruned_at_decision": dict(sorted(at.items()))}}
+
+
+def _oracle_point(runs_j: list[dict], runs: list[PromptRun], imp: float) -> dict:
+    """The oracle ceiling at this point (``core.oracle``), raw and capped with 90% intervals, and the
+    rule's gap to it; nothing where a prompt's first batch exceeds the coupled run (no replay there)."""
+    oracle = [s.get("oracle") for s in runs_j]
+    if not oracle or any(o is None for o in oracle):
+        return {}
+    bests = [o["score"] for o in oracle]
+    ceiling = improvement(bests, runs)
+    return {"oracle_improvement": ceiling, "oracle_improvement_ci90": _ci(improvement_gains(bests, runs)),
+            "oracle_improvement_capped": improvement(bests, runs, capped=True),
+            "oracle_steps": sum(o["steps"] for o in oracle), "gap_to_oracle": ceiling - imp}
 
 
 def _by_decision(runs: list[dict]) -> list[dict]:
@@ -276,7 +341,8 @@ def _by_decision(runs: list[dict]) -> list[dict]:
 
 SUMMARY_KEYS = ("method", "rule", "alpha", "first_decision", "source", "improvement", "improvement_ci90",
                 "improvement_capped", "improvement_capped_ci90", "rel_flops", "rel_wall", "speedup_flops",
-                "speedup_steps", "speedup_steps_refill", "speedup_wall", "kept_bon_winner")
+                "speedup_steps", "speedup_steps_refill", "speedup_steps_paged", "speedup_wall", "kept_bon_winner",
+                "oracle_improvement", "gap_to_oracle", "winner_fate_counts")
 
 
 def summary(agg: dict) -> list[dict]:
@@ -286,14 +352,18 @@ def summary(agg: dict) -> list[dict]:
              "improvement_capped_ci90": [100.0, 100.0], "rel_flops": 1.0,
              "rel_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None, "speedup_flops": 1.0,
              "speedup_steps": 1.0, "speedup_steps_refill": agg["bon_ref"]["steps_refill"] / agg["bon_ref"]["steps"],
+             "speedup_steps_paged": (agg["bon_ref"]["steps_paged"] / agg["bon_ref"]["steps"]
+                                     if "steps_paged" in agg["bon_ref"] else None),
              "speedup_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None, "kept_bon_winner": 1.0,
              "n": agg["n_ref"]}]
     for p in agg["sr"]:
         row = {k: p.get(k) for k in SUMMARY_KEYS}
-        for m in ("flops", "steps", "steps_refill", "wall"):
+        for m in ("flops", "steps", "steps_refill", "steps_paged", "wall"):
             s = p.get(f"speedup_{m}")
             row[f"speedup_{m}"] = s["value"] if s else None
             row[f"speedup_{m}_lower_bound"] = s["lower_bound"] if s else None
+            ci = p.get(f"speedup_{m}_ci90")
+            row[f"speedup_{m}_ci90"] = [ci["low"], ci["high"]] if ci else None
         row["n"] = p["n"]
         rows.append(row)
     return rows

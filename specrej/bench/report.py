@@ -71,6 +71,7 @@ def engine_table(eng: dict) -> str:
 
 # ---------------------------------------------------------------------------------- the paper's protocol
 PAPER_MEASURES = (("steps", "decode steps"), ("steps_refill", "decode steps, BoN slots refilled"),
+                  ("steps_paged", "decode steps, BoN paged KV cache"),
                   ("flops", "FLOPs"), ("wall", "wall time"))
 
 
@@ -90,7 +91,7 @@ def paper_table(agg: dict, meta: dict) -> str:
         f"({_step_model_text(agg)}); Speculative Rejection's is measured where it ran ('run'). Wall: {wall_note}.",
         "",
         f"{'method':<30}{'src':>5}{'improv':>7}{'90% CI':>14}{'capped':>7}{'90% CI':>14}"
-        f"{'x steps':>9}{'x refill':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}",
+        f"{'x steps':>9}{'x refill':>9}{'x paged':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}",
     ]
     for b in agg["bon"]:
         if b["k"] & (b["k"] - 1) == 0 or b["k"] == n_ref:
@@ -100,12 +101,17 @@ def paper_table(agg: dict, meta: dict) -> str:
         lines.append(f"{name:<30}{s.get('source', 'run')[:3]:>5}{s['improvement']:>7.1f}"
                      f"{_ci(s.get('improvement_ci90')):>14}{s.get('improvement_capped', s['improvement']):>7.1f}"
                      f"{_ci(s.get('improvement_capped_ci90')):>14}{_speed(s.get('speedup_steps')):>9}"
-                     f"{_speed(s.get('speedup_steps_refill')):>9}{_speed(s.get('speedup_flops')):>9}"
+                     f"{_speed(s.get('speedup_steps_refill')):>9}{_speed(s.get('speedup_steps_paged')):>9}"
+                     f"{_speed(s.get('speedup_flops')):>9}"
                      f"{_speed(s.get('speedup_wall')):>9}{s['kept_bon_winner']:>9.0%}")
     lines += ["", "x = speed-up at equal improvement score (raw): the compute Best-of-N needs for SR's score "
               "(log-interpolated on its curve, every k) over SR's; '>=' = SR beat Best-of-%d (a lower bound). "
               "capped = each prompt's best counted at most Best-of-%d's best. src: sim = replayed by the simulator "
-              "from the coupled run; run = ran for real." % (n_ref, n_ref),
+              "from the coupled run; run = ran for real. Best-of-N's decode steps three ways: fixed passes of the "
+              "rows that fit at full length (x steps, the paper's), those slots refilled as answers end (x refill), "
+              "and a paged KV cache where each answer holds its real length and the next starts when its memory "
+              "fits, as vLLM admits requests (x paged, the strongest). kept win: the share of prompts where SR kept "
+              "Best-of-%d's winner to the end (see the fates below)." % (n_ref, n_ref, n_ref),
               "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
               "FLOPs track total work; CPU wall time sits between."]
     for s in agg["sr"]:
@@ -114,6 +120,7 @@ def paper_table(agg: dict, meta: dict) -> str:
             lines.append(f"  {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']} ran for real: "
                          f"{d['text_differs']} of {d['compared']} candidates wrote another text than in the coupled "
                          f"reference, {d['score_differs']} another score; " + _agrees(s.get("simulator_agrees"), n_ref))
+    lines += _ceiling_lines(agg)
     lines.append("Spearman of partial vs final reward at each decision (mean over prompts):")
     for s in agg["sr"]:
         parts = [f"d{d['decision']}@{d['mean_position']:.0f}tok: " +
@@ -122,6 +129,45 @@ def paper_table(agg: dict, meta: dict) -> str:
         lines.append(f"  {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']}: "
                      + ("  ".join(parts) or "no decision"))
     return "\n".join(lines)
+
+
+def _speed_ci(s: dict | None, ci: dict | None) -> str:
+    if not s:
+        return "-"
+    out = _speed(s)
+    if ci:
+        out += f" [{ci['low']:.1f}, {'>=' if ci['high_lower_bound'] else ''}{ci['high']:.1f}]"
+    return out
+
+
+def fate_words(counts: dict | None, prompts: int) -> str:
+    """'kept 5, pruned at decision 1: 4, at decision 2: 1, never drawn 2 (of 12)': what became of
+    Best-of-N's winner. Never drawn = outside SR's first batch (no rule could keep it), not pruned."""
+    if not counts:
+        return "-"
+    at = counts.get("pruned_at_decision") or {}
+    parts = [f"kept {counts['kept']}"]
+    parts += [f"pruned at decision {d}: {k}" for d, k in at.items()]
+    parts.append(f"never drawn {counts['never_drawn']}")
+    return ", ".join(parts) + f" (of {prompts})"
+
+
+def _ceiling_lines(agg: dict) -> list[str]:
+    """Per point: decode-step speed-ups against each Best-of-N baseline with their intervals, the oracle
+    ceiling and the rule's gap to it, and what became of Best-of-N's winner."""
+    lines = ["", "Speed-up in decode steps against each Best-of-N baseline, [at the ends of the improvement's 90% "
+             "interval]; the oracle ceiling (a rule keeping the best FINAL rewards through the same loop: the most "
+             "any rule reaches at that point) and the gap to it; Best-of-N's winner: kept to the end, pruned at a "
+             "decision, or never drawn (outside SR's first batch):"]
+    for s in agg["sr"]:
+        name = f"{s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']}"
+        oracle = (f"oracle {s['oracle_improvement']:.1f} {_ci(s.get('oracle_improvement_ci90'))} "
+                  f"(gap {s['gap_to_oracle']:.1f})" if "oracle_improvement" in s else "oracle - (first batch > N_ref)")
+        lines.append(f"  {name}: fixed {_speed_ci(s.get('speedup_steps'), s.get('speedup_steps_ci90'))}, refill "
+                     f"{_speed_ci(s.get('speedup_steps_refill'), s.get('speedup_steps_refill_ci90'))}, paged "
+                     f"{_speed_ci(s.get('speedup_steps_paged'), s.get('speedup_steps_paged_ci90'))}; {oracle}")
+        lines.append(f"    Best-of-{agg['n_ref']}'s winner: {fate_words(s.get('winner_fate_counts'), agg['prompts'])}")
+    return lines
 
 
 def _ci(ci) -> str:

@@ -189,13 +189,18 @@ def main(argv: list[str] | None = None) -> dict | None:
                 "Reference Best-of-N_ref: one coupled run in one batch (its tokens do not depend on the batch). "
                 "Best-of-k for every k: expected best of k random candidates (order statistics) and expected "
                 "compute under the budget: tokens, FLOPs, decode steps in fixed passes of the rows that fit at full "
-                "length, decode steps with those slots refilled as answers end (continuous batching); wall time "
+                "length, decode steps with those slots refilled as answers end (static refill), decode steps with a paged "
+                "KV cache (each answer holds its real length, the next starts when its memory fits, as vLLM admits "
+                "requests); wall time "
                 "MODELLED from step times of real passes measured at the budgeted batch and at 1 row. Speculative "
                 "Rejection with each rule: n=auto (the rows that fill the budget at the first decision); points "
                 "in live_points run for real (measured), the others are replayed by the simulator from the coupled "
                 "run (exact in fp32). Relative compute = sum over prompts / Best-of-N_ref's; speed-up at equal "
                 "improvement score by log-interpolation on the curve; improvement raw and capped at Best-of-N_ref's "
-                "best per prompt, 90% intervals by bootstrap over prompts.")}
+                "best per prompt, 90% intervals by bootstrap over prompts; speed-up intervals = the speed-up at each end "
+                "of the improvement's interval. Oracle ceiling per point: the same replay with a rule keeping the best "
+                "final rewards. Winner fate per prompt and point: Best-of-N_ref's winner kept, pruned at decision d, or "
+                "never drawn (outside SR's first batch).")}
 
     records: list[dict] = []
     passes: list[dict] = []

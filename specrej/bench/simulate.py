@@ -1,26 +1,33 @@
 """Speculative Rejection replayed offline from one coupled Best-of-N_max run (``coupled.CoupledRun``).
 
-With coupled randomness a Speculative Rejection candidate writes the same tokens as its
-Best-of-N self for as long as it lives, so its partial reward at a decision is the reward of
-that prefix. The decision policy is the live methods' own object (``specrej.core.decisions``: memory
-full, or every ``interval`` tokens; rank live and finished candidates with the rejection rule,
-``core.rules``; keep ``max(1, round((1 - alpha) * n))``; memory may force more pruning), with the
-budget (``core.budget.KVBudget``) counting the prompt once (``shared=True``, the engine's shared
-prefix) or once per row (``shared=False``).
+One loop for live and simulated runs: a simulation is the live method itself
+(``methods.speculative_rejection``, or ``best_of_n``), unchanged, driving a replay backend over the
+coupled run (``backends.replay.Replay``) instead of a model. The seam (stated in full in
+``backends/replay.py``): the methods own the loop; the budget (``core.budget.KVBudget``) answers
+every slot question; the decision policy and rejection rule (``core.decisions``, ``core.rules``)
+decide; the replay reports only what a real backend reports (rows, their tokens and lengths, the
+rows that ended), and scores go through the reward, here memoised (``PrefixScorer.memo``), so the
+reward of a prefix is computed once for every point and rule that reads it. With coupled
+randomness candidate c writes the same tokens in every method while it lives, so the replay is
+what a live run would do: exact in fp32.
 
-It is a cross-check of the real methods and a cheap way to choose defaults (budget, first
-decision, alpha): its numbers are tokens, decode steps and rewards, never timings, and wherever
-they are shown they are labelled simulated. Reward FLOPs are estimated from generated tokens
-(the reward's own tokenizer is not run), so the FLOPs here are the generator's plus that estimate.
+This module only reads the replay's events into a ``SimResult`` (the winner, steps, decisions,
+the fate of Best-of-N's winner). Its numbers are tokens, decode steps and rewards, never timings,
+and wherever they are shown they are labelled simulated. Reward FLOPs are estimated from the
+generated tokens of every prefix the reward read (the reward's own tokenizer is not run).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
-from ..core.budget import KVBudget
-from ..core.decisions import Moment, decision_rule
-from ..core.rules import Contender, RejectionRule
-from ..metrics import spearman
+from ..backends.replay import Replay
+from ..compare import Fate, decision_rank, live_at_decision, winner_fate
+from ..core.config import RunConfig
+from ..core.decisions import DecisionRule, decision_rule
+from ..core.events import Event, Finished, Round
+from ..core.rules import RULES, RejectionRule
+from ..methods import speculative_rejection
 from .coupled import CoupledRun, PrefixScorer
 
 
@@ -36,63 +43,59 @@ class SimResult:
     kept_bon_winner: bool
     scored_tokens: int = 0                      # generated tokens of every prefix the reward read
     decisions: list[dict] = field(default_factory=list)
+    bon_winner_fate: Fate | None = None         # what became of Best-of-N_max's winner
 
     def flops(self, prompt_tokens: int, gen_params: int, reward_params: int) -> float:
         return 2.0 * gen_params * (prompt_tokens + self.generated_tokens) + 2.0 * reward_params * self.scored_tokens
 
 
+def replay(method: Callable[..., Iterator[Event]], run: CoupledRun, scorer: PrefixScorer, cfg: RunConfig, *,
+           shared: bool = True, **kw) -> Iterator[Event]:
+    """``method`` (a live method: ``speculative_rejection``, ``best_of_n``, ...) on ``cfg``, driving a replay
+    of ``run`` whose rewards come from ``scorer``'s memo. ``shared``: the prompt's slots are held once
+    (the engine's shared prefix, vLLM's prefix cache) or once per row. ``kw``: the method's own (``policy``)."""
+    if cfg.prompt != run.prompt:
+        raise ValueError("the coupled run recorded another prompt: replay the prompt it recorded.")
+    if shared and not scorer.lm.shares_prefix:
+        raise ValueError(f"model {getattr(scorer.lm, 'name', '?')!r} cannot share the prompt's slots across rows: "
+                         "replay it with shared=False.")
+    return method(scorer.lm, scorer.memo, cfg, engine=Replay(run, allow_sharing=shared), **kw)
+
+
 def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: float, n0: int,
                 max_new_tokens: int, shared: bool = True, keep_finished: bool = False,
-                decision: str = "budget", interval: int = 16, rule: str | RejectionRule = "paper") -> SimResult:
+                decision: str = "budget", interval: int = 16, rule: str | RejectionRule = "paper",
+                policy: DecisionRule | None = None) -> SimResult:
     """Speculative Rejection on candidates 0..n0-1 of ``run`` (n0 <= run.n), scored by ``scorer``,
     with the live methods' policy (``core.decisions.decision_rule``: ``decision`` "budget" or
-    "interval", as ``RunConfig``; the rejection rule ``rule``, ``core.rules``)."""
+    "interval", as ``RunConfig``; the rejection rule ``rule``, a name or a ``core.rules`` object).
+    ``policy``: a whole decision policy instead (the oracle ceiling, ``core.oracle``)."""
     if not 1 <= n0 <= run.n:
         raise ValueError(f"n0={n0} must be within the recorded run's 1..{run.n} candidates")
-    kv = KVBudget(budget, run.prompt_tokens, shared)
-    policy = decision_rule(alpha=alpha, decision=decision, interval=interval, keep_finished=keep_finished,
-                           rule=rule)
-    # the token statistics a live run keeps: when its reward or its rejection rule reads them
-    with_stats = bool(getattr(scorer.reward, "uses_token_stats", True)) or policy.uses_token_stats
-    length = [min(len(t), max_new_tokens) for t in run.tokens]
+    policy = policy or decision_rule(alpha=alpha, decision=decision, interval=interval,
+                                     keep_finished=keep_finished, rule=rule)
+    name = rule if isinstance(rule, str) and rule in RULES else "paper"   # the loop reads ``policy``, not this
+    cfg = RunConfig(prompt=run.prompt, n=n0, alpha=alpha, max_new_tokens=max_new_tokens, budget=budget,
+                    keep_finished=keep_finished, decision=decision, interval=interval, rule=name, progress_every=0)
+    rounds: list[Round] = []
+    fin = None
+    for ev in replay(speculative_rejection, run, scorer, cfg, shared=shared, policy=policy):
+        if isinstance(ev, Round):
+            rounds.append(ev)
+        elif isinstance(ev, Finished):
+            fin = ev
     final = scorer.final()
     bon_winner = max(range(run.n), key=lambda c: (final[c], -c))
-
-    def contender(c: int, score: float, tokens: int, done: bool) -> Contender:
-        st = run.stats(c, tokens) if with_stats else None
-        return Contender(c, score, tokens, done, st.mean_logprob if st else None,
-                         st.mean_self_certainty if st else None)
-
-    live = list(range(n0))
-    finished: dict[int, float] = {}
-    g = generated = scored = rounds = last = 0
-    first = None
+    finals = dict(enumerate(final))
     decisions = []
-    while live:
-        per_row = kv.row_slots(g + 1 if g + 1 < max_new_tokens else g)
-        if policy.due(Moment(g, len(live), per_row, last, kv)):
-            scores = dict(zip(live, scorer.score(live, g)))
-            scored += g * len(live)
-            sel = policy.select([contender(c, scores[c], g, False) for c in live],
-                                [contender(c, s, length[c], True) for c, s in finished.items()], kv.cap(per_row))
-            for c in sel.pruned:
-                finished.pop(c, None)
-            rho = spearman([scores[c] for c in live], [final[c] for c in live]) if len(live) > 1 else None
-            decisions.append({"position": g, "live": len(live), "kept_live": len(sel.kept_live),
-                              "forced": sel.forced, "spearman": rho, "kept_bon_winner": bon_winner in sel.kept})
-            first = g if first is None else first
-            rounds, last = rounds + 1, g
-            live = sorted(sel.kept_live)
-            if not live:
-                break
-        g += 1
-        generated += len(live)
-        ended = [c for c in live if length[c] == g]
-        if ended:
-            for c in ended:
-                finished[c] = scorer.score([c], g)[0]
-                scored += g
-            live = [c for c in live if length[c] != g]
-    winner = max(finished, key=lambda c: (finished[c], -c))
-    return SimResult(n0, winner, finished[winner], generated, g, rounds, first,
-                     bon_winner < n0 and bon_winner in finished, scored, decisions)
+    for r in rounds:
+        status = {c.id: c.status for c in r.candidates}
+        rank = decision_rank(r, finals)
+        decisions.append({"position": r.position, "live": len(live_at_decision(r)),
+                          "kept_live": sum(s == "kept" for s in status.values()), "forced": r.forced,
+                          "spearman": rank.spearman,
+                          "kept_bon_winner": status.get(bon_winner) in ("kept", "finished")})
+    fate = winner_fate(bon_winner, fin, rounds)
+    return SimResult(n0, fin.winner.id, fin.winner.score, fin.ledger.generated_tokens, fin.ledger.steps, fin.rounds,
+                     rounds[0].position if rounds else None, fate.fate == "kept",
+                     sum(t for c in fin.candidates for t, _ in c.history), decisions, fate)

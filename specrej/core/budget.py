@@ -44,6 +44,18 @@ class KVBudget:
         """Slots of ``rows`` rows holding ``generated`` tokens each (the shared prompt counted once)."""
         return self.shared_slots + rows * self.row_slots(generated)
 
+    def held(self, lengths) -> int:
+        """Slots held by rows of these ``lengths`` (tokens in each row's cache; a refilled batch's rows
+        differ), the shared prompt counted once; 0 when there are no rows."""
+        lengths = list(lengths)
+        return self.shared_slots + sum(self.row_slots(g) for g in lengths) if lengths else 0
+
+    def row_slots_after_step(self, generated: int, max_new_tokens: int) -> int:
+        """Slots one row of ``generated`` tokens holds on its own after the next step: the token that
+        step samples is fed back unless it is the row's last (``max_new_tokens``)."""
+        g = generated + 1
+        return self.row_slots(g if g < max_new_tokens else g - 1)
+
     def fits(self, rows: int, per_row: int) -> bool:
         """Do ``rows`` rows of ``per_row`` own slots each fit, with the shared prompt?"""
         return self.shared_slots + rows * per_row <= self.total

@@ -1,7 +1,7 @@
 """When Speculative Rejection decides, and whom it keeps: decision rules as policy objects.
 
-A rule answers two questions, the same way for the live methods (``specrej.methods``) and for the
-offline replay (``specrej.bench.simulate``):
+A rule answers two questions for the methods (``specrej.methods``), live or replaying a coupled run
+(``specrej.bench.simulate``: the same loop):
 
 - ``due(moment)``: decide before the next step? ``Moment`` says how far the rows have decoded,
   how many are live, the slots a row will hold after the next step and when the last decision was.

@@ -4,7 +4,8 @@ A decision policy (``core.decisions``: ``MemoryFull``, ``EveryK``) says when to 
 many to keep (alpha, and memory when it forces more pruning); its rejection rule says which: it
 ranks the pool, best first, and the policy keeps the head of that ranking. The live methods
 (``specrej.methods``) and the simulator (``bench/simulate.py``) hand the same rule the same pool,
-as ``Contender`` records. No torch here.
+as ``Contender`` records (the simulator is the live method on a replay: one loop). The oracle
+ceiling (``core.oracle``), which ranks by final reward, is a rule too. No torch here.
 
 - ``paper``: the paper's rule and the reference: the highest partial reward (ties: lower id).
 - ``calibrated`` (and any ``specrej/data/rules/<name>.json``, package data): a linear score, fitted on coupled runs

@@ -20,19 +20,23 @@ The methods drive a ``specrej.backends.Backend`` through ``run._Run`` and take t
 from ``specrej.core`` (the KV budget; the decision rule, ``core.decisions.rule_for(cfg)``). Both
 take an optional ``engine`` (a ``BackendFactory``; default: the LM's own backend, else the
 transformers engine): the seam through which the bench runs the same method on a differently
-built engine (``bench/reference.py``) and vLLM runs it on its own (``backends/vllm.py``).
+built engine (``bench/reference.py``), vLLM runs it on its own (``backends/vllm.py``) and the
+simulator replays a recorded run (``backends/replay.py``, ``bench/simulate.py``): one loop for live
+and simulated runs.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..backends import BackendFactory
-from ..config import RunConfig
-from ..core.decisions import rule_for
-from ..events import Event, Finished, Round
-from ..models import LM
-from ..rewards import Reward
+from ..core.config import RunConfig
+from ..core.decisions import DecisionRule, rule_for
+from ..core.events import Event, Finished, Round
+from ..core.scoring import Reward
 from .run import _Run, _timed
+
+if TYPE_CHECKING:
+    from ..models import LM
 
 
 def _bon_body(run: _Run) -> Iterator[Event]:
@@ -74,9 +78,9 @@ def _bon_refill_body(run: _Run) -> Iterator[Event]:
     yield run.finished(rounds=1)
 
 
-def _sr_body(run: _Run) -> Iterator[Event]:
+def _sr_body(run: _Run, policy: DecisionRule | None = None) -> Iterator[Event]:
     cfg = run.cfg
-    rule = rule_for(cfg)
+    rule = policy or rule_for(cfg)
     run.prefill(stats=rule.uses_token_stats)
     rows = run.start(list(range(cfg.n)))
     index, last_decision = 0, 0
@@ -125,11 +129,13 @@ def best_of_n_refill(lm: LM, reward: Reward, cfg: RunConfig, *,
     return _timed(lambda: _Run("bonc", lm, reward, cfg, engine, refill=True), _bon_refill_body)
 
 
-def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *,
-                          engine: BackendFactory | None = None) -> Iterator[Event]:
+def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *, engine: BackendFactory | None = None,
+                          policy: DecisionRule | None = None) -> Iterator[Event]:
     """Start with N rows (n='auto': the rows that fill the budget at cfg.first_decision tokens); at each
-    decision keep the top round((1 - alpha) * n) by partial reward."""
-    return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True), _sr_body)
+    decision keep the top round((1 - alpha) * n) by partial reward. ``policy``: a decision rule object
+    instead of the one ``cfg`` names (the bench's seam for rules that are no registered name: a rule
+    fitted leave-one-out, the oracle ceiling, ``core.oracle``)."""
+    return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True), lambda run: _sr_body(run, policy))
 
 
 METHODS: dict[str, Callable[[LM, Reward, RunConfig], Iterator[Event]]] = {

@@ -2,23 +2,25 @@
 
 ``_Run`` is the only place that drives a backend (``specrej.backends.Backend``): it prefills,
 starts rows, steps them, scores the rows that end, and fills the ledger from what the backend
-reports. The KV budget and its arithmetic come from ``specrej.core.budget.KVBudget``. No torch here.
+reports. The KV budget and its arithmetic come from ``specrej.core.budget.KVBudget``. No torch here:
+with a backend that needs none (``backends.replay``), the methods run without it.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..backends import Backend, BackendFactory, Batch, Done, backend_for
-from ..config import AUTO, RunConfig
+from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget
 from ..core.decisions import Moment
 from ..core.rules import Contender
-from ..events import Arm, Candidate, Event, Finished, Ledger, Progress
-from .. import precision
-from ..models import LM
-from ..rewards import Reward, TokenStats, checked
+from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress
+from ..core.scoring import Reward, TokenStats, checked
+
+if TYPE_CHECKING:
+    from ..models import LM
 
 
 @dataclass
@@ -97,7 +99,7 @@ class _Run:
             reward_flops=2.0 * self.reward.n_params * self.reward_tokens,
             wall_s=self.wall + time.perf_counter() - self._resumed,
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
-            dtype=precision.short_name(self.lm.dtype), kv_sharing="shared" if self.shared else "copied",
+            dtype=str(self.lm.dtype).replace("torch.", ""), kv_sharing="shared" if self.shared else "copied",
             backend=self.engine_factory.name,
             steps=getattr(self.engine, "engine_steps", self.steps) if self.engine is not None else self.steps,
         )
