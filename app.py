@@ -261,7 +261,7 @@ def launch(demo: gr.Blocks, **kwargs):
     """``demo.launch`` with the app's theme and CSS (Gradio 6 takes them here)."""
     from starlette.middleware import Middleware
 
-    opts = dict(theme=THEME, css_paths=[str(ui.css_path())])
+    opts = dict(theme=THEME, css_paths=[str(ui.css_path())], head=ui.page_head())
     opts.update(kwargs)
     guard = getattr(demo, "specrej_guard", None)
     if guard is not None:

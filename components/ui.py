@@ -56,6 +56,12 @@ def css_path() -> Path:
     return ASSETS / "style.css"
 
 
+def page_head() -> str:
+    """CSS for the page around the app (Gradio scopes ``css_paths`` to inside the app, so rules on its own
+    container go in the page's head): on a phone the container's side padding shrinks to fit 390 px."""
+    return f"<style>{_read('page.css')}</style>"
+
+
 # ---------------------------------------------------------------- controls
 
 @dataclass(kw_only=True)
