@@ -171,9 +171,82 @@ def _write(ctx: AppContext, view: RunView) -> str | None:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A request that passed every check: what the race needs."""
+
+    model_spec: str
+    reward_spec: str
+    cfg: RunConfig
+    arms: tuple
+    x_axis: str
+    race_kw: dict          # extra keyword arguments of ``events_fn`` (remote code, stop once matched)
+
+
+def prepare(ctx: AppContext, request) -> Prepared:
+    """Every check on a request before anything starts; ValueError, TypeError or PolicyError with a
+    message that names what to change."""
+    check_request(request)   # plain values of their kind, valid text: messages name the field
+    model_spec, reward_spec = ctx.resolve(request.model, request.reward, request.preference)
+    if ctx.policy.allow_remote_code:
+        ctx.policy.check(model_spec, trust_remote_code=True)
+    cfg = request.config(ctx.progress_every)
+    ctx.limits.check(cfg)
+    arms = request.arms(ctx.arms)
+    for arm in arms:
+        ctx.limits.check(arm.config(cfg))
+    x_axis = request.x_axis if isinstance(request.x_axis, str) and request.x_axis in charts.X_AXES else "time"
+    kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
+    if request.stop_when_matched is True:
+        kw["stop_when_matched"] = True
+    return Prepared(model_spec, reward_spec, cfg, arms, x_axis, kw)
+
+
+def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
+    """The run's view, at the fitted settings when the machine was measured."""
+    view = RunView(fitted.cfg if fitted is not None else prep.cfg, model_label=model_label(prep.model_spec),
+                   reward_label=reward_label(ctx, request.reward, request.preference), x_axis=prep.x_axis,
+                   specs=prep.arms)
+    view.fit, view.stepping = fitted, request.step is True
+    if fitted is not None:
+        view.step, view.note = fitted.cost, fitted.words()
+    return view
+
+
+def race_frames(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
+                stop_requested: Callable[[], bool]) -> Iterator[Frame]:
+    """One attempt at the race on ``view``: its start frame, then a live frame per Round and Finished and a
+    few a second for Progress. Closing it closes the race on the torch thread."""
+    yield start_frame(view)
+    # every torch call of the race runs on the app's one torch thread (worker.py)
+    events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, view.cfg, arms=view.specs,
+                                                     **prep.race_kw), cancelled=stop_requested)
+    last = 0.0
+    try:
+        for event in events:
+            if stop_requested():
+                return   # nobody reads this run any more: stop as Stop does
+            view.apply(event)
+            if view.elapsed() > ctx.limits.max_run_seconds:
+                raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
+                                 "(SPECREJ_MAX_RUN_SECONDS).")
+            now = time.perf_counter()
+            if isinstance(event, Progress) and (now - last < ctx.min_frame_interval
+                                                or events.ready() and now - last < CATCH_UP_SECONDS):
+                continue  # a few frames a second is plenty, each drawn once the reader has caught up
+            last = now
+            if not view.done:
+                yield live_frame(view)   # the torch thread computes on while this frame is sent
+    finally:
+        # closes the race and every arm on the torch thread after its step in progress (their KV caches
+        # are freed there, then memory is returned); not waited for: a cancel answers at once
+        events.close(wait=False, then=memory.release)
+
+
 def frames(ctx: AppContext, request, *, events_fn=race_events,
            stop_requested: Callable[[], bool] = lambda: False) -> Iterator[Frame]:
-    """Validate, race, and yield frames until every arm finishes (or the generator is closed).
+    """Validate (``prepare``), measure the machine and fit the race (``pace``), race (``race_frames``), and
+    yield frames until every arm finishes (or the generator is closed).
 
     Every outcome is a frame: bad input a "Can't run" status (nothing starts); a failure mid-run
     a status-only frame (the charts keep what they showed) and a trace marked failed; a GPU
@@ -181,64 +254,18 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
     ``stop_requested`` (``guard.Guard.stop_requested``) is asked at every event: a run whose client
     cancelled it stops there, as if closed."""
     try:
-        check_request(request)   # plain values of their kind, valid text: messages name the field
-        model_spec, reward_spec = ctx.resolve(request.model, request.reward, request.preference)
-        if ctx.policy.allow_remote_code:
-            ctx.policy.check(model_spec, trust_remote_code=True)
-        cfg = request.config(ctx.progress_every)
-        ctx.limits.check(cfg)
-        arms = request.arms(ctx.arms)
-        for arm in arms:
-            ctx.limits.check(arm.config(cfg))
-        x_axis = request.x_axis if isinstance(request.x_axis, str) and request.x_axis in charts.X_AXES else "time"
+        prep = prepare(ctx, request)
     except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing
         yield error_frame(str(e))
         return
-    kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
-    if request.stop_when_matched is True:
-        kw["stop_when_matched"] = True
     yield Frame(status=MEASURING, status_kind="live")
-    fitted = measure_and_fit(ctx, model_spec, cfg, arms, shorten=request.fit is not False)
-    if fitted is not None:
-        cfg = fitted.cfg
-    state = {"view": RunView(cfg, model_label=model_label(model_spec),
-                             reward_label=reward_label(ctx, request.reward, request.preference),
-                             x_axis=x_axis, specs=arms)}
-    state["view"].fit = fitted
-    state["view"].step = fitted.cost if fitted is not None else None
-    state["view"].note = fitted.words() if fitted is not None else ""
-    state["view"].stepping = request.step is True
+    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, shorten=request.fit is not False)
+    state = {"view": new_view(ctx, request, prep, fitted)}
     key = state["view"].run_id
     ctx.active.add(key)
-
-    def attempt(view: RunView) -> Iterator[Frame]:
-        yield start_frame(view)
-        # every torch call of the race runs on the app's one torch thread (worker.py)
-        events = torch_worker().stream(lambda: events_fn(model_spec, reward_spec, view.cfg, arms=view.specs, **kw),
-                                       cancelled=stop_requested)
-        last = 0.0
-        try:
-            for event in events:
-                if stop_requested():
-                    return   # nobody reads this run any more: stop as Stop does
-                view.apply(event)
-                if view.elapsed() > ctx.limits.max_run_seconds:
-                    raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
-                                     "(SPECREJ_MAX_RUN_SECONDS).")
-                now = time.perf_counter()
-                if isinstance(event, Progress) and (now - last < ctx.min_frame_interval
-                                                    or events.ready() and now - last < CATCH_UP_SECONDS):
-                    continue  # a few frames a second is plenty, each drawn once the reader has caught up
-                last = now
-                if not view.done:
-                    yield live_frame(view)   # the torch thread computes on while this frame is sent
-        finally:
-            # closes the race and every arm on the torch thread after its step in progress (their KV caches
-            # are freed there, then memory is returned); not waited for: a cancel answers at once
-            events.close(wait=False, then=memory.release)
-
     try:
-        yield from retry_on_oom(attempt, state["view"], lambda v: state.update(view=v))
+        yield from retry_on_oom(lambda view: race_frames(ctx, view, prep, events_fn, stop_requested), state["view"],
+                                lambda v: state.update(view=v))
         view = state["view"]
         if not view.done and stop_requested():
             return   # cancelled: the finally marks the run stopped and writes its trace
@@ -249,22 +276,13 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
             pace.learn(ctx, fitted, view.elapsed())
         yield end_frame(view)
     except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
-        view = state["view"]
-        view.state, view.message = "limit", str(e)
-        view.trace_path = _write(ctx, view)
-        yield limit_frame(view)
+        yield ended(ctx, state["view"], "limit", str(e), limit_frame)
     except (ValueError, PolicyError, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
-        view = state["view"]
-        view.state, view.message = "error", str(e)
-        view.trace_path = _write(ctx, view)
-        yield failure_frame(view)
+        yield ended(ctx, state["view"], "error", str(e), failure_frame)
     except Exception as e:  # never a server error: show it, log it, stay usable
         log.exception("run failed")
-        view = state["view"]
-        view.state = "error"
-        view.message = f"something went wrong ({type(e).__name__}: {e}). The app is still usable: try again."
-        view.trace_path = _write(ctx, view)
-        yield failure_frame(view)
+        yield ended(ctx, state["view"], "error", f"something went wrong ({type(e).__name__}: {e}). The app is "
+                    "still usable: try again.", failure_frame)
     finally:
         view = state["view"]
         if view.state == "running":  # closed early: Stop, a closed tab, a server shutdown
@@ -272,3 +290,10 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
         if view.state == "stopped":
             view.trace_path = _write(ctx, view)
         ctx.active.discard(key)
+
+
+def ended(ctx: AppContext, view: RunView, state: str, message: str, frame) -> Frame:
+    """A race that did not finish: its state and message, its trace written, the frame that says so."""
+    view.state, view.message = state, message
+    view.trace_path = _write(ctx, view)
+    return frame(view)
