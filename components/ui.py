@@ -150,14 +150,15 @@ def build_controls(ctx: AppContext) -> Controls:
                                     elem_id="preference")
         with gr.Row():
             n = gr.Slider(1, ctx.limits.max_n, value=min(DEFAULTS["n"], ctx.limits.max_n), step=1,
-                          label="Best-of-N with N =", info="Candidates Best-of-N writes to the end (and Speculative "
-                          "Rejection's, unless it starts with 'auto').", elem_id="n")
-            alpha = gr.Slider(0.0, 0.95, value=DEFAULTS["alpha"], step=0.05, label="alpha (rejection rate)",
-                              info=HELP["alpha"], elem_id="alpha")
+                          label="Best-of-N with N =", info="How many answers Best-of-N writes to the end. Keep it at least as large "
+                          "as Speculative Rejection's first batch, so Best-of-N has written every answer it could "
+                          "pick.", elem_id="n")
+            alpha = gr.Slider(0.0, 0.95, value=DEFAULTS["alpha"], step=0.05, label="alpha (share cut at each decision)",
+                              info="0.5: each decision stops writing half of the answers in progress.", elem_id="alpha")
             budget = gr.Number(value=0, minimum=0, maximum=ctx.limits.max_budget, precision=0,
-                               label="Memory budget (KV-cache slots)",
-                               info="Rows × length both methods may hold at once. 0 = auto (from free GPU "
-                                    "memory; 448 on a CPU). A small budget means early decisions.",
+                               label="Memory (tokens held at once)",
+                               info="How many tokens of answers both methods may keep in memory at once (answers × "
+                                    "length). 0 = automatic (448 on a CPU). Less memory: earlier decisions.",
                                elem_id="budget")
         with gr.Row():
             sr_start = gr.Radio(SR_STARTS, value="auto", label="Speculative Rejection starts with",
@@ -165,7 +166,8 @@ def build_controls(ctx: AppContext) -> Controls:
                                      "at the first decision, far more than Best-of-N fits at full length.",
                                 elem_id="sr_start")
             first_decision = gr.Slider(1, 128, value=DEFAULTS["first_decision"], step=1,
-                                       label="auto: fills memory at token T =", info=HELP["first_decision"],
+                                       label="auto: first decision at token T =", info="Speculative Rejection starts as many answers as fill the "
+                                       "memory at T tokens: the first decision comes there.",
                                        elem_id="first_decision")
             stop_when_matched = gr.Checkbox(value=False, label="Stop Best-of-N once it matches",
                                             info="The race ends when Best-of-N's best finished reward reaches "
@@ -176,9 +178,10 @@ def build_controls(ctx: AppContext) -> Controls:
                                 elem_id="decision")
             rule = gr.Dropdown(choices=[(getattr(r, "label", k), k) for k, r in RULES.items()],
                                value=DEFAULTS["rule"], label="Which candidates a decision keeps",
-                               info=HELP["rule"], elem_id="rule")
+                               info="Which answers survive a decision: the paper keeps the highest partial rewards.",
+                               elem_id="rule")
             interval = gr.Slider(1, 256, value=DEFAULTS["interval"], step=1, label="k (tokens between decisions)",
-                                 info=HELP["interval"], visible=DEFAULTS["decision"] == "interval",
+                                 info="Decide every k tokens (and whenever memory is full).", visible=DEFAULTS["decision"] == "interval",
                                  elem_id="interval")
         with gr.Row(elem_id="second-row"):
             second = gr.Checkbox(value=False, label="Compare a second setting",
@@ -192,12 +195,14 @@ def build_controls(ctx: AppContext) -> Controls:
         with gr.Row():
             max_new_tokens = gr.Slider(1, ctx.limits.max_new_tokens, step=1, label="Max new tokens",
                                        value=min(DEFAULTS["max_new_tokens"], ctx.limits.max_new_tokens),
-                                       info=HELP["max_new_tokens"], elem_id="max_new_tokens")
+                                       info="The longest an answer may grow, in tokens (a token is about ¾ of a word).",
+                                       elem_id="max_new_tokens")
             temperature = gr.Slider(0.05, 2.0, value=DEFAULTS["temperature"], step=0.05, label="Temperature",
-                                    info=HELP["temperature"], elem_id="temperature")
-            top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", info=HELP["top_p"],
+                                    info="Higher: more varied answers; lower: more alike.",
+                                    elem_id="temperature")
+            top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", info="Only the likeliest words that together make up this share are sampled.",
                               elem_id="top_p")
-            seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="Seed", info=HELP["seed"],
+            seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="Seed", info="The same seed gives the same answers; answer i is the same text in both methods.",
                              elem_id="seed")
     return Controls(prompt=prompt, run=run, stop=stop, model=model, reward=reward, preference=preference, n=n,
                     alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,

@@ -157,3 +157,25 @@ def test_the_labs_scaling_figure_has_one_legend_per_panel():
     assert len(panels) == 3 and {t.legend or "legend" for t in fig.data} == {"legend", "legend2", "legend3"}
     starts = [fig.layout[name].x for name in ("legend", "legend2", "legend3")]
     assert starts == sorted(starts) and len(set(starts)) == 3
+
+
+def test_run_it_live_sets_the_recorded_protocol_and_says_what_was_scaled():
+    import gradio as gr
+
+    from components import ui
+    from components.session.context import AppContext
+    from components.session.paper import SCALED_DOWN, PaperPlan, capped
+    from components.session.replay import PAPER_REWARD
+
+    ctx = AppContext.from_env({})
+    with gr.Blocks():
+        page = ui.build_page(ctx)
+    c = page.controls
+    scaled = capped(ctx, SCALED_DOWN[1])
+    out = ui.live_updates(ctx, page, PaperPlan(capped(ctx, {}), 300.0, 120, scaled, 50.0, None))
+    assert out[c.n] == scaled["n"] and out[c.max_new_tokens] == scaled["max_new_tokens"] and out[c.fit] is True
+    assert out[c.sr_start] == "auto" and out[c.stop_when_matched] is False
+    if any(k == PAPER_REWARD for _, k in ctx.rewards):
+        assert out[c.reward] == PAPER_REWARD
+    words = out[page.arena.status].value
+    assert "scaled down to fit" in words and f"new tokens 256 → {scaled['max_new_tokens']}" in words, words
