@@ -1,15 +1,18 @@
-"""The live defaults, measured: race settings -> decisions, pruned share, time, rewards, speed-up.
+"""The page's defaults, measured: race settings -> decisions, the verdict in time to equal reward, FLOPs,
+improvement score.
 
     python scripts/defaults_table.py                       # the page's defaults on every example prompt
-    python scripts/defaults_table.py --set max_new_tokens=64 --set budget=576 --prompts 1
+    python scripts/defaults_table.py --set n=16 --prompts 1
 
-Each race runs through the library in the main thread (as ``python -m specrej`` does) with the
-page's request (``RunRequest``: Speculative Rejection starts with ``auto``), on the embedded models
-and the default reward. Prints one markdown row per prompt; run it on a quiet machine.
+Each race runs as the page runs it (``components.session.stream.frames``: this machine's decoding step
+measured first, the race fitted to it, the verdict priced at the step times measured then), on the
+embedded models and the default reward, without a browser. Prints one markdown row per prompt and the
+CPU it ran on; run it on a quiet machine.
 """
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 import time
 from pathlib import Path
@@ -17,11 +20,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                flags = open("/proc/cpuinfo").read()
+                return (line.split(":", 1)[1].strip() + (", AVX-512" if "avx512f" in flags else "")
+                        + (", bf16" if "avx512_bf16" in flags else ""))
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
 def main(argv=None) -> int:
-    from components.session.context import AppContext, get_models
-    from components.session.stream import RunRequest
-    from specrej.arms import race_arms
-    from specrej.compare import Tally
+    from components.session.context import AppContext
+    from components.session.stream import RunRequest, frames
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from app_cost import _value
@@ -31,28 +44,34 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, default=None, help="only the first K example prompts")
     args = p.parse_args(argv)
     ctx = AppContext.from_env()
-    lm, reward = get_models(*ctx.resolve(ctx.default_model, ctx.default_reward, ctx.default_preference))
+    ctx.warm()
     settings = {k.strip(): _value(v.strip()) for k, _, v in (s.partition("=") for s in args.set)}
-    print("| prompt | SR opens with | decisions (at token) | pruned | race s (SR + BoN) | reward SR / BoN "
-          "| wall | compute |")
-    print("|---|---:|---|---:|---:|---:|---|---|")
+    print(f"CPU: {cpu()}, {__import__('os').cpu_count()} cores; settings: {settings or 'the page defaults'}")
+    print("| prompt | SR opens with | decisions (at token) | verdict: Best-of-N needs | time SR / Best-of-k "
+          "| speed-up in time | FLOPs SR / Best-of-k | improvement | race s |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|")
     for prompt in ctx.examples[:args.prompts]:
         req = RunRequest(prompt=prompt, model=ctx.default_model, reward=ctx.default_reward,
                          preference=ctx.default_preference, **settings)
-        cfg, arms = req.config(0), req.arms(ctx.arms)
-        tally, start = Tally(), time.perf_counter()
-        for event in race_arms(lm, reward, cfg, arms):
-            tally.add(event)
+        start, last = time.perf_counter(), None
+        for last in frames(ctx, req):
+            pass
         seconds = time.perf_counter() - start
-        base, sr = arms[0].id, arms[1].id
-        c = tally.compare_all(base)[sr]
-        fin = tally.finished[sr]
-        decided = [r for r in tally.rounds.get(sr, []) if r.n_pruned]
-        pruned = sum(x.status == "pruned" for x in fin.candidates)
-        print(f"| {prompt[:40]} | {len(fin.candidates)} | {len(decided)} ({', '.join(str(r.position) for r in decided)}) "
-              f"| {pruned / len(fin.candidates):.0%} | {seconds:.1f} ({fin.ledger.wall_s:.1f} + "
-              f"{tally.finished[base].ledger.wall_s:.1f}) | {c.reward:.3f} / {c.baseline_reward:.3f} "
-              f"| {c.wall.words()} | {c.flops.words()} |", flush=True)
+        view = last.view
+        if view is None or not view.done:
+            print(f"| {prompt[:40]} | did not finish: {last.status[:80]} |")
+            continue
+        sr = view.arms["sr"]
+        v = view.verdicts().get("sr")
+        dec = [r.position for r in sr.round_events if r.n_pruned]
+        fit = " (shortened)" if view.fit is not None and view.fit.shortened else ""
+        if v is None:
+            print(f"| {prompt[:40]} | {len(sr.finished.candidates)} | {len(dec)} | no verdict | | | | | {seconds:.1f} |")
+            continue
+        k = f"> {v.n} (a bound)" if v.beyond else f"k = {v.k:.1f} of {v.n}"
+        print(f"| {prompt[:40]}{fit} | {len(sr.finished.candidates)} | {len(dec)} ({', '.join(map(str, dec))}) "
+              f"| {k} | {v.seconds:.2f} s / {v.bon_seconds:.2f} s | **{v.speedup:.2f}x**{' (at least)' if v.beyond else ''} "
+              f"| {v.flops_ratio:.2f}x | {v.improvement:.1f} | {seconds:.1f} |", flush=True)
     return 0
 
 
