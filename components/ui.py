@@ -33,7 +33,7 @@ X_AXES = [("time", "time"), ("FLOPs", "flops")]
 SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
 PAPER_NOTE = ("**Paper scale** sets the paper's protocol: Speculative Rejection opens with the rows that fill memory "
               "at token 16, Best-of-N writes 128 answers (or this deployment's largest N) of up to 256 tokens in "
-              "the passes that fit, and the race stops Best-of-N once it matches. It first measures this machine: "
+              "the passes that fit (all of them: its curve is the verdict's yardstick). It first measures this machine: "
               "where that takes longer than the run limit (on a CPU it takes minutes), it plays the **recorded** "
               "paper-scale race of an example prompt and sets a scaled-down version that fits for **Run**.")
 HEADER = (f"# Speculative Rejection vs Best-of-N\n"
@@ -134,7 +134,7 @@ def build_controls(ctx: AppContext) -> Controls:
         pace = gr.Radio(PACES, value="inf", label="Replay pace", scale=1, elem_id="pace")
     paper_note = gr.Markdown(PAPER_NOTE, elem_id="paper-note")
     with gr.Row(elem_id="link-row"):
-        link = gr.Button("🔗 Link to this race", variant="secondary", size="md", scale=0, min_width=190,
+        link = gr.Button("Link to this race", variant="secondary", size="md", scale=0, min_width=190,
                          elem_id="link", elem_classes=["action"])
         link_box = gr.Textbox(label="Open this link to get the same race (the settings and the seed)",
                               interactive=False, buttons=["copy"], visible=False, elem_id="link-box", scale=4)
@@ -359,7 +359,7 @@ def build_arena() -> Arena:
                     prev = gr.Button("◀ Previous", size="md", elem_id="step-prev", min_width=100)
                     nxt = gr.Button("Next decision ▶", variant="primary", size="md", elem_id="step-next",
                                     min_width=140)
-                    end = gr.Button("Run to the end ⏭", size="md", elem_id="step-end", min_width=140)
+                    end = gr.Button("Run to the end »", size="md", elem_id="step-end", min_width=140)
     step = StepPanel(group=group, plot=step_plot, text=step_text, prev=prev, next=nxt, end=end, index=gr.State(0))
     # The default run's arms lay out the first slots; a run with other arms relabels them.
     view = RunView(RunConfig(prompt="-"))

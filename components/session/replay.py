@@ -80,7 +80,7 @@ def badge_markdown(view: RunView, *, speed: float | None = None, replayed_s: flo
     pace = "instantly" if speed is None or not math.isfinite(speed) else f"at {speed:g}× the recorded pace"
     clock = (f"recorded in {fmt_s(r.get('seconds', 0.0))}, replayed in {fmt_s(replayed_s)}" if replayed_s is not None
              else f"recorded in {fmt_s(r.get('seconds', 0.0))}, replaying {pace}")
-    return (f"**⏺ Recording**, not a live run · {md_escape(r.get('model', '?'))} on {md_escape(r.get('hardware', '?'))}, "
+    return (f"**● Recording**, not a live run · {md_escape(r.get('model', '?'))} on {md_escape(r.get('hardware', '?'))}, "
             f"{md_escape(r.get('date', '?'))} · {clock} · scored with the **{md_escape(r.get('reward', '?'))}** reward "
             "(the recording's own; your Settings' reward is not used) · **Run it live** runs these settings here, "
             "scaled down to fit.")
