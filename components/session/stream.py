@@ -148,6 +148,10 @@ MEASURING = "**Measuring** this machine's decoding speed now, to size the race s
 def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *, shorten: bool):
     """``pace.fit`` for this race (None when it cannot measure: the race then runs as asked, and the verdict
     counts decoding steps instead of seconds)."""
+    from .gpu import ZERO_GPU
+
+    if ZERO_GPU:   # the race runs in ZeroGPU's own process on a GPU lent per call: this process cannot time it
+        return None
     sr_auto = any(dict(a.overrides).get("n") == AUTO for a in arms if a.method == "sr")
     try:
         return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, allow_shorten=shorten)

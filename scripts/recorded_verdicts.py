@@ -1,0 +1,47 @@
+"""The verdict of every recorded paper-scale race, as the page's replay states it.
+
+    python scripts/recorded_verdicts.py            # assets/recordings/
+    python scripts/recorded_verdicts.py FOLDER
+
+Replays each recording instantly through the page's own frames (``components.session.replay``) and prints
+one markdown row: Best-of-N's k to reach Speculative Rejection's reward, both times (priced at the recording
+machine's measured decoding step, which the recording keeps), the speed-up in time, the FLOPs ratio, the
+improvement score, and what the recording took to make. No model is loaded.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main(argv=None) -> int:
+    from components.session.replay import RECORDINGS, index, replay_frames
+
+    argv = sys.argv[1:] if argv is None else argv
+    folder = Path(argv[0]) if argv else RECORDINGS
+    print("| prompt | SR opens with | decisions | Best-of-N needs | time SR / Best-of-k | speed-up in time "
+          "| FLOPs SR / Best-of-k | improvement | recorded in |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for prompt, path in sorted(index(folder).items()):
+        last = None
+        for last in replay_frames(prompt, "inf", folder=folder):
+            pass
+        view = last.view
+        v = view.verdicts().get("sr") if view is not None else None
+        name = (view.cfg.prompt if view is not None else prompt)[:40]
+        if v is None:
+            print(f"| {name} | | | no verdict (Best-of-N stopped once it matched: no curve of N answers) | | | | | |")
+            continue
+        sr = view.arms["sr"]
+        unit = "s" if view.step is not None else " steps"
+        k = f"> {v.n} (a bound)" if v.beyond else f"k = {v.k:.1f} of {v.n}"
+        print(f"| {name} | {len(sr.finished.candidates)} | {sr.finished.rounds} | {k} "
+              f"| {v.seconds:.1f}{unit} / {v.bon_seconds:.1f}{unit} | **{v.speedup:.1f}x**{' (at least)' if v.beyond else ''} "
+              f"| {v.flops_ratio:.2f}x | {v.improvement:.1f} | {view.recording['seconds']:.0f} s |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
