@@ -224,11 +224,52 @@ def test_the_default_run_concludes_with_both_cores_busy(default_url):
     assert VERDICT.search(out["summary"]), out["summary"]
 
 
+def classroom_run(url: str) -> dict:
+    """The Classroom preset, then Run: seconds from the click to the first decision shown (step mode)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(HANG_GUARD_MS)
+            page.goto(url)
+            page.wait_for_selector("#run")
+            page.click("#classroom")
+            page.wait_for_function("document.querySelector('#status').innerText.includes('Classroom preset set')")
+            start = time.perf_counter()
+            page.click("#run")
+            page.wait_for_function("/Stepping|Can't|Stopped/.test(document.querySelector('#status').innerText)",
+                                   timeout=HANG_GUARD_MS)
+            seconds = time.perf_counter() - start
+            return {"seconds_to_first_decision": round(seconds, 1), "status": page.inner_text("#status"),
+                    "decision": page.inner_text("#step-text")[:300]}
+        finally:
+            browser.close()
+
+
+def test_the_classroom_preset_steps_through_a_live_race(default_url):
+    url, _ = default_url
+    out = classroom_run(url)
+    print(f"\nclassroom preset in Chromium: first decision shown {out['seconds_to_first_decision']} s after Run")
+    assert "Stepping" in out["status"] and "Decision 1 of" in out["decision"], out
+
+
 if __name__ == "__main__":
+    # On a quiet machine: the default Run, the Classroom preset, then the default Run with both cores busy.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the app, run from anywhere
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     demo, url, _ = default_app()
     try:
-        print(json.dumps(first_run(url, ARTIFACTS / "default-first-run.png"), indent=1))
+        out = {"quiet": first_run(url, ARTIFACTS / "default-first-run.png"), "classroom": classroom_run(url)}
+        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        try:
+            time.sleep(1.0)
+            out["loaded"] = first_run(url, ARTIFACTS / "default-run-loaded.png")
+        finally:
+            for s in spinners:
+                s.kill()
+        for k, v in out.items():
+            print(k, {key: (val if key.startswith("seconds") or key == "status" else val[:200]) for key, val in v.items()})
     finally:
         demo.close()
