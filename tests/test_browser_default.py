@@ -44,30 +44,45 @@ def default_app():
     return demo, launch_local(demo), ctx
 
 
-def first_run(url: str, shot: Path | None = None) -> dict:
+def with_browser(fn, *args, browser=None):
+    """``fn(browser, *args)`` with ``browser``, or with a Chromium of its own (one playwright per thread)."""
+    if browser is not None:
+        return fn(browser, *args)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(HANG_GUARD_MS)
-            page.goto(url)
-            page.wait_for_selector("#run")
-            start = time.perf_counter()
-            page.click("#run")
-            page.wait_for_function("document.querySelector('#status').innerText.includes('Done')",
-                                   timeout=HANG_GUARD_MS)
-            seconds = time.perf_counter() - start
-            page.wait_for_selector("#summary table")
-            time.sleep(0.5)   # the last frame's drawing
-            if shot is not None:
-                shot.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(shot), full_page=True)
-            return {"seconds_to_done": round(seconds, 1), "status": page.inner_text("#status"),
-                    "summary": page.inner_text("#summary"), "leader": page.input_value("#leader-0 textarea")}
+            return fn(b, *args)
         finally:
-            browser.close()
+            b.close()
+
+
+def _first_run(browser, url: str, shot: Path | None) -> dict:
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.set_default_timeout(HANG_GUARD_MS)
+        page.goto(url)
+        page.wait_for_selector("#run")
+        start = time.perf_counter()
+        page.click("#run")
+        page.wait_for_function("document.querySelector('#status').innerText.includes('Done')",
+                               timeout=HANG_GUARD_MS)
+        seconds = time.perf_counter() - start
+        page.wait_for_selector("#summary table")
+        time.sleep(0.5)   # the last frame's drawing
+        if shot is not None:
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shot), full_page=True)
+        return {"seconds_to_done": round(seconds, 1), "status": page.inner_text("#status"),
+                "summary": page.inner_text("#summary"), "leader": page.input_value("#leader-0 textarea")}
+    finally:
+        page.close()
+
+
+def first_run(url: str, shot: Path | None = None, browser=None) -> dict:
+    """Press Run with every default; seconds from the click to "Done", and what the page says then."""
+    return with_browser(_first_run, url, shot, browser=browser)
 
 
 def decisions(summary: str) -> int:
@@ -94,9 +109,9 @@ def default_url():
     demo.close()
 
 
-def test_the_default_first_run_decides_and_states_the_time_to_equal_reward(default_url):
+def test_the_default_first_run_decides_and_states_the_time_to_equal_reward(browser, default_url):
     url, ctx = default_url
-    out = first_run(url, ARTIFACTS / "default-first-run.png")
+    out = first_run(url, ARTIFACTS / "default-first-run.png", browser)
     print(f"\ndefault first run in Chromium: Done {out['seconds_to_done']} s after the click "
           f"(screenshot: {ARTIFACTS / 'default-first-run.png'})")
     (ARTIFACTS / "default_run.json").write_text(json.dumps(out, indent=1))
@@ -207,14 +222,14 @@ def test_every_width_fits(browser, default_url, size, theme):
 
 
 @pytest.mark.slow
-def test_the_default_run_concludes_with_both_cores_busy(default_url):
+def test_the_default_run_concludes_with_both_cores_busy(browser, default_url):
     """Two other processes spin on both cores (a shared Space, a teacher's busy laptop): the race is fitted
     before it starts, so it still ends "Done" with a verdict (the time is printed, never asserted)."""
     url, _ = default_url
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         time.sleep(1.0)
-        out = first_run(url, ARTIFACTS / "default-run-loaded.png")
+        out = first_run(url, ARTIFACTS / "default-run-loaded.png", browser)
     finally:
         for s in spinners:
             s.kill()
@@ -224,33 +239,33 @@ def test_the_default_run_concludes_with_both_cores_busy(default_url):
     assert VERDICT.search(out["summary"]), out["summary"]
 
 
-def classroom_run(url: str) -> dict:
+def _classroom_run(browser, url: str) -> dict:
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.set_default_timeout(HANG_GUARD_MS)
+        page.goto(url)
+        page.wait_for_selector("#run")
+        page.click("#classroom")
+        page.wait_for_function("document.querySelector('#status').innerText.includes('Classroom preset set')")
+        start = time.perf_counter()
+        page.click("#run")
+        page.wait_for_function("/Stepping|Can't|Stopped/.test(document.querySelector('#status').innerText)",
+                               timeout=HANG_GUARD_MS)
+        seconds = time.perf_counter() - start
+        return {"seconds_to_first_decision": round(seconds, 1), "status": page.inner_text("#status"),
+                "decision": page.inner_text("#step-text")[:300]}
+    finally:
+        page.close()
+
+
+def classroom_run(url: str, browser=None) -> dict:
     """The Classroom preset, then Run: seconds from the click to the first decision shown (step mode)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(HANG_GUARD_MS)
-            page.goto(url)
-            page.wait_for_selector("#run")
-            page.click("#classroom")
-            page.wait_for_function("document.querySelector('#status').innerText.includes('Classroom preset set')")
-            start = time.perf_counter()
-            page.click("#run")
-            page.wait_for_function("/Stepping|Can't|Stopped/.test(document.querySelector('#status').innerText)",
-                                   timeout=HANG_GUARD_MS)
-            seconds = time.perf_counter() - start
-            return {"seconds_to_first_decision": round(seconds, 1), "status": page.inner_text("#status"),
-                    "decision": page.inner_text("#step-text")[:300]}
-        finally:
-            browser.close()
+    return with_browser(_classroom_run, url, browser=browser)
 
 
-def test_the_classroom_preset_steps_through_a_live_race(default_url):
+def test_the_classroom_preset_steps_through_a_live_race(browser, default_url):
     url, _ = default_url
-    out = classroom_run(url)
+    out = classroom_run(url, browser)
     print(f"\nclassroom preset in Chromium: first decision shown {out['seconds_to_first_decision']} s after Run")
     assert "Stepping" in out["status"] and "Decision 1 of" in out["decision"], out
 
