@@ -115,6 +115,7 @@ class AppContext:
     race_target_s: float = 20.0      # a fitted race's expected time (SPECREJ_RACE_SECONDS; ``pace.py``)
     overhead: float = 1.0            # races here took this times their decode-time bound (learnt, ``pace.learn``)
     threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
+    last_load: float | None = None   # the last probe's load factor (``pace.fit``)
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "AppContext":

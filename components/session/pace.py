@@ -123,13 +123,26 @@ def _cuda() -> bool:
 
 
 def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, target_s: float | None = None,
-        allow_shorten: bool = True) -> Fit:
-    """Measure this machine now and size the race at ``cfg`` to ``target_s`` (the context's target)."""
-    lm = torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference))[0])
-    cost, load, threads = measure(ctx, model, lm)
+        allow_shorten: bool = True, busy: bool | None = None) -> Fit | None:
+    """Measure this machine now and size the race at ``cfg`` to ``target_s`` (the context's target).
+    While other runs are in flight (``busy``, default: ``ctx.active``) the torch thread is theirs and a probe
+    would time them, not the machine: the last measurement stands (None before the first one)."""
+    if ctx.active if busy is None else busy:
+        quiet = ctx.step_costs.get(model)
+        if quiet is None or ctx.last_load is None:
+            return None
+        lm = None
+        cost, load, threads = quiet.scaled(ctx.last_load), ctx.last_load, ctx.threads or 1
+    else:
+        lm = torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward,
+                                                                 ctx.default_preference))[0])
+        cost, load, threads = measure(ctx, model, lm)
+        ctx.last_load = load
     target = ctx.race_target_s if target_s is None else target_s
     budget = budget_of(cfg)
     if budget is None:
+        return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
+    if lm is None:   # no probe: the race runs as asked, priced at the last step times
         return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
     prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
     shared = bool(getattr(lm, "shares_prefix", False))

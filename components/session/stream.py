@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import field, make_dataclass
 from typing import Any, Callable, Iterator
 
@@ -145,19 +146,39 @@ def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAU
 MEASURING = "**Measuring** this machine's decoding speed now, to size the race so it ends in time…"
 
 
-def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *, shorten: bool):
+def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *, shorten: bool,
+                    stop_requested: Callable[[], bool] = lambda: False):
     """``pace.fit`` for this race (None when it cannot measure: the race then runs as asked, and the verdict
-    counts decoding steps instead of seconds)."""
+    counts decoding steps instead of seconds). The measurement runs on the torch thread as one job; this
+    handler waits for it but answers a cancel at once (the job is dropped if it has not started)."""
     from .gpu import ZERO_GPU
 
     if ZERO_GPU:   # the race runs in ZeroGPU's own process on a GPU lent per call: this process cannot time it
         return None
     sr_auto = any(dict(a.overrides).get("n") == AUTO for a in arms if a.method == "sr")
+    busy = bool(ctx.active)
+    token = f"measuring-{id(object())}"
+    ctx.active.add(token)   # a run starting meanwhile does not probe a machine this one is timing
+
+    def job():
+        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, allow_shorten=shorten, busy=busy)
+
     try:
-        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, allow_shorten=shorten)
+        if busy:   # no probe: nothing to wait for on the torch thread
+            return job()
+        fut = torch_worker().submit(job)
+        while True:
+            try:
+                return fut.result(timeout=0.05)
+            except FutureTimeout:
+                if stop_requested():
+                    fut.cancel()
+                    return None
     except Exception:   # a model that cannot load says so in the race itself
         log.warning("could not measure this machine's decoding step", exc_info=True)
         return None
+    finally:
+        ctx.active.discard(token)
 
 
 def reward_label(ctx: AppContext, key: str, preference: str) -> str:
@@ -263,7 +284,10 @@ def frames(ctx: AppContext, request, *, events_fn=race_events,
         yield error_frame(str(e))
         return
     yield Frame(status=MEASURING, status_kind="live")
-    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, shorten=request.fit is not False)
+    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, shorten=request.fit is not False,
+                             stop_requested=stop_requested)
+    if stop_requested():
+        return   # cancelled while the machine was measured: nothing started
     state = {"view": new_view(ctx, request, prep, fitted)}
     key = state["view"].run_id
     ctx.active.add(key)
