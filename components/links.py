@@ -25,7 +25,7 @@ MAX_TEXT = 2000
 # A race for a class: small enough to end in well under half a minute on a 2-core CPU, N equal to the rows
 # Speculative Rejection opens with (so its result always falls on Best-of-N's curve: every answer it could
 # pick is one Best-of-N writes too), two decisions to step through, and step mode on.
-CLASSROOM = dict(n=16, alpha=0.5, max_new_tokens=32, budget=224, first_decision=14, sr_start="auto",
+CLASSROOM = dict(n=16, alpha=0.5, max_new_tokens=48, budget=224, first_decision=14, sr_start="auto",
                  decision="budget", rule="paper", seed=0, second=False, stop_when_matched=False, fit=True, step=True)
 
 

@@ -268,6 +268,7 @@ def test_the_classroom_preset_steps_through_a_live_race(browser, default_url):
     out = classroom_run(url, browser)
     print(f"\nclassroom preset in Chromium: first decision shown {out['seconds_to_first_decision']} s after Run")
     assert "Stepping" in out["status"] and "Decision 1 of" in out["decision"], out
+    assert int(re.search(r"Decision 1 of (\d+)", out["decision"]).group(1)) >= 2, out   # two decisions to explain
 
 
 if __name__ == "__main__":
