@@ -1,5 +1,5 @@
 """The third round of the public deployment's guards (issue 26), alone and through real HTTP against the
-app served on 127.0.0.1: the public surface is docs/deploying.md's list exactly (no uploads, no /monitoring); a
+app served on 127.0.0.1: the public surface is README's list exactly (no uploads, no /monitoring); a
 visitor is a session, so ten visitors behind one address each get a place in the queue while one session
 stays capped; X-Forwarded-For is read one hop and only behind a trusted proxy; a malformed join's 400
 names no handler; /cancel answers while the torch step it interrupts is still running. Outcomes are
@@ -18,18 +18,18 @@ from conftest import HANG_GUARD_S, launch_local, run_request, tiny_app_context, 
 pytest.importorskip("gradio")
 httpx = pytest.importorskip("httpx")
 
-README = Path(__file__).resolve().parents[1] / "docs" / "deploying.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 PROMPT = "Give me three tips for staying healthy."
 TINY = dict(n=4, alpha=0.5, budget=0, decision="budget", interval=16, max_new_tokens=6, temperature=0.9,
             top_p=0.95, seed=1)
 
 
 def readme_surface() -> set[tuple[str, str]]:
-    """docs/deploying.md's list of the routes the public app answers (between the public-surface markers)."""
+    """README's list of the routes the public app answers (between the public-surface markers)."""
     text = README.read_text(encoding="utf-8")
     block = text.split("<!-- public-surface -->", 1)[1].split("<!-- /public-surface -->", 1)[0]
     routes = re.findall(r"^- `([A-Z]+) (/[^`]*)`", block, flags=re.M)
-    assert routes, "docs/deploying.md has no public-surface list"
+    assert routes, "README has no public-surface list"
     return set(routes)
 
 
