@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         for arm in arms:
             arm.config(cfg)  # every arm's settings are valid before the models load
         t0 = time.perf_counter()
-        lm = load_lm(args.model, backend=args.backend, trust_remote_code=args.trust_remote_code, dtype=args.dtype)
+        lm = load_lm(args.model, backend=args.backend, trust_remote_code=args.trust_remote_code, dtype=args.dtype,
+                     kv_slots=cfg.budget)
         reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
                              preference=args.preference, relevance=args.relevance)
         if not args.quiet:

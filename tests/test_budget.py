@@ -118,3 +118,20 @@ def test_a_run_at_the_lowest_accepted_budget_completes_within_it(tiny_lm, length
         f = run_to_completion(method(tiny_lm, length_reward, cfg))
         assert max(peak_slots) <= budget
         assert len(f.candidates) == n and any(c.status == "finished" for c in f.candidates)
+
+
+def test_vllm_on_a_cpu_sizes_its_kv_pool_from_the_race_not_from_all_memory():
+    """vLLM's CPU default reserves a share of ALL the machine's memory and refuses to start when other
+    processes hold it; the backend asks instead for the bytes of the race's budget (at least one sequence of
+    the model's length, which vLLM requires), from the model's layers, KV heads and head size."""
+    from types import SimpleNamespace
+
+    from specrej.backends.vllm import kv_pool_bytes
+
+    cfg = SimpleNamespace(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576,
+                          max_position_embeddings=8192)
+    per_slot = 2 * 30 * 3 * 64 * 4                       # K and V, 30 layers, 3 KV heads of 64, fp32: 46 kB
+    assert kv_pool_bytes(cfg, 4, 16384) == int(16384 * per_slot * 1.05) + 4 * 128 * per_slot
+    assert kv_pool_bytes(cfg, 4, 1024) == kv_pool_bytes(cfg, 4, 8192)   # never below one whole sequence
+    assert kv_pool_bytes(cfg, 4, 1024, max_model_len=2048) < kv_pool_bytes(cfg, 4, 8192)
+    assert kv_pool_bytes(cfg, 2, 16384) < kv_pool_bytes(cfg, 4, 16384) < 2**30   # the largest public budget: < 1 GiB

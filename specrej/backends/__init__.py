@@ -114,9 +114,10 @@ class BackendFactory(Protocol):
 
 
 def load_lm(spec: str = "embedded", *, backend: str | None = None, trust_remote_code: bool = False,
-            dtype: str | None = None):
+            dtype: str | None = None, kv_slots: int | None = None):
     """The generator ``spec`` on ``backend`` ("transformers" or "vllm"; default: SPECREJ_BACKEND, else
-    transformers). The methods then run on that backend (``backend_for``)."""
+    transformers). The methods then run on that backend (``backend_for``). ``kv_slots``: vLLM on a CPU
+    sizes its KV pool to hold this many slots (the race's budget)."""
     backend = (backend or os.environ.get(BACKEND_ENV, "") or "transformers").strip().lower()
     if backend == "transformers":
         from ..models import load_generator
@@ -125,7 +126,8 @@ def load_lm(spec: str = "embedded", *, backend: str | None = None, trust_remote_
     if backend == "vllm":
         from .vllm import load_vllm_generator
 
-        return load_vllm_generator(spec, dtype={"fp32": "float32", "bf16": "bfloat16"}.get(dtype or "", "auto"))
+        return load_vllm_generator(spec, dtype={"fp32": "float32", "bf16": "bfloat16"}.get(dtype or "", "auto"),
+                                   kv_slots=kv_slots)
     raise ValueError(f"backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)} ({BACKEND_ENV}).")
 
 

@@ -84,10 +84,13 @@ _loaded: dict[tuple, VllmLM] = {}
 _load_lock = threading.Lock()
 
 
+CPU_KV_SLOTS = 16384   # on a CPU, the KV pool holds this many slots unless told (the public app's largest budget)
+
+
 def load_vllm_generator(spec: str = "embedded", *, dtype: str = "auto", tensor_parallel_size: int = 1,
                         gpu_memory_utilization: float | None = None, max_num_seqs: int = 256,
                         max_model_len: int | None = None, block_size: int | None = None,
-                        enforce_eager: bool = False) -> VllmLM:
+                        enforce_eager: bool = False, kv_slots: int | None = None) -> VllmLM:
     """Load (once per process and settings) ``spec`` into a vLLM ``LLMEngine``.
 
     ``spec`` as ``load_generator``'s ("embedded", a folder, a .gguf file, a hub id); a GGUF file is
@@ -96,18 +99,31 @@ def load_vllm_generator(spec: str = "embedded", *, dtype: str = "auto", tensor_p
     the model over. ``gpu_memory_utilization``: vLLM's share of GPU memory (default 0.9 on a GPU;
     on a CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, in GiB). ``enforce_eager``: no
     compilation (on a CPU, vLLM otherwise compiles the model with inductor at load: minutes on two
-    cores; the tests load it eager)."""
+    cores; the tests load it eager). ``kv_slots``: on a CPU, the KV pool is sized to hold this many slots
+    (a race's budget; default CPU_KV_SLOTS, and at least one sequence of the model's length) rather than
+    vLLM's default share of ALL the machine's memory, which fails on a machine whose memory other
+    processes hold; VLLM_CPU_KVCACHE_SPACE (GiB) or ``gpu_memory_utilization`` still take precedence."""
     key = (spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len, block_size,
-           enforce_eager)
+           enforce_eager, kv_slots)
     with _load_lock:
         if key not in _loaded:
             _loaded[key] = _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs,
-                                 max_model_len, block_size, enforce_eager)
+                                 max_model_len, block_size, enforce_eager, kv_slots)
         return _loaded[key]
 
 
+def kv_pool_bytes(hf_config, dtype_bytes: int, slots: int, max_model_len: int | None = None) -> int:
+    """Bytes of a KV pool holding ``slots`` token slots (and at least one sequence of ``max_model_len``,
+    which vLLM requires), with the model's layers, KV heads and head size; 5% and a few blocks spare."""
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    per_slot = 2 * hf_config.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+    longest = max_model_len or getattr(hf_config, "max_position_embeddings", 0) or 0
+    return int(max(slots, longest) * per_slot * 1.05) + 4 * 128 * per_slot
+
+
 def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seqs, max_model_len,
-          block_size, enforce_eager) -> VllmLM:
+          block_size, enforce_eager, kv_slots=None) -> VllmLM:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # LLMEngine in this process
     try:
         import torch
@@ -130,6 +146,12 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
         kwargs["block_size"] = block_size
     if gpu_memory_utilization is not None:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+    elif not cuda and not os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip():
+        from transformers import AutoConfig
+
+        hf_config = AutoConfig.from_pretrained(source)
+        width = 2 if dtype in ("bfloat16", "float16", "half") else 4
+        kwargs["kv_cache_memory_bytes"] = kv_pool_bytes(hf_config, width, kv_slots or CPU_KV_SLOTS, max_model_len)
     engine = LLMEngine.from_engine_args(EngineArgs(**kwargs))
     tokenizer = engine.get_tokenizer()
     cfg = engine.model_config.hf_config
