@@ -26,7 +26,7 @@ from specrej.rewards import scale_of
 
 from .looks import colour as arm_colour
 from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text
-from .session.view import ArmView, RunView
+from .session.view import ArmView, RunView, unit_step
 
 HEIGHT = 430
 X_AXES = {"time": "decoding time on this machine (s, log scale)", "flops": "compute (FLOPs, log scale)"}
@@ -269,7 +269,7 @@ def time_unit(view: RunView) -> str:
 def work_profile(view: RunView, arm: ArmView) -> tuple[list[float], list[int]]:
     """(time so far, rows decoding) at each step the arm reported: each step priced at this machine's
     measured time for the rows decoding then (one unit per step when unmeasured)."""
-    step = view.step.step if view.step is not None else (lambda rows: 1.0)
+    step = view.step.step if view.step is not None else unit_step
     xs, ys, t, last = [0.0], [0], 0.0, (0, 0)
     for steps, rows in arm.work:
         s0, r0 = last

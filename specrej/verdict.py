@@ -31,6 +31,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+from .compare import reached
 from .curve import expected_max, pass_sizes
 from .metrics import improvement_score
 
@@ -107,11 +108,6 @@ def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: in
         flops = prompt_flops + flops_per_token * k * mean_len + reward_flops * k / n
         out.append(Point(k, expected_max(scores, k), steps, seconds, flops))
     return out
-
-
-def reached(score: float, target: float) -> bool:
-    """``score`` reached ``target`` up to float noise (one text scored in two batches)."""
-    return score >= target - 1e-6 * max(1.0, abs(target))
 
 
 @dataclass(frozen=True)

@@ -58,12 +58,18 @@ def with_browser(fn, *args, browser=None):
             b.close()
 
 
-def _first_run(browser, url: str, shot: Path | None) -> dict:
+def ready_page(browser, url: str):
+    """A new page on ``url``, loaded (its Run button drawn), with the hang guard as its timeout."""
     page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(HANG_GUARD_MS)
+    page.goto(url)
+    page.wait_for_selector("#run")
+    return page
+
+
+def _first_run(browser, url: str, shot: Path | None) -> dict:
+    page = ready_page(browser, url)
     try:
-        page.set_default_timeout(HANG_GUARD_MS)
-        page.goto(url)
-        page.wait_for_selector("#run")
         start = time.perf_counter()
         page.click("#run")
         page.wait_for_function("document.querySelector('#status').innerText.includes('Done')",
@@ -240,11 +246,8 @@ def test_the_default_run_concludes_with_both_cores_busy(browser, default_url):
 
 
 def _classroom_run(browser, url: str) -> dict:
-    page = browser.new_page(viewport=VIEWPORT)
+    page = ready_page(browser, url)
     try:
-        page.set_default_timeout(HANG_GUARD_MS)
-        page.goto(url)
-        page.wait_for_selector("#run")
         page.click("#classroom")
         page.wait_for_function("document.querySelector('#status').innerText.includes('Classroom preset set')")
         start = time.perf_counter()

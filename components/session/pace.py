@@ -28,7 +28,7 @@ from specrej import RunConfig
 from specrej.core.budget import KVBudget
 from specrej.core.cost import StepCost, fit_scale, race_seconds, shorten
 
-from .context import AppContext, get_models
+from .context import AppContext, _cuda, get_models
 from .worker import torch_worker
 
 PROBE_ROWS = (8, 32)
@@ -111,15 +111,6 @@ def budget_of(cfg: RunConfig) -> int | None:
     from specrej.backends.hf import cpu_budget
 
     return cpu_budget()
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:  # pragma: no cover
-        return False
 
 
 def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, target_s: float | None = None,

@@ -139,7 +139,7 @@ class RunView:
         if not self.done:
             return {}
         base = self.arms[self.baseline]
-        step = self.step.step if self.step is not None else _unit_step
+        step = self.step.step if self.step is not None else unit_step
         out = {}
         for a, arm in self.arms.items():
             if a != self.baseline and arm.chart == "pruning":
@@ -206,7 +206,8 @@ class RunView:
         return [round(lo - pad, 4), round(hi + pad, 4)]
 
 
-def _unit_step(rows: int) -> float:
+def unit_step(rows: int) -> float:
+    """One unit per decoding step: the clock when this machine's step was not measured."""
     return 1.0
 
 

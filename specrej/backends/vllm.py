@@ -112,12 +112,17 @@ def load_vllm_generator(spec: str = "embedded", *, dtype: str = "auto", tensor_p
         return _loaded[key]
 
 
+def kv_slot_bytes(hf_config, dtype_bytes: int) -> int:
+    """Bytes of one token's K and V in every layer."""
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    return 2 * hf_config.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+
+
 def kv_pool_bytes(hf_config, dtype_bytes: int, slots: int, max_model_len: int | None = None) -> int:
     """Bytes of a KV pool holding ``slots`` token slots (and at least one sequence of ``max_model_len``,
     which vLLM requires), with the model's layers, KV heads and head size; 5% and a few blocks spare."""
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
-    kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
-    per_slot = 2 * hf_config.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+    per_slot = kv_slot_bytes(hf_config, dtype_bytes)
     longest = max_model_len or getattr(hf_config, "max_position_embeddings", 0) or 0
     return int(max(slots, longest) * per_slot * 1.05) + 4 * 128 * per_slot
 
@@ -163,9 +168,7 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
     if extra is not None:
         eos.update(extra if isinstance(extra, (list, tuple)) else [extra])
     torch_dtype = engine.model_config.dtype
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    kv_bytes = 2 * cfg.num_hidden_layers * kv_heads * head_dim * (torch.finfo(torch_dtype).bits // 8)
+    kv_bytes = kv_slot_bytes(cfg, torch.finfo(torch_dtype).bits // 8)
     cache = engine.vllm_config.cache_config
     pool = _block_pool(engine)
     return VllmLM(name=spec, engine=engine, tokenizer=tokenizer, eos_ids=frozenset(eos),
