@@ -106,17 +106,22 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     same rewards) unless it is in ``live`` (None: every point) or its first batch is larger than
     N_ref; those run for real, with their wall time, and are checked against the simulator and
     the reference (``drift``: candidates whose text or score differ, bf16 rounding). ``coupled``: a
-    coupled run collected before (``reward_study collect``) instead of collecting one here."""
+    coupled run collected before (``reward_study collect``) instead of collecting one here; it may hold
+    more than ``n_ref`` candidates (Best-of-N_ref is its first ``n_ref``; coupling makes them the same
+    answers), so a first batch larger than N_ref is replayed too."""
     P = len(lm.render(row["prompt"]))
     shared = lm.shares_prefix
     t0 = time.perf_counter()
     run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0))
+    if run.n < n_ref:
+        raise ValueError(f"the coupled run holds {run.n} candidates, fewer than n_ref={n_ref}.")
     wall = None if coupled else time.perf_counter() - t0
     if runs_out is not None:
         runs_out.append(run)
     scorer = PrefixScorer(lm, reward, run)
-    scores = scorer.final()
-    lengths = run.lengths()
+    every_score = scorer.final()   # all the run's candidates; Best-of-N_ref is the first n_ref
+    scores = every_score[:n_ref]
+    lengths = run.lengths()[:n_ref]
     winner = max(range(n_ref), key=lambda c: (scores[c], -c))
     texts = [lm.decode(t) for t in run.tokens]
     tick("reference")
@@ -135,17 +140,18 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
             n0 = sr_rows(lm, budget, P, first)
             entry = {"rule": name, "alpha": alpha, "first_decision": first, "n": n0}
             sim = None
-            if n0 <= n_ref:
+            if n0 <= run.n:
                 sim = simulate_sr(run, scorer, budget=budget, alpha=alpha, n0=n0, max_new_tokens=base.max_new_tokens,
                                   shared=shared, keep_finished=base.keep_finished, decision=base.decision,
-                                  interval=base.interval, rule=rule)
+                                  interval=base.interval, rule=rule, n_ref=n_ref)
             if (alpha, first) not in oracles:
-                oracles[(alpha, first)] = _oracle(run, scorer, n0, alpha, budget, base, shared) if n0 <= n_ref else None
+                oracles[(alpha, first)] = (_oracle(run, scorer, n0, alpha, budget, base, shared, n_ref)
+                                           if n0 <= run.n else None)
             entry["oracle"] = oracles[(alpha, first)]
             if sim is not None and live is not None and (alpha, first) not in live:
                 entry.update(_from_sim(sim, P, lm.n_params, reward.n_params, texts))
             else:
-                entry.update(_live(lm, reward, row, base, budget, name, alpha, first, scores, texts, winner,
+                entry.update(_live(lm, reward, row, base, budget, name, alpha, first, every_score, texts, winner,
                                    lambda c, t: lm.decode(run.tokens[c][:t])))
                 if sim is not None:
                     entry["simulated"] = {"winner": sim.winner, "score": sim.score, "steps": sim.steps,
@@ -158,12 +164,12 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
 
 
 def _oracle(run: CoupledRun, scorer: PrefixScorer, n0: int, alpha: float, budget: int, base: RunConfig,
-            shared: bool) -> dict:
+            shared: bool, n_ref: int | None = None) -> dict:
     """The oracle ceiling at one point (``core.oracle``): the same loop, keeping the best final rewards."""
     final = dict(enumerate(scorer.score(list(range(run.n)), base.max_new_tokens)))
     sim = simulate_sr(run, scorer, budget=budget, alpha=alpha, n0=n0, max_new_tokens=base.max_new_tokens,
                       shared=shared, keep_finished=base.keep_finished, decision=base.decision,
-                      interval=base.interval, rule=OracleRule(final))
+                      interval=base.interval, rule=OracleRule(final), n_ref=n_ref)
     return {"score": sim.score, "winner": sim.winner, "steps": sim.steps, "rounds": sim.rounds,
             "winner_fate": sim.bon_winner_fate.to_dict()}
 

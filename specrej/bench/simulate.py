@@ -65,11 +65,12 @@ def replay(method: Callable[..., Iterator[Event]], run: CoupledRun, scorer: Pref
 def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: float, n0: int,
                 max_new_tokens: int, shared: bool = True, keep_finished: bool = False,
                 decision: str = "budget", interval: int = 16, rule: str | RejectionRule = "paper",
-                policy: DecisionRule | None = None) -> SimResult:
+                policy: DecisionRule | None = None, n_ref: int | None = None) -> SimResult:
     """Speculative Rejection on candidates 0..n0-1 of ``run`` (n0 <= run.n), scored by ``scorer``,
     with the live methods' policy (``core.decisions.decision_rule``: ``decision`` "budget" or
     "interval", as ``RunConfig``; the rejection rule ``rule``, a name or a ``core.rules`` object).
-    ``policy``: a whole decision policy instead (the oracle ceiling, ``core.oracle``)."""
+    ``policy``: a whole decision policy instead (the oracle ceiling, ``core.oracle``). ``n_ref``: Best-of-N's
+    candidates are the run's first ``n_ref`` (default: all), whose winner's fate the result reports."""
     if not 1 <= n0 <= run.n:
         raise ValueError(f"n0={n0} must be within the recorded run's 1..{run.n} candidates")
     policy = policy or decision_rule(alpha=alpha, decision=decision, interval=interval,
@@ -85,7 +86,7 @@ def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: fl
         elif isinstance(ev, Finished):
             fin = ev
     final = scorer.final()
-    bon_winner = max(range(run.n), key=lambda c: (final[c], -c))
+    bon_winner = max(range(n_ref or run.n), key=lambda c: (final[c], -c))
     finals = dict(enumerate(final))
     decisions = []
     for r in rounds:

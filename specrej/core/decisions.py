@@ -6,10 +6,12 @@ A rule answers two questions for the methods (``specrej.methods``), live or repl
 - ``due(moment)``: decide before the next step? ``Moment`` says how far the rows have decoded,
   how many are live, the slots a row will hold after the next step and when the last decision was.
 - ``select(live, finished, cap)``: rank the contenders (``core.rules.Contender``) with the
-  policy's rejection rule (``core.rules``: the paper's, highest partial reward, or a calibrated
-  one) and keep the top ``keep_count`` (finished candidates compete too unless
-  ``keep_finished``); if more kept live rows remain than memory can hold (``cap``), memory
-  forces more pruning, lowest-ranked first (``Selection.forced``).
+  policy's rejection rule (``core.rules``: the paper's, highest partial reward, or another) and
+  keep the top ``keep_count`` (the rule's own ``keep_count`` where it has one: a schedule;
+  finished candidates compete too unless ``keep_finished``); if more kept live rows remain than
+  memory can hold (``cap``), memory forces more pruning, lowest-ranked first (``Selection.forced``).
+- ``probe(moment)``: score the live rows before the next step without deciding? Only for a rule
+  that reads earlier prefixes' scores (its ``score_every``); the paper's never asks.
 
 ``MemoryFull`` is the paper's timing (decide when the next token would overflow the budget);
 ``EveryK`` also decides every ``k`` generated tokens. ``decision_rule(...)`` builds one from its
@@ -53,10 +55,20 @@ def keep_count(alpha: float, pool: int) -> int:
     return max(1, round((1 - alpha) * pool))
 
 
+def rule_keep_count(rule: RejectionRule, alpha: float, pool: int, position: int) -> int:
+    """What ``rule`` keeps out of ``pool`` at a decision after ``position`` tokens: its own
+    ``keep_count`` (a schedule) or the paper's ``keep_count``; always 1..pool."""
+    own = getattr(rule, "keep_count", None)
+    n = own(alpha, pool, position) if own is not None else keep_count(alpha, pool)
+    return min(pool, max(1, int(n))) if pool else 0
+
+
 class DecisionRule(Protocol):
     uses_token_stats: bool   # its rejection rule reads the generator's token statistics
 
     def due(self, at: Moment) -> bool: ...
+
+    def probe(self, at: Moment) -> bool: ...
 
     def select(self, live: Sequence[Contender], finished: Sequence[Contender], cap: int) -> Selection: ...
 
@@ -77,6 +89,12 @@ class MemoryFull:
     def due(self, at: Moment) -> bool:
         return at.generated > 0 and not at.budget.fits(at.live, at.per_row)
 
+    def probe(self, at: Moment) -> bool:
+        """Score the live rows now (no decision): every ``score_every`` tokens of a rule that reads
+        earlier prefixes' scores (``core.rules.WindowRule``, ``UpsideRule``); never for the paper's."""
+        every = getattr(self.rule, "score_every", 0)
+        return bool(every) and at.generated > 0 and at.generated % every == 0
+
     def select(self, live: Sequence[Contender], finished: Sequence[Contender], cap: int) -> Selection:
         """Keep the top ``keep_count`` of the pool (live rows, plus finished ones unless
         ``keep_finished``) in the rule's order; at most ``cap`` kept rows stay live."""
@@ -84,7 +102,7 @@ class MemoryFull:
         live_ids = {c.id for c in live}
         position = max((c.tokens for c in pool), default=0)   # live rows are all this long
         ranked = self.rule.rank(pool, position)
-        kept = ranked[:keep_count(self.alpha, len(pool))]
+        kept = ranked[:rule_keep_count(self.rule, self.alpha, len(pool), position)]
         pruned = ranked[len(kept):]
         kept_live = [c for c in kept if c in live_ids]
         forced = len(kept_live) > cap

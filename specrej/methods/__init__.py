@@ -14,7 +14,10 @@ them together with finished candidates still in contention; keep the top
 cannot fit the next token, memory forces more pruning (the round says ``forced``).
 ``keep_finished=True`` keeps finished candidates out of the ranking: they always stay.
 Which candidates are kept is the rejection rule's (``cfg.rule``, ``specrej.core.rules``): the
-paper's keeps the highest partial rewards.
+paper's keeps the highest partial rewards. A rule may also set how many a decision keeps (a
+schedule, ``keep_count``) and ask for the live rows to be scored between decisions (``score_every``,
+the policy's ``probe``: rules that read earlier prefixes' scores); those scores are reward calls
+like any other, in each candidate's history and the ledger.
 
 The methods drive a ``specrej.backends.Backend`` through ``run._Run`` and take their scheduling
 from ``specrej.core`` (the KV budget; the decision rule, ``core.decisions.rule_for(cfg)``). Both
@@ -91,6 +94,8 @@ def _sr_body(run: _Run, policy: DecisionRule | None = None) -> Iterator[Event]:
             index, last_decision = index + 1, rows.generated
             if not len(rows):  # every kept slot went to a finished candidate
                 break
+        elif rule.probe(at):   # a rule that reads earlier prefixes' scores (core.rules.WindowRule): a counted reward call
+            run.score_live()
         run.step()
         if (p := run.progress()) is not None:
             yield p

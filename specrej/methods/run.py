@@ -43,7 +43,8 @@ class _Rec:
         """What a decision's rejection rule sees of this candidate."""
         st = self.stats
         return Contender(self.id, self.score, len(self.tokens), self.status == "finished",
-                         st.mean_logprob if st else None, st.mean_self_certainty if st else None)
+                         st.mean_logprob if st else None, st.mean_self_certainty if st else None,
+                         tuple(self.history))
 
 
 class _Run:
