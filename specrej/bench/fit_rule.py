@@ -199,7 +199,7 @@ def candidates() -> dict:
         "paper": "paper",
         "calibrated": lambda r, s: fit(r, s, name="calibrated"),
         **{f"schedule-{f:g}": (lambda f: lambda r, s: fit_schedule(r, s, name=f"schedule-{f:g}", full_at=f))(f)
-           for f in (0.45, 0.6, 0.9)},
+           for f in (0.45, 0.6, 0.9, 1.2, 1.5)},
         **{f"window-{w}": WindowRule(f"window-{w}", w, 4) for w in (4, 8, 16)},
         **{f"upside-{w}": (lambda w: lambda r, s: fit_upside(r, s, name=f"upside-{w}", window=w))(w) for w in (8, 16)},
     }

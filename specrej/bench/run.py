@@ -14,12 +14,13 @@ from ..backends import BACKENDS
 
 MODES = {
     # 12 prompts in fp32 (exact coupling), shared prompt cache. Budget 2048: Best-of-N fits 7 rows at 256
-    # tokens; Speculative Rejection opens with ~125 rows at 16 tokens. Every point of both rules is replayed
+    # tokens; Speculative Rejection opens with ~125 rows at 16 tokens. Every point of each rule (the paper's,
+    # the calibrated one and the schedule, the best rule for a weak early signal: docs/results.md) is replayed
     # by the simulator from the coupled Best-of-128 run; 0.5@16 of each rule also runs for real (wall time,
     # and a check of the simulator), and so does 0.5@8 (its ~250-row first batch exceeds the 128 coupled
-    # candidates). The cost is the 12 coupled runs and 48 real SR runs.
+    # candidates). The cost is the 12 coupled runs and 72 real SR runs.
     "quick": dict(prompts="quick", n_ref=128, max_new_tokens=256, budget=2048, reward="self-certainty",
-                  points="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32", rules="paper,calibrated", live="0.5@16",
+                  points="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32", rules="paper,calibrated,schedule", live="0.5@16",
                   dtype="fp32", engine_rows=32, engine_length=32, sweep=[1, 8, 32, 128], repeats=2),
     # for a GPU (shard with `accelerate launch`): the paper's proportions. Budget = 120 rows at full length
     # (Best-of-120 fits one device, as in the paper), so Speculative Rejection opens with ~3800 rows at 16
