@@ -174,3 +174,29 @@ def test_n_auto_fills_the_budget_at_the_first_decision(tiny_lm, length_reward):
             prompt=PROMPT, n="auto", first_decision=6, max_new_tokens=24, budget=P + 2)))
     arm = parse_arm("sr:alpha=0.5,n=auto,first_decision=32")
     assert dict(arm.overrides) == {"alpha": 0.5, "n": "auto", "first_decision": 32}
+
+
+def test_a_coupled_run_larger_than_n_ref_replays_a_first_batch_beyond_it(tiny_lm, length_reward):
+    """Best-of-N_ref is the run's first n_ref candidates; a first batch larger than N_ref (but within the
+    run) is replayed from the run instead of run for real (how T = 8's ~250 rows replay from Best-of-256)."""
+    from specrej.bench.coupled import PrefixScorer, collect
+    from specrej.bench.simulate import simulate_sr
+
+    base = RunConfig(prompt="-", max_new_tokens=24, seed=2, progress_every=0)
+    P = len(tiny_lm.render(PROMPT))
+    budget = (P + 12 * 4) if tiny_lm.shares_prefix else 12 * (P + 4)   # 12 rows fill it at 4 tokens
+    big = collect(tiny_lm, RunConfig(prompt=PROMPT, n=16, max_new_tokens=24, seed=2))
+    rec = run_prompt(tiny_lm, length_reward, {"id": "p", "kind": "", "prompt": PROMPT}, base, n_ref=8,
+                     points=[(0.5, 4)], budget=budget, live=(), coupled=big)
+    final = PrefixScorer(tiny_lm, length_reward, big).final()
+    assert rec["bon"]["n"] == 8 and rec["bon"]["scores"] == final[:8] and len(rec["bon"]["tokens"]) == 8
+    assert rec["bon"]["winner"] == max(range(8), key=lambda c: (final[c], -c))
+    (entry,) = rec["sr"]
+    assert entry["n"] == sr_rows(tiny_lm, budget, P, 4) > 8 and entry["source"] == "simulated"
+    sim = simulate_sr(big, PrefixScorer(tiny_lm, length_reward, big), budget=budget, alpha=0.5, n0=entry["n"],
+                      max_new_tokens=24, shared=tiny_lm.shares_prefix, n_ref=8)
+    assert (entry["winner"], entry["steps"], entry["winner_fate"]) == (sim.winner, sim.steps, sim.bon_winner_fate.to_dict())
+    assert entry["oracle"] is not None
+    with pytest.raises(ValueError, match="fewer than n_ref"):
+        run_prompt(tiny_lm, length_reward, {"id": "p", "prompt": PROMPT}, base, n_ref=32, points=[(0.5, 4)],
+                   budget=budget, live=(), coupled=big)
