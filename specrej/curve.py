@@ -141,10 +141,10 @@ def paged_schedule(lengths: Sequence[int], order: Sequence[int], budget: KVBudge
     and each holds its answer's *real* length in memory (a paged KV cache): the next candidate starts as
     soon as its memory fits beside the running ones (first come, first served: it waits for nobody behind
     it, nobody behind it overtakes), as vLLM's scheduler admits requests. A candidate of length L holds
-    ``budget.row_slots(L - 1)`` slots (its last token is never fed back) from its start to its end; the
-    shared prompt is held once. Online, like ``refill_steps``: the first k never wait for later ones."""
+    ``budget.row_slots_at_end(L)`` slots from its start to its end; the shared prompt is held once.
+    Online, like ``refill_steps``: the first k never wait for later ones."""
     room = budget.total - budget.shared_slots
-    need = {c: budget.row_slots(max(lengths[c] - 1, 0)) for c in order}
+    need = {c: budget.row_slots_at_end(lengths[c]) for c in order}
     if any(v > room for v in need.values()):
         raise ValueError(f"an answer of {max(lengths)} tokens does not fit the budget of {budget.total} slots alone")
     running: list[tuple[int, int]] = []   # (end step, slots held), a heap

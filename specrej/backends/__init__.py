@@ -65,13 +65,11 @@ class Batch(Protocol):
     def add(self, cand_ids: list[int]) -> None:
         """Refill: new rows join the running batch (only where the factory says ``refills``); they
         start at their own token 0 while the others go on, so ``generated`` is then the oldest row's
-        length, and ``slots`` counts each row's own length."""
+        length, and ``lengths`` differ."""
 
-    def slots(self) -> int:
-        """KV slots held now (the shared prompt counted once)."""
-
-    def slots_per_row_after_step(self) -> int:
-        """Slots one row holds on its own after the next step (the shared prompt not included)."""
+    def lengths(self) -> list[int]:
+        """Tokens each row holds in the KV cache beyond the prompt (padding included where a backend
+        pads). The backend reports these only: ``core.budget.KVBudget`` turns them into slots."""
 
     def stats(self, i: int) -> tuple[float, float]:
         """Row i's mean log-probability and mean self-certainty so far (NaN when not kept)."""
@@ -81,6 +79,8 @@ class Backend(Protocol):
     """One prompt, prefilled once. Built by a ``BackendFactory``."""
 
     extra_prefill_tokens: int     # tokens prefilled again after the prompt (the ledger charges them)
+    engine_steps: int             # steps the engine ran for this prompt (the ledger's ``steps``): its rows'
+                                  # decoding steps; vLLM's own count also has its prefill and scheduling steps
 
     def start(self, cand_ids: list[int]) -> Batch: ...
 

@@ -300,17 +300,9 @@ class VllmRows:
     def __len__(self) -> int:
         return len(self.ids)
 
-    @property
-    def shared_slots(self) -> int:
-        return self.backend.prompt_len
-
-    def slots(self) -> int:
-        """The prompt once plus every live row's own tokens (rows of a refilled batch differ in length)."""
-        return self.backend.prompt_len + sum(map(len, self.tokens)) if self.ids else 0
-
-    def slots_per_row_after_step(self) -> int:
-        g = self.generated + 1
-        return g if g < self.backend.max_new_tokens else g - 1
+    def lengths(self) -> list[int]:
+        """Each row's own tokens (rows of a refilled batch differ in length)."""
+        return [len(t) for t in self.tokens]
 
     def stats(self, i: int) -> tuple[float, float]:
         if not self.backend.stats or not self.tokens[i]:

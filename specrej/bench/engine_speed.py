@@ -28,7 +28,9 @@ from dataclasses import replace
 import torch
 
 from ..config import RunConfig
+from ..backends import backend_for
 from ..backends.hf import Engine, Sampling
+from ..core.budget import KVBudget, sharing
 from ..events import Finished
 from ..methods import speculative_rejection
 from .reference import speculative_rejection_reference_style
@@ -133,7 +135,11 @@ class ReadBandwidth(_Probe):
 
 
 def weight_bytes(lm) -> int:
-    return sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    """The generator's weights in bytes (a vLLM LM holds no torch module here: its parameters x their width)."""
+    model = getattr(lm, "model", None)
+    if model is None:
+        return lm.n_params * lm.dtype.itemsize
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def roofline_s(lm, rows: int, kv_bytes: int, flops_per_s: float, bytes_per_s: float) -> dict:
@@ -224,11 +230,13 @@ def engine_vs_generate(lm, prompt: str, rows: int, length: int, sampling: Sampli
 def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling: Sampling = Sampling(),
                  ticks=()) -> list[dict]:
     """Seconds per decoding step (median of ``steps`` after one warm-up) at each batch size, with the
-    KV-cache bytes the step reads. ``ticks``: limits to sample after each batch size."""
+    KV-cache bytes the step reads, on the LM's own backend. ``ticks``: limits to sample after each batch size."""
     ids, out = lm.render(prompt), []
     wb = weight_bytes(lm)
+    backend = backend_for(lm)
+    kv_budget = KVBudget(0, len(ids), sharing(lm, backend))   # only its slot arithmetic
     for rows in rows_list:
-        eng = Engine(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3, stats=False)
+        eng = backend(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3, stats=False)
         r = eng.start(list(range(rows)))
         r.step()
         times = []
@@ -238,7 +246,7 @@ def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling
             r.step()
             _sync(lm.device)
             times.append(time.perf_counter() - t)
-        kv = r.slots() * lm.kv_bytes_per_slot
+        kv = kv_budget.held(r.lengths()) * lm.kv_bytes_per_slot
         r.release()
         eng.release()
         sp = _spread(times)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..backends import Backend, BackendFactory, Batch, Done, backend_for
 from ..core.config import AUTO, RunConfig
-from ..core.budget import KVBudget
+from ..core.budget import KVBudget, sharing
 from ..core.decisions import Moment
 from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress
@@ -62,7 +62,7 @@ class _Run:
         self.stats = bool(getattr(reward, "uses_token_stats", True))
         self.prompt_ids = lm.render(cfg.prompt)
         # an engine that re-prefills (the bench's reference style) keeps a copy of the prompt per row
-        self.shared = bool(lm.shares_prefix and engine.allow_sharing)
+        self.shared = sharing(lm, engine)
         self.kv = KVBudget(cfg.budget if cfg.budget is not None else engine.default_budget(lm),
                            len(self.prompt_ids), self.shared)
         self.budget = self.kv.total
@@ -101,7 +101,7 @@ class _Run:
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
             dtype=str(self.lm.dtype).replace("torch.", ""), kv_sharing="shared" if self.shared else "copied",
             backend=self.engine_factory.name,
-            steps=getattr(self.engine, "engine_steps", self.steps) if self.engine is not None else self.steps,
+            steps=self.engine.engine_steps if self.engine is not None else self.steps,
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
@@ -135,15 +135,16 @@ class _Run:
         done = rows.step()
         self.generated += generated_before
         self.steps += 1
-        self.peak_slots = max(self.peak_slots, rows.slots())
+        self.peak_slots = max(self.peak_slots, self.kv.held(rows.lengths()))
         if done:
             self._score(done_list=done)
         return done
 
     def moment(self, last_decision: int) -> Moment:
         """Where the live rows stand before the next step (for a decision rule's ``due``)."""
-        return Moment(self.rows.generated, len(self.rows), self.rows.slots_per_row_after_step(), last_decision,
-                      self.kv)
+        rows = self.rows
+        per_row = self.kv.row_slots_after_step(max(rows.lengths()), rows.generated, self.cfg.max_new_tokens)
+        return Moment(rows.generated, len(rows), per_row, last_decision, self.kv)
 
     def refresh_texts(self) -> None:
         for i, cid in enumerate(self.rows.ids):
