@@ -31,6 +31,7 @@ from ..config import RunConfig
 from ..backends import backend_for
 from ..backends.hf import Engine, Sampling
 from ..core.budget import KVBudget, sharing
+from ..core.cost import flops
 from ..events import Finished
 from ..methods import speculative_rejection
 from .reference import speculative_rejection_reference_style
@@ -145,7 +146,7 @@ def weight_bytes(lm) -> int:
 def roofline_s(lm, rows: int, kv_bytes: int, flops_per_s: float, bytes_per_s: float) -> dict:
     """The least time a decoding step of ``rows`` rows can take: memory- or compute-bound."""
     memory = (weight_bytes(lm) + kv_bytes) / bytes_per_s
-    compute = 2.0 * lm.n_params * rows / flops_per_s
+    compute = flops(lm.n_params, rows) / flops_per_s
     return {"roofline_s": max(memory, compute), "memory_s": memory, "compute_s": compute,
             "bound": "memory" if memory >= compute else "compute"}
 
@@ -219,7 +220,7 @@ def engine_vs_generate(lm, prompt: str, rows: int, length: int, sampling: Sampli
         gen = g if gen is None or g["wall_s"] < gen["wall_s"] else gen
     for r in (eng, gen):
         r["tokens_per_s"] = r["tokens"] / r["wall_s"]
-        r["flops"] = 2.0 * lm.n_params * (r["prompt_tokens"] + r["tokens"])
+        r["flops"] = flops(lm.n_params, r["prompt_tokens"] + r["tokens"])
         r["flops_per_s"] = r["flops"] / r["wall_s"]
     return {"rows": rows, "length": length, "prompt_tokens": len(ids), "engine": eng, "generate": gen,
             "speedup": eng["tokens_per_s"] / gen["tokens_per_s"],
@@ -252,7 +253,7 @@ def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling
         sp = _spread(times)
         dt = sp["median"]
         out.append({"rows": rows, "step_s": dt, "step_min_s": sp["min"], "step_max_s": sp["max"],
-                    "flops_per_s": 2.0 * lm.n_params * rows / dt, "weight_bytes_per_s": wb / dt, "kv_bytes": kv})
+                    "flops_per_s": flops(lm.n_params, rows) / dt, "weight_bytes_per_s": wb / dt, "kv_bytes": kv})
         for tick in ticks:
             tick()
     return out

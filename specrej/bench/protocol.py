@@ -36,6 +36,7 @@ import torch
 from ..compare import decision_rank, live_at_decision, winner_fate
 from ..config import AUTO, RunConfig
 from ..core.budget import KVBudget
+from ..core.cost import flops
 from ..core.oracle import OracleRule
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, improvement_gains, speedups
 from ..backends import backend_for
@@ -125,7 +126,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
               "bon": {"n": n_ref, "scores": scores, "tokens": lengths, "winner": winner,
                       "winner_text": texts[winner],
                       "ledger": {"generated_tokens": sum(lengths), "reward_tokens": scorer.tokens_read,
-                                 "reward_flops": 2.0 * reward.n_params * scorer.tokens_read, "wall_s": wall},
+                                 "reward_flops": flops(reward.n_params, scorer.tokens_read), "wall_s": wall},
                       "note": "one coupled batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
               "sr": []}
     oracles: dict[tuple[float, int], dict | None] = {}
@@ -239,7 +240,7 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
     if not records:
         raise ValueError("no prompt results to aggregate")
     n_ref = records[0]["bon"]["n"]
-    runs = [prompt_run(r, 2.0 * gen_params) for r in records]
+    runs = [prompt_run(r, flops(gen_params, 1)) for r in records]
     budgets = [KVBudget(r["budget"], r["prompt_tokens"], r.get("kv_shared", True)) for r in records]
     curve = bon_curve(runs, default_ks(n_ref), [r["rows_per_pass"] for r in records], step_model, budgets)
     ref = curve[-1]

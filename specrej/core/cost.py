@@ -1,5 +1,6 @@
-"""How long a race will take, before it runs: the rows each arm decodes at each step, at most,
-and a measured cost of one decoding step by batch size. No torch here.
+"""What a race costs: FLOPs (``flops``, the one rule), Best-of-N's passes (``passes``, the one
+splitter), the rows each arm decodes at each step, at most, and a measured cost of one decoding step
+by batch size (``StepCost``, the one step-time model). No torch here.
 
 ``race_rows(budget, cfg)`` bounds the work from above: Best-of-N decodes its N candidates in
 passes of ``rows_per_pass`` rows to full length (no answer ends early, no stop once matched);
@@ -19,16 +20,22 @@ from .config import AUTO, RunConfig
 from .budget import FEW_TOKENS, KVBudget
 
 
+def flops(params: int, tokens: float) -> float:
+    """FLOPs of a model of ``params`` parameters reading or writing ``tokens`` tokens: 2 x params x tokens
+    (a multiply and an add per weight per token)."""
+    return 2.0 * params * tokens
+
+
+def passes(n: int, rows_per_pass: int) -> list[range]:
+    """Candidates 0..n-1 in Best-of-N's passes of ``rows_per_pass`` rows: full passes, then the remainder."""
+    if rows_per_pass < 1:
+        raise ValueError("rows_per_pass must be at least 1")
+    return [range(first, min(n, first + rows_per_pass)) for first in range(0, n, rows_per_pass)]
+
+
 def bon_rows(budget: KVBudget, n: int, max_new_tokens: int) -> list[int]:
     """Rows at each decoding step of Best-of-N: passes of ``rows_per_pass`` rows, each to full length."""
-    per_pass = budget.rows_per_pass(n, max_new_tokens)
-    out: list[int] = []
-    left = n
-    while left > 0:
-        rows = min(per_pass, left)
-        out += [rows] * max_new_tokens
-        left -= rows
-    return out
+    return [len(p) for p in passes(n, budget.rows_per_pass(n, max_new_tokens)) for _ in range(max_new_tokens)]
 
 
 def sr_rows(budget: KVBudget, n0: int, max_new_tokens: int) -> list[int]:

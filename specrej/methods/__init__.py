@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..backends import BackendFactory
 from ..core.config import RunConfig
+from ..core.cost import passes
 from ..core.decisions import DecisionRule, rule_for
 from ..core.events import Event, Finished, Round
 from ..core.scoring import Reward
@@ -42,10 +43,8 @@ if TYPE_CHECKING:
 def _bon_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
     run.prefill()
-    b = run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens)
-    for index, first in enumerate(range(0, cfg.n, b)):
-        ids = list(range(first, min(cfg.n, first + b)))
-        rows = run.start(ids)
+    for index, ids in enumerate(passes(cfg.n, run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens))):
+        rows = run.start(list(ids))
         while len(rows):
             run.step()
             if (p := run.progress()) is not None:

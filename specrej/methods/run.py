@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..backends import Backend, BackendFactory, Batch, Done, backend_for
 from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
+from ..core.cost import flops
 from ..core.decisions import Moment
 from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress
@@ -89,14 +90,13 @@ class _Run:
         self._resumed = time.perf_counter()
 
     def ledger(self) -> Ledger:
-        n_gen = self.lm.n_params
         peak_bytes = (self.engine.peak_memory_bytes(self.peak_slots) if self.engine is not None
                       else self.peak_slots * self.lm.kv_bytes_per_slot)
         prompt = self.prompt_tokens + (self.engine.extra_prefill_tokens if self.engine is not None else 0)
         return Ledger(
             prompt_tokens=prompt, generated_tokens=self.generated, reward_tokens=self.reward_tokens,
-            generator_flops=2.0 * n_gen * (prompt + self.generated),
-            reward_flops=2.0 * self.reward.n_params * self.reward_tokens,
+            generator_flops=flops(self.lm.n_params, prompt + self.generated),
+            reward_flops=flops(self.reward.n_params, self.reward_tokens),
             wall_s=self.wall + time.perf_counter() - self._resumed,
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
             dtype=str(self.lm.dtype).replace("torch.", ""), kv_sharing="shared" if self.shared else "copied",
