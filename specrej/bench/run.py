@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     from .coupled import save_runs
     from .prompts import load_prompts
     from .engine_speed import engine_section
-    from .protocol import StepModel, aggregate, measure_pass, run_prompt, summary
+    from ..core.cost import StepCost
+    from .protocol import aggregate, measure_pass, run_prompt, summary
     from .report import engine_table, paper_png, paper_table
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
     text = []
     if records:
-        agg = aggregate(records, gen_params=lm.n_params, step_model=StepModel.from_passes(passes))
+        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes))
         result["protocol"] = agg
         result["summary"] = summary(agg)
         text.append(paper_table(agg, meta))

@@ -55,19 +55,36 @@ def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool) -> dict[str, l
 @dataclass(frozen=True)
 class StepCost:
     """Seconds per decoding step at the measured batch sizes; between them linear, beyond the
-    largest the last segment's slope (a step's cost grows at most linearly in its rows)."""
+    largest the last segment's slope (a step's cost grows at most linearly in its rows, and never
+    falls with them); one measured size: that time at every size. The app measures it
+    (``decode_sweep``), the bench from its real passes (``from_passes``)."""
 
     rows: tuple[int, ...]
     seconds: tuple[float, ...]
 
     def __post_init__(self):
-        if len(self.rows) < 2 or len(self.rows) != len(self.seconds) or list(self.rows) != sorted(set(self.rows)):
-            raise ValueError("StepCost needs two or more distinct batch sizes, in increasing order, each with its time")
+        if not self.rows or len(self.rows) != len(self.seconds) or list(self.rows) != sorted(set(self.rows)):
+            raise ValueError("StepCost needs distinct batch sizes, in increasing order, each with its time")
         if any(not (s > 0 and math.isfinite(s)) for s in self.seconds):
             raise ValueError("StepCost's times must be positive")
 
+    @classmethod
+    def from_passes(cls, passes: list[dict]) -> "StepCost":
+        """From measured passes (``{"rows", "step_s"}`` each): the fastest at each batch size."""
+        by_rows: dict[int, float] = {}
+        for p in passes:
+            by_rows[p["rows"]] = min(p["step_s"], by_rows.get(p["rows"], math.inf))
+        return cls(tuple(sorted(by_rows)), tuple(by_rows[r] for r in sorted(by_rows)))
+
+    @property
+    def points(self) -> list[list]:
+        """[[rows, seconds], ...], for a JSON record."""
+        return [[r, s] for r, s in zip(self.rows, self.seconds)]
+
     def step(self, rows: int) -> float:
         r, s = self.rows, self.seconds
+        if len(r) == 1:
+            return s[0]
         i = min(max(bisect.bisect_left(r, rows), 1), len(r) - 1)
         slope = max(0.0, (s[i] - s[i - 1]) / (r[i] - r[i - 1]))
         return max(min(s), s[i - 1] + slope * (rows - r[i - 1]))
