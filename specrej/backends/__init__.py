@@ -113,6 +113,19 @@ class BackendFactory(Protocol):
         """KV slots a run gets when its config names no budget."""
 
 
+def planned_budget(budget: int | None) -> int | None:
+    """The budget a run will get, known before its model loads: its own; else on a CPU the CPU budget
+    (every backend's default there, ``core.budget.cpu_budget``); None on a GPU, where the loaded backend
+    sizes it from free memory (``BackendFactory.default_budget``)."""
+    if budget is not None:
+        return budget
+    import torch
+
+    from ..core.budget import cpu_budget
+
+    return None if torch.cuda.is_available() else cpu_budget()
+
+
 def load_lm(spec: str = "embedded", *, backend: str | None = None, trust_remote_code: bool = False,
             dtype: str | None = None, kv_slots: int | None = None):
     """The generator ``spec`` on ``backend`` ("transformers" or "vllm"; default: SPECREJ_BACKEND, else

@@ -28,23 +28,15 @@ from typing import Callable
 
 import torch
 
-from ..config import RunConfig, env_int
+from ..config import RunConfig
+from ..core.budget import cpu_budget
 from ..kvcache import grow_in_place
 from ..models import LM
 from ..packed import PackedLinear, lone_row_padded
 from ..shared_prefix import SharedPrefixCache
 from . import Done, Sampling
 
-CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
-DEFAULT_CPU_BUDGET = 448   # 8 full-length rows of 48 tokens, or ~50 rows at token 8 (README: the defaults)
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
-
-
-def cpu_budget() -> int:
-    """The budget a run without one gets on a CPU: SPECREJ_CPU_BUDGET, else DEFAULT_CPU_BUDGET."""
-    from ..core.budget import BudgetError
-
-    return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 
 def coupled_uniforms(seed: int, position: int, cand_ids: torch.Tensor, n_total: int) -> torch.Tensor:

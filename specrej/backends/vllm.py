@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.budget import cpu_budget
 from ..models import LM, ModelSpecError, _dequantised_copy, resolve_spec
 from . import Done, Sampling
 
@@ -210,7 +211,10 @@ class VllmEngine:
 
     @staticmethod
     def default_budget(lm: VllmLM) -> int:
-        """Every KV slot in vLLM's pool (vLLM sized it from gpu_memory_utilization)."""
+        """On a GPU every KV slot in vLLM's pool (vLLM sized it from gpu_memory_utilization); on a CPU the
+        CPU budget, as for every backend (``core.budget.cpu_budget``), at most the pool."""
+        if lm.device.type == "cpu":
+            return min(lm.capacity_slots, cpu_budget())
         return lm.capacity_slots
 
     def __init__(self, lm: VllmLM, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,

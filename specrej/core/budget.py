@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .config import AUTO, RunConfig
+from .config import AUTO, CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, RunConfig, env_int
 
 FEW_TOKENS = 4       # Speculative Rejection must fit N rows for at least this many tokens
 AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's free memory could fit far more)
@@ -20,6 +20,12 @@ AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's f
 
 class BudgetError(ValueError):
     """A combination of N, prompt, max_new_tokens and budget that cannot run."""
+
+
+def cpu_budget() -> int:
+    """The budget a run without one gets on a CPU, whatever its backend: SPECREJ_CPU_BUDGET, else
+    DEFAULT_CPU_BUDGET."""
+    return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 
 def sharing(lm, backend) -> bool:
