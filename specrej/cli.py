@@ -63,7 +63,7 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision; auto: bf16 on CUDA, and on a CPU where a load-time probe finds it "
                         "faster, else fp32 (default: SPECREJ_DTYPE, else auto)")
-    p.add_argument("--backend", choices=BACKENDS, default=None,
+    p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="inference engine: transformers (default) or vllm (needs vLLM; default: SPECREJ_BACKEND)")
     p.add_argument("--json", type=Path, default=None, help="write the full event trace here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

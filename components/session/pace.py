@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from specrej import RunConfig
 from specrej.backends import planned_budget
-from specrej.core.budget import KVBudget
+from specrej.core.budget import KVBudget, sharing
 from specrej.core.cost import StepCost, fit_scale, race_seconds, shorten
 
 from .context import AppContext, get_models
@@ -125,7 +125,7 @@ def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, target_s:
     if lm is None:   # no probe: the race runs as asked, priced at the last step times
         return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
     prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
-    shared = bool(getattr(lm, "shares_prefix", False))
+    shared = sharing(lm, lm.backend)
     base = dataclasses.replace(cfg, budget=budget)
     kv = KVBudget(budget, prompt_len, shared)
 

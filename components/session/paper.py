@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specrej import RunConfig
-from specrej.core.budget import KVBudget
+from specrej.core.budget import KVBudget, sharing
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.cost import StepCost, race_rows
 
@@ -88,7 +88,7 @@ def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
     lm = _generator(ctx, model)
     cost = step_cost(ctx, model, lm)
     prompt_len = len(torch_worker().call(lm.render, prompt or "-"))
-    shared = bool(getattr(lm, "shares_prefix", False))
+    shared = sharing(lm, lm.backend)
     limit = ctx.limits.max_run_seconds
     paper = capped(ctx, {})
     paper_s = live_seconds(ctx, paper, prompt_len, shared, cost)

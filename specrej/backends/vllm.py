@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.budget import cpu_budget
-from ..models import LM, ModelSpecError, _dequantised_copy, resolve_spec
+from ..models import ModelSpecError, _dequantised_copy, render_chat, resolve_spec
 from . import Done, Sampling
 
 DEFAULT_BLOCK_SIZE = 16
@@ -41,7 +41,7 @@ def candidate_seed(seed: int, cand: int) -> int:
 
 @dataclass
 class VllmLM:
-    """A generator served by vLLM, with the surface of ``models.LM`` that the methods read."""
+    """A generator served by vLLM (a ``backends.LanguageModel``)."""
 
     name: str
     engine: object                      # vllm.LLMEngine
@@ -56,8 +56,11 @@ class VllmLM:
     device: object                      # torch.device
     shares_prefix: bool = True          # prefix caching: the prompt's blocks are held once
 
-    render = LM.render
-    decode = LM.decode
+    def render(self, prompt: str) -> list[int]:
+        return render_chat(self.tokenizer, prompt)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     @property
     def backend(self) -> type["VllmEngine"]:

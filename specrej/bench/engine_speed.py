@@ -28,7 +28,6 @@ from dataclasses import replace
 import torch
 
 from ..config import RunConfig
-from ..backends import backend_for
 from ..backends.hf import Engine, Sampling
 from ..core.budget import KVBudget, sharing
 from ..core.cost import flops
@@ -234,7 +233,7 @@ def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling
     KV-cache bytes the step reads, on the LM's own backend. ``ticks``: limits to sample after each batch size."""
     ids, out = lm.render(prompt), []
     wb = weight_bytes(lm)
-    backend = backend_for(lm)
+    backend = lm.backend
     kv_budget = KVBudget(0, len(ids), sharing(lm, backend))   # only its slot arithmetic
     for rows in rows_list:
         eng = backend(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3, stats=False)

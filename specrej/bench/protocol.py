@@ -35,11 +35,10 @@ import torch
 
 from ..compare import decision_rank, live_at_decision, winner_fate
 from ..config import AUTO, RunConfig
-from ..core.budget import KVBudget
+from ..core.budget import KVBudget, sharing
 from ..core.cost import StepCost, flops
 from ..core.oracle import OracleRule
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, improvement_gains, speedups
-from ..backends import backend_for
 from ..events import Finished, Round
 from ..methods import speculative_rejection
 from ..metrics import bootstrap_ci, speedup
@@ -53,7 +52,7 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
     """One real Best-of-N pass of ``rows`` rows (candidates 0..rows-1) to the end: wall per step.
     ``stats``: keep the token statistics, as the arm does when its reward reads them."""
     ids = lm.render(cfg.prompt)
-    engine = backend_for(lm).from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
+    engine = lm.backend.from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
     r = engine.start(list(range(rows)))
     t0 = time.perf_counter()
     steps = 0
@@ -69,7 +68,7 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
 # ---------------------------------------------------------------------------------- one prompt
 def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
     """Speculative Rejection's first batch: the rows that fill the budget at the first decision."""
-    return max(1, KVBudget(budget, prompt_tokens, lm.shares_prefix).auto_n(first_decision))
+    return max(1, KVBudget(budget, prompt_tokens, sharing(lm, lm.backend)).auto_n(first_decision))
 
 
 def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: list[tuple[float, int]],
@@ -85,7 +84,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     the reference (``drift``: candidates whose text or score differ, bf16 rounding). ``coupled``: a
     coupled run collected before (``reward_study collect``) instead of collecting one here."""
     P = len(lm.render(row["prompt"]))
-    shared = lm.shares_prefix
+    shared = sharing(lm, lm.backend)
     t0 = time.perf_counter()
     run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0))
     wall = None if coupled else time.perf_counter() - t0

@@ -81,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
                                   "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
                                   "coupled run")
-    p.add_argument("--backend", choices=BACKENDS, default=None,
+    p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="inference engine: transformers (default) or vllm (default: SPECREJ_BACKEND)")
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision (default fp32: exact coupling; bf16 reports the candidates that drift)")

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from ..backends import Backend, BackendFactory, Batch, Done, backend_for
+from ..backends import Backend, BackendFactory, Batch, Done
 from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
 from ..core.cost import flops
@@ -52,7 +52,7 @@ class _Run:
 
     def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: BackendFactory | None = None,
                  auto_n: bool = False, refill: bool = False):
-        engine = engine or backend_for(lm)
+        engine = engine or lm.backend
         if refill and not getattr(engine, "refills", False):
             raise ValueError(f"{arm}: continuous batching adds rows to a running batch, which the {engine.name} "
                              "backend cannot (its rows share one length); run it on the vLLM backend "
