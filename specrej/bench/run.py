@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     threads = args.threads or auto_threads(state.num_processes)
     torch.set_num_threads(threads)
 
-    from ..core.budget import BudgetError, KVBudget
+    from ..core.budget import BudgetError, KVBudget, sharing
     from ..config import RunConfig
     from ..backends import load_lm
     from ..rewards import load_reward
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "wall_note": args.wall_note or None,
             "max_new_tokens": args.max_new_tokens, "budget": budget, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
-            "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if lm.shares_prefix else "copied",
+            "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if sharing(lm, lm.backend) else "copied",
             "reward_params": reward.n_params, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "torch": torch.__version__, "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         mine = list(enumerate(prompts))[rank::world]
         for _, row in mine:   # fail before hours of work, with the fix in the message
             try:
-                KVBudget(budget, len(lm.render(row["prompt"])), lm.shares_prefix).check(1, base.max_new_tokens,
-                                                                                         lm.max_positions)
+                KVBudget(budget, len(lm.render(row["prompt"])), sharing(lm, lm.backend)).check(
+                    1, base.max_new_tokens, lm.max_positions)
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
