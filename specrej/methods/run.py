@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
-from ..backends import Backend, BackendFactory, Batch, Done
+from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
 from ..core.cost import flops
@@ -20,8 +20,6 @@ from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress
 from ..core.scoring import Reward, TokenStats, checked
 
-if TYPE_CHECKING:
-    from ..models import LM
 
 
 @dataclass
@@ -50,10 +48,10 @@ class _Rec:
 class _Run:
     """State of one arm: candidates, the engine, the ledger and its clock."""
 
-    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: BackendFactory | None = None,
-                 auto_n: bool = False, refill: bool = False):
+    def __init__(self, arm: Arm, lm: LanguageModel, reward: Reward, cfg: RunConfig,
+                 engine: BackendFactory | None = None, auto_n: bool = False, refill: bool = False):
         engine = engine or lm.backend
-        if refill and not getattr(engine, "refills", False):
+        if refill and not engine.refills:
             raise ValueError(f"{arm}: continuous batching adds rows to a running batch, which the {engine.name} "
                              "backend cannot (its rows share one length); run it on the vLLM backend "
                              "(--backend vllm), or use bon (fixed passes) here.")
