@@ -40,6 +40,14 @@ def config(lm, n=8, new=24, rows_at_decision=None, progress_every=0):
     return RunConfig(prompt=PROMPT, n=n, max_new_tokens=new, budget=budget, seed=3, progress_every=progress_every)
 
 
+def test_the_vllm_generator_is_a_language_model_on_its_own_backend(vlm):
+    from specrej.backends import LanguageModel
+
+    members = set(LanguageModel.__annotations__) | {k for k in vars(LanguageModel) if not k.startswith("_")}
+    assert vlm.backend is VllmEngine and not [m for m in members if not hasattr(vlm, m)]
+    assert vlm.render(PROMPT) == load_generator("embedded", dtype="fp32").render(PROMPT)   # one chat rendering
+
+
 def test_a_race_of_both_methods_on_vllm_decides_and_records_the_backend(vlm, reward):
     events = list(race_arms(vlm, reward, config(vlm), ["bon", "sr"]))
     finished = {e.arm: e for e in events if isinstance(e, Finished)}
