@@ -301,7 +301,7 @@ def sr_vs_reference(lm, reward, cfg: RunConfig) -> dict:
     # all N rows with their own copies of the prompt (so memory never forces a different prune)
     p = len(lm.render(cfg.prompt))
     cfg = replace(cfg, progress_every=0, decision="interval", interval=max(1, cfg.max_new_tokens // 3),
-                  budget=cfg.n * (p + cfg.max_new_tokens))
+                  budget=KVBudget(0, p, shared=False).slots(cfg.n, cfg.max_new_tokens))
     runs = {}
     for name, method in (("engine", speculative_rejection), ("reference_style", speculative_rejection_reference_style)):
         _reset_peak(lm.device)
