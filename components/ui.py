@@ -13,6 +13,7 @@ from typing import Iterable, Iterator
 import gradio as gr
 
 from specrej import RunConfig
+from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
 from . import charts
@@ -158,7 +159,7 @@ def build_controls(ctx: AppContext) -> Controls:
             budget = gr.Number(value=0, minimum=0, maximum=ctx.limits.max_budget, precision=0,
                                label="Memory (tokens held at once)",
                                info="How many tokens of answers both methods may keep in memory at once (answers × "
-                                    "length). 0 = automatic (448 on a CPU). Less memory: earlier decisions.",
+                                    f"length). 0 = automatic ({DEFAULT_CPU_BUDGET} on a CPU). Less memory: earlier decisions.",
                                elem_id="budget")
         with gr.Row():
             sr_start = gr.Radio(SR_STARTS, value="auto", label="Speculative Rejection starts with",

@@ -10,7 +10,7 @@
 #   4. the bench's engine section: python -m specrej.bench --engine-only --quick;
 #   5. the default race through the CLI: N=32, alpha 0.5, 128 new tokens, budget 2048;
 #   6. the vLLM backend (VLLM=1, the default; VLLM=0 skips 6-8): the CUDA wheel in its own environment
-#      (.venv-vllm-gpu: vLLM pins its own torch and transformers), this package there with --no-deps;
+#      (.venv-vllm-gpu: vLLM's torch is not the lock's CPU build): pip install -e ".[vllm,dev]";
 #   7. the vLLM backend's tests on CUDA (tests/test_vllm.py: a race, a decision, aborts free blocks,
 #      coupling, the ledger against the transformers backend, continuous batching); then coupling counts
 #      without and with VLLM_BATCH_INVARIANT=1 and step times at 1/8/32/128 rows (specrej.bench.vllm_check);
@@ -125,11 +125,10 @@ if [ "${VLLM:-1}" = 1 ]; then
   say "vLLM environment $VENV [t=$(elapsed)s]"
   if [ ! -x "$VPY" ] && [ "$NET" = 1 ]; then
     "$PY" -m venv "$VENV"
-    timeout "$(limit 300)" "$VPY" -m pip install -q -r requirements-vllm.txt 2>&1 | tail -3 | tee -a "$SUMMARY"
-    grep -v -E '^(torch|transformers|gradio|matplotlib)==' requirements.txt > "$OUT/requirements-vllm-rest.txt"
-    timeout "$(limit 120)" "$VPY" -m pip install -q -r "$OUT/requirements-vllm-rest.txt" pytest==9.0.3 'hypothesis>=6.100' \
-      2>&1 | tail -3 | tee -a "$SUMMARY"
-    "$VPY" -m pip install -q --no-deps -e . -r requirements-embedded.txt 2>&1 | tail -3 | tee -a "$SUMMARY"
+    # the package's ranges admit vLLM's own torch and transformers pins (pip install --dry-run: torch 2.14.0,
+    # transformers 5.20.2 for vllm 0.33.0), so the [vllm] extra resolves by itself
+    timeout "$(limit 300)" "$VPY" -m pip install -q -e ".[vllm,dev]" 2>&1 | tail -3 | tee -a "$SUMMARY"
+    "$VPY" -m pip install -q --no-deps -r requirements-embedded.txt 2>&1 | tail -3 | tee -a "$SUMMARY"
   fi
   if "$VPY" -c "import vllm, torch; assert torch.cuda.is_available(); print('vllm', vllm.__version__, 'torch', torch.__version__)" \
       2>&1 | tee -a "$SUMMARY" | grep -q '^vllm'; then

@@ -22,7 +22,6 @@ from typing import Iterator, Sequence
 
 from .config import AUTO, RunConfig
 from .events import Event
-from .backends import backend_for
 from .methods import METHODS, race
 
 class ArmSpecError(ValueError):
@@ -199,4 +198,4 @@ def race_arms(lm, reward, base: RunConfig, arms: Sequence[str | ArmSpec] = DEFAU
         arm.config(base)  # raises ArmSpecError before any arm starts
     for arm in arms:
         streams[arm.id] = arm.events(lm, reward, base)
-    return race(streams, referee, sequential=backend_for(lm).exclusive)
+    return race(streams, referee, sequential=lm.backend.exclusive)

@@ -19,6 +19,7 @@ from . import precision
 from .arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms, race_arms
 from .compare import Comparison, Tally, fmt_flops
 from .config import AUTO, RunConfig
+from .core.budget import sharing
 from .events import Finished, Progress, Round, to_dict
 from .match import StopWhenMatched
 from .backends import BACKENDS, load_lm
@@ -63,7 +64,7 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision; auto: bf16 on CUDA, and on a CPU where a load-time probe finds it "
                         "faster, else fp32 (default: SPECREJ_DTYPE, else auto)")
-    p.add_argument("--backend", choices=BACKENDS, default=None,
+    p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="inference engine: transformers (default) or vllm (needs vLLM; default: SPECREJ_BACKEND)")
     p.add_argument("--json", type=Path, default=None, help="write the full event trace here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                              preference=args.preference, relevance=args.relevance)
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
-                  f"prompt cache {'shared' if lm.shares_prefix else 'copied'} across rows)", file=sys.stderr)
+                  f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows)", file=sys.stderr)
         step_cost = None
         if record:   # this machine's decoding step, so that a replay prices Best-of-N's curve in seconds here
             from .bench.engine_speed import decode_sweep
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "config": dataclasses.asdict(cfg), "model": args.model, "reward": reward.name,
-            "dtype": precision.short_name(lm.dtype), "kv_sharing": "shared" if lm.shares_prefix else "copied",
+            "dtype": precision.short_name(lm.dtype), "kv_sharing": "shared" if sharing(lm, lm.backend) else "copied",
             "arms": [{"id": a.id, "spec": a.spec, "method": a.method, "label": a.label,
                       "config": dataclasses.asdict(a.config(cfg))} for a in arms],
             "comparison": {k: c.to_dict() for k, c in tally.compare_all(arms[0].id).items()},

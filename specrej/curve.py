@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .core.budget import KVBudget
+from .core.cost import passes
 from .metrics import SpeedUp, speedup
 
 MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "wall")
@@ -62,14 +63,6 @@ def expected_max(values: Sequence[float], k: int) -> float:
     """Expected maximum of k values drawn at random without replacement from ``values``."""
     s = sorted(values)
     return sum(w * v for w, v in zip(order_weights(len(s), k), s) if w)
-
-
-def pass_sizes(k: int, rows_per_pass: int) -> list[int]:
-    """Best-of-k's passes under a budget: full passes of rows_per_pass, then the remainder."""
-    if rows_per_pass < 1:
-        raise ValueError("rows_per_pass must be at least 1")
-    full, rest = divmod(k, rows_per_pass)
-    return [rows_per_pass] * full + ([rest] if rest else [])
 
 
 @dataclass(frozen=True)
@@ -112,7 +105,7 @@ def bon_point(run: PromptRun, k: int, rows_per_pass: int,
     tokens = k * mean_len
     flops = run.flops_per_token * (run.prompt_tokens + tokens) + run.reward_flops * k / n
     steps, wall = 0.0, 0.0
-    for m in pass_sizes(k, rows_per_pass):
+    for m in map(len, passes(k, rows_per_pass)):
         if m not in memo:
             memo[m] = expected_max(run.lengths, m)
         e = memo[m]
@@ -141,10 +134,10 @@ def paged_schedule(lengths: Sequence[int], order: Sequence[int], budget: KVBudge
     and each holds its answer's *real* length in memory (a paged KV cache): the next candidate starts as
     soon as its memory fits beside the running ones (first come, first served: it waits for nobody behind
     it, nobody behind it overtakes), as vLLM's scheduler admits requests. A candidate of length L holds
-    ``budget.row_slots(L - 1)`` slots (its last token is never fed back) from its start to its end; the
-    shared prompt is held once. Online, like ``refill_steps``: the first k never wait for later ones."""
+    ``budget.row_slots_at_end(L)`` slots from its start to its end; the shared prompt is held once.
+    Online, like ``refill_steps``: the first k never wait for later ones."""
     room = budget.total - budget.shared_slots
-    need = {c: budget.row_slots(max(lengths[c] - 1, 0)) for c in order}
+    need = {c: budget.row_slots_at_end(lengths[c]) for c in order}
     if any(v > room for v in need.values()):
         raise ValueError(f"an answer of {max(lengths)} tokens does not fit the budget of {budget.total} slots alone")
     running: list[tuple[int, int]] = []   # (end step, slots held), a heap

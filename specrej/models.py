@@ -51,9 +51,19 @@ def wheel_folder(package: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def render_chat(tokenizer, prompt: str) -> list[int]:
+    """Token ids of the prompt through the tokenizer's chat template (as is for base models)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt)["input_ids"]
+
+
 @dataclass
 class LM:
-    """A causal LM and its tokenizer, ready for the engine."""
+    """A causal LM and its tokenizer, ready for the engine (a ``backends.LanguageModel``)."""
 
     name: str
     model: torch.nn.Module
@@ -90,15 +100,16 @@ class LM:
         elem = torch.finfo(self.model.dtype).bits // 8
         return 2 * c.num_hidden_layers * kv_heads * head_dim * elem
 
+    @property
+    def backend(self):
+        """The transformers engine (``backends.hf.Engine``)."""
+        from .backends.hf import Engine
+
+        return Engine
+
     def render(self, prompt: str) -> list[int]:
         """Token ids of the prompt through the chat template (as is for base models)."""
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-            )
-            return tok(text, add_special_tokens=False)["input_ids"]
-        return tok(prompt)["input_ids"]
+        return render_chat(self.tokenizer, prompt)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

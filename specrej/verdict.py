@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from .compare import reached
-from .curve import expected_max, pass_sizes
+from .core.cost import passes
+from .curve import expected_max
 from .metrics import improvement_score
 
 StepTime = Callable[[int], float]   # seconds of one decoding step at this many rows
@@ -101,7 +102,7 @@ def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: in
     out = []
     for k in range(1, n + 1):
         steps = seconds = 0.0
-        for m in pass_sizes(k, rows_per_pass):
+        for m in map(len, passes(k, rows_per_pass)):
             if m not in memo:
                 memo[m] = expected_pass_cost(lengths, m, step)
             steps, seconds = steps + memo[m][0], seconds + memo[m][1]

@@ -30,7 +30,19 @@ CHAT_TEMPLATE = (
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: model-heavy (the embedded models); deselect with -m 'not slow'")
-    config.addinivalue_line("markers", "vllm: needs vLLM (the second environment, scripts/setup_vllm_cpu.sh)")
+    config.addinivalue_line("markers", "vllm: needs vLLM (bash scripts/setup.sh --vllm-cpu; skipped where it is not installed)")
+
+
+def cache_slots(rows) -> int:
+    """KV slots the transformers engine's rows hold, read from their cache itself (not counted by the
+    budget): the shared prompt once and each row's own tokens, or each row's whole copy."""
+    from specrej.shared_prefix import SharedPrefixCache
+
+    if rows.cache is None or not len(rows):
+        return 0
+    if isinstance(rows.cache, SharedPrefixCache):
+        return rows.cache.prefix_len + len(rows) * rows.cache.own_length()
+    return len(rows) * rows.cache.get_seq_length()
 
 
 def build_tokenizer():

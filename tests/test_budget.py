@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from specrej import BudgetError, Round, RunConfig, best_of_n, run_to_completion, speculative_rejection
 from specrej.core.budget import FEW_TOKENS, KVBudget
 from specrej.backends.hf import Rows
+from conftest import cache_slots
 
 # prompts of very different token lengths through the tiny tokenizer's chat template
 PROMPTS = ["Give me three tips for staying healthy.", "hi", "Write a haiku about the sea. " * 3,
@@ -34,13 +35,13 @@ def lowest_budget(p: int, n: int, m: int, shared: bool) -> int:
 
 @pytest.fixture
 def peak_slots(monkeypatch):
-    """KV slots held after every decoding step of every batch, as the engine counts them."""
+    """KV slots held after every decoding step of every batch, read from the engine's cache."""
     seen: list[int] = []
     real = Rows.step
 
     def spy(self):
         out = real(self)
-        seen.append(self.slots())
+        seen.append(cache_slots(self))
         return out
 
     monkeypatch.setattr(Rows, "step", spy)

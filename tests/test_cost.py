@@ -40,8 +40,16 @@ def test_step_cost_interpolates_and_extends_the_last_slope():
     assert StepCost((1, 8), (0.1, 0.05)).step(100) == pytest.approx(0.1)   # noise: never a negative slope
 
 
-@pytest.mark.parametrize("rows, secs", [((1,), (0.1,)), ((8, 1), (0.1, 0.2)), ((1, 8), (0.1, 0.0)),
-                                        ((1, 8), (0.1, float("nan")))])
+def test_step_cost_from_the_bench_passes_keeps_the_fastest_at_each_size():
+    cost = StepCost.from_passes([{"rows": 4, "step_s": 0.2}, {"rows": 4, "step_s": 0.1}, {"rows": 1, "step_s": 0.05}])
+    assert (cost.rows, cost.seconds) == ((1, 4), (0.05, 0.1)) and cost.points == [[1, 0.05], [4, 0.1]]
+    assert cost.step(2) == pytest.approx(0.05 + 0.05 / 3)
+    one = StepCost.from_passes([{"rows": 3, "step_s": 0.2}])   # a budget that fits one row: one size measured
+    assert one.step(1) == one.step(3) == one.step(40) == 0.2
+
+
+@pytest.mark.parametrize("rows, secs", [((), ()), ((8, 1), (0.1, 0.2)), ((1, 8), (0.1, 0.0)),
+                                        ((1, 8), (0.1, float("nan"))), ((1, 1), (0.1, 0.1))])
 def test_step_cost_refuses_what_it_cannot_interpolate(rows, secs):
     with pytest.raises(ValueError):
         StepCost(rows, secs)

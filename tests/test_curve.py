@@ -7,8 +7,9 @@ import random
 
 import pytest
 
+from specrej.core.cost import passes
 from specrej.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, expected_max, refill_steps,
-                           order_weights, pass_sizes, speedups)
+                           order_weights, speedups)
 
 
 def brute_max(values, k):
@@ -60,10 +61,10 @@ def test_steps_and_tokens_against_enumeration_of_ordered_draws():
             assert pt.flops == pytest.approx(2.0 * (10 + tokens / m) + 60.0 * k / 6)
 
 
-def test_pass_sizes():
-    assert pass_sizes(10, 4) == [4, 4, 2]
-    assert pass_sizes(8, 4) == [4, 4]
-    assert pass_sizes(3, 8) == [3]
+def test_passes():
+    assert passes(10, 4) == [range(0, 4), range(4, 8), range(8, 10)]
+    assert [len(p) for p in passes(8, 4)] == [4, 4]
+    assert passes(3, 8) == [range(3)]
 
 
 def test_curve_rises_to_100_and_speedups_read_it():

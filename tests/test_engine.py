@@ -12,6 +12,8 @@ from transformers import DynamicCache
 from specrej import load_generator
 from specrej.backends.hf import Engine, Sampling, coupled_uniforms, next_logits, sample
 from specrej.shared_prefix import SharedPrefixCache
+from specrej.core.budget import KVBudget
+from conftest import cache_slots
 
 GREEDY, SAMPLED = Sampling(1.0, 1.0, 1), Sampling(0.9, 0.95, 40)
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -122,21 +124,24 @@ def test_shared_prefix_attention_matches_the_plain_path(lm32):
     assert torch.allclose(torch.cat([got, got2], 1), ref, atol=1e-5, rtol=1e-4)
 
 
-def test_slots_count_the_shared_prompt_once(lm32):
+def test_rows_report_the_lengths_their_cache_holds_and_the_budget_counts_the_shared_prompt_once(lm32):
     p = len(lm32.render(PROMPTS[0]))
     for share, per_row_prompt in ((True, 0), (False, p)):
         eng = Engine(lm32, lm32.render(PROMPTS[0]), sampling=SAMPLED, seed=0, n_total=5, max_new_tokens=4,
                      share_prefix=share)
+        kv = KVBudget(10_000, p, share)
         rows = eng.start([0, 1, 2, 3, 4])
-        assert rows.shared_slots == p - per_row_prompt and rows.slots() == rows.shared_slots + 5 * per_row_prompt
-        assert rows.slots_per_row_after_step() == per_row_prompt + 1
+        assert rows.lengths() == [0] * 5 and kv.held(rows.lengths()) == cache_slots(rows) == (p - per_row_prompt) + 5 * per_row_prompt
+        assert kv.row_slots_after_step(0, rows.generated, 4) == per_row_prompt + 1
         rows.step()
         rows.step()
         rows.keep([1, 3])
-        assert rows.slots() == rows.shared_slots + 2 * (per_row_prompt + 2)
-        assert rows.slots_per_row_after_step() == per_row_prompt + 3
+        assert rows.lengths() == [2, 2] and kv.held(rows.lengths()) == cache_slots(rows)
+        assert cache_slots(rows) == (p - per_row_prompt) + 2 * (per_row_prompt + 2)
+        assert kv.row_slots_after_step(2, rows.generated, 4) == per_row_prompt + 3
         rows.step()   # the 4th (last) token is never fed back: it takes no slot
-        assert rows.slots_per_row_after_step() == per_row_prompt + 3
+        assert kv.row_slots_after_step(3, rows.generated, 4) == per_row_prompt + 3
+        assert eng.engine_steps == 3
 
 
 def test_models_without_the_shared_attention_refuse_to_share(lm32):

@@ -9,6 +9,7 @@ import pytest
 from specrej import (CallableReward, Finished, Progress, Round, RunConfig, best_of_n, run_to_completion,
                      speculative_rejection, to_dict)
 from specrej.backends.hf import Engine, Rows
+from conftest import cache_slots
 
 PROMPT = "Give me three tips for staying healthy."
 P = 41  # tokens of PROMPT through the tiny tokenizer's chat template (checked below)
@@ -96,7 +97,7 @@ def test_budget_is_never_exceeded(tiny_lm, length_reward, method, monkeypatch):
 
     def spy(self):
         out = real_step(self)
-        seen.append(self.slots())
+        seen.append(cache_slots(self))
         return out
 
     monkeypatch.setattr(Rows, "step", spy)

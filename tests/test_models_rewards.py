@@ -25,6 +25,22 @@ def test_generator_loads_from_a_folder_with_its_chat_template(tiny_lm_dir):
     assert bf16.dtype == torch.bfloat16 and bf16.kv_bytes_per_slot == lm.kv_bytes_per_slot // 2
 
 
+def protocol_members(proto) -> set[str]:
+    return set(proto.__annotations__) | {k for k in vars(proto) if not k.startswith("_")}
+
+
+def test_the_generator_is_a_language_model_found_through_the_backend_registry(tiny_lm_dir):
+    from specrej.backends import BACKENDS, LanguageModel, load_lm
+    from specrej.backends.hf import Engine
+
+    lm = load_lm(tiny_lm_dir, backend="transformers", dtype="fp32")
+    assert lm is load_generator(tiny_lm_dir, dtype="fp32") and lm.backend is Engine
+    assert not [m for m in protocol_members(LanguageModel) if not hasattr(lm, m)]
+    assert set(BACKENDS) == {"transformers", "vllm"}
+    with pytest.raises(ValueError, match="backend 'tgi' is unknown; choose one of transformers, vllm"):
+        load_lm(tiny_lm_dir, backend="tgi")
+
+
 def test_dtype_choice(monkeypatch):
     from specrej import precision
 

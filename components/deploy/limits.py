@@ -103,17 +103,13 @@ class ModelPolicy:
 
 
 def auto_rows_bound(cfg: RunConfig) -> int:
-    """The most rows n='auto' can open with (the prompt's own slots would only lower it). Without a
-    budget: on a CPU the CPU budget (SPECREJ_CPU_BUDGET) is what the run gets; on a GPU the budget
-    comes from free memory, unknown before the model loads, so the bound is AUTO_MAX_ROWS."""
-    import torch
-
-    from specrej.backends.hf import cpu_budget
+    """The most rows n='auto' can open with (the prompt's own slots would only lower it), at the budget
+    the run will get (``backends.planned_budget``: on a GPU it comes from free memory, unknown before
+    the model loads, so the bound is AUTO_MAX_ROWS)."""
+    from specrej.backends import planned_budget
     from specrej.core.budget import AUTO_MAX_ROWS
 
-    budget = cfg.budget
-    if budget is None and not torch.cuda.is_available():
-        budget = cpu_budget()
+    budget = planned_budget(cfg.budget)
     return AUTO_MAX_ROWS if budget is None else min(AUTO_MAX_ROWS, budget // cfg.first_decision)
 
 

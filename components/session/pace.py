@@ -25,10 +25,11 @@ import threading
 from dataclasses import dataclass
 
 from specrej import RunConfig
-from specrej.core.budget import KVBudget
+from specrej.backends import planned_budget
+from specrej.core.budget import KVBudget, sharing
 from specrej.core.cost import StepCost, fit_scale, race_seconds, shorten
 
-from .context import AppContext, _cuda, get_models
+from .context import AppContext, get_models
 from .worker import torch_worker
 
 PROBE_ROWS = (8, 32)
@@ -101,18 +102,6 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     return quiet.scaled(load), load, best_threads
 
 
-def budget_of(cfg: RunConfig) -> int | None:
-    """The budget the race runs with: its own, or this CPU's default (None on a GPU: set from free memory
-    when the model loads, and fast enough that nothing needs fitting)."""
-    if cfg.budget is not None:
-        return cfg.budget
-    if _cuda():
-        return None
-    from specrej.backends.hf import cpu_budget
-
-    return cpu_budget()
-
-
 def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, target_s: float | None = None,
         allow_shorten: bool = True, busy: bool | None = None) -> Fit | None:
     """Measure this machine now and size the race at ``cfg`` to ``target_s`` (the context's target).
@@ -130,13 +119,13 @@ def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, target_s:
         cost, load, threads = measure(ctx, model, lm)
         ctx.last_load = load
     target = ctx.race_target_s if target_s is None else target_s
-    budget = budget_of(cfg)
+    budget = planned_budget(cfg.budget)   # None on a GPU: fast enough that nothing needs fitting
     if budget is None:
         return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
     if lm is None:   # no probe: the race runs as asked, priced at the last step times
         return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
     prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
-    shared = bool(getattr(lm, "shares_prefix", False))
+    shared = sharing(lm, lm.backend)
     base = dataclasses.replace(cfg, budget=budget)
     kv = KVBudget(budget, prompt_len, shared)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specrej import RunConfig
-from specrej.core.budget import KVBudget
+from specrej.core.budget import KVBudget, sharing
+from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.cost import StepCost, race_rows
 
 from .context import AppContext, get_models
@@ -26,7 +27,7 @@ CALIBRATION_ROWS = (1, 8, 32, 128)
 # Rejection never opens with more rows than Best-of-N writes answers: its result falls on Best-of-N's curve.
 SCALED_DOWN = (dict(n=64, max_new_tokens=128, budget=1024, first_decision=16),
                dict(n=32, max_new_tokens=96, budget=512, first_decision=16),
-               dict(n=32, max_new_tokens=64, budget=448, first_decision=14),
+               dict(n=32, max_new_tokens=64, budget=DEFAULT_CPU_BUDGET, first_decision=14),
                dict(n=16, max_new_tokens=48, budget=224, first_decision=14))
 
 
@@ -87,7 +88,7 @@ def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
     lm = _generator(ctx, model)
     cost = step_cost(ctx, model, lm)
     prompt_len = len(torch_worker().call(lm.render, prompt or "-"))
-    shared = bool(getattr(lm, "shares_prefix", False))
+    shared = sharing(lm, lm.backend)
     limit = ctx.limits.max_run_seconds
     paper = capped(ctx, {})
     paper_s = live_seconds(ctx, paper, prompt_len, shared, cost)

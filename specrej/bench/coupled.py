@@ -25,7 +25,6 @@ from pathlib import Path
 import torch
 
 from ..config import RunConfig
-from ..backends import backend_for
 from ..backends.replay import MemoReward, recorded_stats
 from ..models import LM
 from ..rewards import Reward, TokenStats, checked
@@ -69,7 +68,7 @@ class CoupledRun:
 def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
     """Decode candidates 0..cfg.n-1 of cfg.prompt to the end, in one batch, keeping the statistics."""
     ids = lm.render(cfg.prompt)
-    engine = backend_for(lm).from_config(lm, ids, cfg)
+    engine = lm.backend.from_config(lm, ids, cfg)
     n = cfg.n
     tokens: list[list[int]] = [[] for _ in range(n)]
     cum_lp: list[list[float]] = [[] for _ in range(n)]

@@ -29,6 +29,8 @@ import torch
 
 from ..config import RunConfig
 from ..backends.hf import Engine, Sampling
+from ..core.budget import KVBudget, sharing
+from ..core.cost import flops
 from ..events import Finished
 from ..methods import speculative_rejection
 from .reference import speculative_rejection_reference_style
@@ -133,13 +135,17 @@ class ReadBandwidth(_Probe):
 
 
 def weight_bytes(lm) -> int:
-    return sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    """The generator's weights in bytes (a vLLM LM holds no torch module here: its parameters x their width)."""
+    model = getattr(lm, "model", None)
+    if model is None:
+        return lm.n_params * lm.dtype.itemsize
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def roofline_s(lm, rows: int, kv_bytes: int, flops_per_s: float, bytes_per_s: float) -> dict:
     """The least time a decoding step of ``rows`` rows can take: memory- or compute-bound."""
     memory = (weight_bytes(lm) + kv_bytes) / bytes_per_s
-    compute = 2.0 * lm.n_params * rows / flops_per_s
+    compute = flops(lm.n_params, rows) / flops_per_s
     return {"roofline_s": max(memory, compute), "memory_s": memory, "compute_s": compute,
             "bound": "memory" if memory >= compute else "compute"}
 
@@ -213,7 +219,7 @@ def engine_vs_generate(lm, prompt: str, rows: int, length: int, sampling: Sampli
         gen = g if gen is None or g["wall_s"] < gen["wall_s"] else gen
     for r in (eng, gen):
         r["tokens_per_s"] = r["tokens"] / r["wall_s"]
-        r["flops"] = 2.0 * lm.n_params * (r["prompt_tokens"] + r["tokens"])
+        r["flops"] = flops(lm.n_params, r["prompt_tokens"] + r["tokens"])
         r["flops_per_s"] = r["flops"] / r["wall_s"]
     return {"rows": rows, "length": length, "prompt_tokens": len(ids), "engine": eng, "generate": gen,
             "speedup": eng["tokens_per_s"] / gen["tokens_per_s"],
@@ -224,11 +230,13 @@ def engine_vs_generate(lm, prompt: str, rows: int, length: int, sampling: Sampli
 def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling: Sampling = Sampling(),
                  ticks=()) -> list[dict]:
     """Seconds per decoding step (median of ``steps`` after one warm-up) at each batch size, with the
-    KV-cache bytes the step reads. ``ticks``: limits to sample after each batch size."""
+    KV-cache bytes the step reads, on the LM's own backend. ``ticks``: limits to sample after each batch size."""
     ids, out = lm.render(prompt), []
     wb = weight_bytes(lm)
+    backend = lm.backend
+    kv_budget = KVBudget(0, len(ids), sharing(lm, backend))   # only its slot arithmetic
     for rows in rows_list:
-        eng = Engine(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3, stats=False)
+        eng = backend(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3, stats=False)
         r = eng.start(list(range(rows)))
         r.step()
         times = []
@@ -238,13 +246,13 @@ def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling
             r.step()
             _sync(lm.device)
             times.append(time.perf_counter() - t)
-        kv = r.slots() * lm.kv_bytes_per_slot
+        kv = kv_budget.held(r.lengths()) * lm.kv_bytes_per_slot
         r.release()
         eng.release()
         sp = _spread(times)
         dt = sp["median"]
         out.append({"rows": rows, "step_s": dt, "step_min_s": sp["min"], "step_max_s": sp["max"],
-                    "flops_per_s": 2.0 * lm.n_params * rows / dt, "weight_bytes_per_s": wb / dt, "kv_bytes": kv})
+                    "flops_per_s": flops(lm.n_params, rows) / dt, "weight_bytes_per_s": wb / dt, "kv_bytes": kv})
         for tick in ticks:
             tick()
     return out
@@ -293,7 +301,7 @@ def sr_vs_reference(lm, reward, cfg: RunConfig) -> dict:
     # all N rows with their own copies of the prompt (so memory never forces a different prune)
     p = len(lm.render(cfg.prompt))
     cfg = replace(cfg, progress_every=0, decision="interval", interval=max(1, cfg.max_new_tokens // 3),
-                  budget=cfg.n * (p + cfg.max_new_tokens))
+                  budget=KVBudget(0, p, shared=False).slots(cfg.n, cfg.max_new_tokens))
     runs = {}
     for name, method in (("engine", speculative_rejection), ("reference_style", speculative_rejection_reference_style)):
         _reset_peak(lm.device)

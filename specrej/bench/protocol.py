@@ -12,7 +12,7 @@ Per prompt:
    decode steps with those slots refilled as answers end (static refill), decode steps with a
    paged KV cache (each answer holds its real length; the next starts when its memory fits, as
    vLLM admits requests: the strongest baseline), and wall time MODELLED from step times measured at the budgeted batch
-   (``StepModel``: real passes of ``rows_per_pass`` rows and of 1 row, interpolated in rows).
+   (``core.cost.StepCost.from_passes``: real passes of ``rows_per_pass`` rows and of 1 row, linear in rows).
 3. **Speculative Rejection** with each rejection rule (``specrej.core.rules``) at each (alpha, first
    decision): its starting N fills the budget at the first decision (``n = auto``). Grid points
    are replayed by the simulator from the coupled run (exact in fp32); the ``live`` points run
@@ -35,10 +35,10 @@ import torch
 
 from ..compare import decision_rank, live_at_decision, winner_fate
 from ..config import AUTO, RunConfig
-from ..core.budget import KVBudget
+from ..core.budget import KVBudget, sharing
+from ..core.cost import StepCost, flops
 from ..core.oracle import OracleRule
 from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, improvement_gains, speedups
-from ..backends import backend_for
 from ..events import Finished, Round
 from ..methods import speculative_rejection
 from ..metrics import bootstrap_ci, speedup
@@ -52,7 +52,7 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
     """One real Best-of-N pass of ``rows`` rows (candidates 0..rows-1) to the end: wall per step.
     ``stats``: keep the token statistics, as the arm does when its reward reads them."""
     ids = lm.render(cfg.prompt)
-    engine = backend_for(lm).from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
+    engine = lm.backend.from_config(lm, ids, cfg, n_total=max(rows, cfg.n), stats=stats)
     r = engine.start(list(range(rows)))
     t0 = time.perf_counter()
     steps = 0
@@ -65,34 +65,10 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
     return {"rows": rows, "steps": steps, "wall_s": wall, "step_s": wall / steps}
 
 
-@dataclass(frozen=True)
-class StepModel:
-    """Seconds per decoding step of a pass of ``rows`` rows, measured at a few batch sizes and
-    interpolated linearly in rows (flat beyond the ends)."""
-
-    points: tuple[tuple[int, float], ...]   # (rows, seconds per step), rows ascending
-
-    def __call__(self, rows: int) -> float:
-        pts = self.points
-        if rows <= pts[0][0]:
-            return pts[0][1]
-        for (r0, s0), (r1, s1) in zip(pts, pts[1:]):
-            if rows <= r1:
-                return s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
-        return pts[-1][1]
-
-    @classmethod
-    def from_passes(cls, passes: list[dict]) -> "StepModel":
-        by_rows: dict[int, list[float]] = {}
-        for p in passes:
-            by_rows.setdefault(p["rows"], []).append(p["step_s"])
-        return cls(tuple(sorted((r, min(v)) for r, v in by_rows.items())))
-
-
 # ---------------------------------------------------------------------------------- one prompt
 def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
     """Speculative Rejection's first batch: the rows that fill the budget at the first decision."""
-    return max(1, KVBudget(budget, prompt_tokens, lm.shares_prefix).auto_n(first_decision))
+    return max(1, KVBudget(budget, prompt_tokens, sharing(lm, lm.backend)).auto_n(first_decision))
 
 
 def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: list[tuple[float, int]],
@@ -110,7 +86,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     more than ``n_ref`` candidates (Best-of-N_ref is its first ``n_ref``; coupling makes them the same
     answers), so a first batch larger than N_ref is replayed too."""
     P = len(lm.render(row["prompt"]))
-    shared = lm.shares_prefix
+    shared = sharing(lm, lm.backend)
     t0 = time.perf_counter()
     run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0))
     if run.n < n_ref:
@@ -130,7 +106,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
               "bon": {"n": n_ref, "scores": scores, "tokens": lengths, "winner": winner,
                       "winner_text": texts[winner],
                       "ledger": {"generated_tokens": sum(lengths), "reward_tokens": scorer.tokens_read,
-                                 "reward_flops": 2.0 * reward.n_params * scorer.tokens_read, "wall_s": wall},
+                                 "reward_flops": flops(reward.n_params, scorer.tokens_read), "wall_s": wall},
                       "note": "one coupled batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
               "sr": []}
     oracles: dict[tuple[float, int], dict | None] = {}
@@ -230,7 +206,7 @@ def prompt_run(rec: dict, flops_per_token: float) -> PromptRun:
                      reward_flops=led["reward_flops"])
 
 
-def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | None) -> dict:
+def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | None) -> dict:
     """The paper's metrics over prompts against Best-of-N_ref under the same budget.
 
     Relative compute = sum over prompts of the method's / Best-of-N_ref's (budgeted, expected);
@@ -245,9 +221,10 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
     if not records:
         raise ValueError("no prompt results to aggregate")
     n_ref = records[0]["bon"]["n"]
-    runs = [prompt_run(r, 2.0 * gen_params) for r in records]
+    runs = [prompt_run(r, flops(gen_params, 1)) for r in records]
     budgets = [KVBudget(r["budget"], r["prompt_tokens"], r.get("kv_shared", True)) for r in records]
-    curve = bon_curve(runs, default_ks(n_ref), [r["rows_per_pass"] for r in records], step_model, budgets)
+    curve = bon_curve(runs, default_ks(n_ref), [r["rows_per_pass"] for r in records],
+                      step_model.step if step_model else None, budgets)
     ref = curve[-1]
     by = curves_by_measure(curve)
     points = []
@@ -289,7 +266,7 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepModel | N
                 for row in curve]
     return {"n_ref": n_ref, "prompts": len(records), "bon": bon_rows, "sr": points,
             "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "steps_paged", "flops", "tokens", "wall") if m in ref},
-            "step_model": [list(p) for p in step_model.points] if step_model else None}
+            "step_model": step_model.points if step_model else None}
 
 
 def _ci(gains: list[float]) -> list[float]:

@@ -90,11 +90,12 @@ def analyse_run(lm, reward, runs, *, ks, budgets, alphas, first_decisions, max_n
     from ..metrics import spearman
     from .coupled import PrefixScorer
     from ..core.budget import KVBudget
+    from ..core.cost import flops
     from .simulate import simulate_sr
 
     scorers = [PrefixScorer(lm, reward, r) for r in runs]
     finals = [s.final() for s in scorers]
-    gen_flops = 2.0 * lm.n_params
+    gen_flops = flops(lm.n_params, 1)
     prompt_runs = [PromptRun(f, r.lengths(), r.prompt_tokens, gen_flops) for f, r in zip(finals, runs)]
     curve = bon_curve(prompt_runs, ks, [runs[0].n] * len(runs))
     out = {"reward": reward.name, "curve": [{"k": row["k"], "improvement": row["improvement"]} for row in curve],

@@ -82,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
                                   "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
                                   "coupled run")
-    p.add_argument("--backend", choices=BACKENDS, default=None,
+    p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="inference engine: transformers (default) or vllm (default: SPECREJ_BACKEND)")
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
                    help="generator precision (default fp32: exact coupling; bf16 reports the candidates that drift)")
@@ -159,14 +159,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     threads = args.threads or auto_threads(state.num_processes)
     torch.set_num_threads(threads)
 
-    from ..core.budget import BudgetError, KVBudget
+    from ..core.budget import BudgetError, KVBudget, sharing
     from ..config import RunConfig
     from ..backends import load_lm
     from ..rewards import load_reward
     from .coupled import save_runs
     from .prompts import load_prompts
     from .engine_speed import engine_section
-    from .protocol import StepModel, aggregate, measure_pass, run_prompt, summary
+    from ..core.cost import StepCost
+    from .protocol import aggregate, measure_pass, run_prompt, summary
     from .report import engine_table, paper_png, paper_table
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "wall_note": args.wall_note or None,
             "max_new_tokens": args.max_new_tokens, "budget": budget, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
-            "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if lm.shares_prefix else "copied",
+            "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if sharing(lm, lm.backend) else "copied",
             "reward_params": reward.n_params, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "torch": torch.__version__, "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
@@ -209,8 +210,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         mine = list(enumerate(prompts))[rank::world]
         for _, row in mine:   # fail before hours of work, with the fix in the message
             try:
-                KVBudget(budget, len(lm.render(row["prompt"])), lm.shares_prefix).check(1, base.max_new_tokens,
-                                                                                         lm.max_positions)
+                KVBudget(budget, len(lm.render(row["prompt"])), sharing(lm, lm.backend)).check(
+                    1, base.max_new_tokens, lm.max_positions)
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
     text = []
     if records:
-        agg = aggregate(records, gen_params=lm.n_params, step_model=StepModel.from_passes(passes))
+        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes))
         result["protocol"] = agg
         result["summary"] = summary(agg)
         text.append(paper_table(agg, meta))

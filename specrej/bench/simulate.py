@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 from ..backends.replay import Replay
 from ..compare import Fate, decision_rank, live_at_decision, winner_fate
 from ..core.config import RunConfig
+from ..core import cost
 from ..core.decisions import DecisionRule, decision_rule
 from ..core.events import Event, Finished, Round
 from ..core.rules import RULES, RejectionRule
@@ -46,7 +47,7 @@ class SimResult:
     bon_winner_fate: Fate | None = None         # what became of Best-of-N_max's winner
 
     def flops(self, prompt_tokens: int, gen_params: int, reward_params: int) -> float:
-        return 2.0 * gen_params * (prompt_tokens + self.generated_tokens) + 2.0 * reward_params * self.scored_tokens
+        return cost.flops(gen_params, prompt_tokens + self.generated_tokens) + cost.flops(reward_params, self.scored_tokens)
 
 
 def replay(method: Callable[..., Iterator[Event]], run: CoupledRun, scorer: PrefixScorer, cfg: RunConfig, *,

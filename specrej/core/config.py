@@ -16,6 +16,8 @@ from .rules import RULES
 
 DECISIONS = ("budget", "interval")
 AUTO = "auto"
+CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
+DEFAULT_CPU_BUDGET = 448   # KV slots a run gets on a CPU: 8 full-length rows of 48 tokens, or ~50 rows at token 8
 
 
 def _f(default, help, **kw):
@@ -36,7 +38,7 @@ class RunConfig:
     budget: int | None = _f(
         None,
         "Memory budget in KV-cache token slots (rows x length). None: from free memory on a GPU, "
-        "SPECREJ_CPU_BUDGET (default 448) on a CPU.",
+        f"{CPU_BUDGET_ENV} (default {DEFAULT_CPU_BUDGET}) on a CPU.",
     )
     decision: str = _f("budget", "When Speculative Rejection decides: 'budget' (memory full, the paper's "
                        "decision token) or 'interval' (every `interval` tokens, and when memory is full).")

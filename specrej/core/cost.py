@@ -1,5 +1,6 @@
-"""How long a race will take, before it runs: the rows each arm decodes at each step, at most,
-and a measured cost of one decoding step by batch size. No torch here.
+"""What a race costs: FLOPs (``flops``, the one rule), Best-of-N's passes (``passes``, the one
+splitter), the rows each arm decodes at each step, at most, and a measured cost of one decoding step
+by batch size (``StepCost``, the one step-time model). No torch here.
 
 ``race_rows(budget, cfg)`` bounds the work from above: Best-of-N decodes its N candidates in
 passes of ``rows_per_pass`` rows to full length (no answer ends early, no stop once matched);
@@ -19,16 +20,22 @@ from .config import AUTO, RunConfig
 from .budget import FEW_TOKENS, KVBudget
 
 
+def flops(params: int, tokens: float) -> float:
+    """FLOPs of a model of ``params`` parameters reading or writing ``tokens`` tokens: 2 x params x tokens
+    (a multiply and an add per weight per token)."""
+    return 2.0 * params * tokens
+
+
+def passes(n: int, rows_per_pass: int) -> list[range]:
+    """Candidates 0..n-1 in Best-of-N's passes of ``rows_per_pass`` rows: full passes, then the remainder."""
+    if rows_per_pass < 1:
+        raise ValueError("rows_per_pass must be at least 1")
+    return [range(first, min(n, first + rows_per_pass)) for first in range(0, n, rows_per_pass)]
+
+
 def bon_rows(budget: KVBudget, n: int, max_new_tokens: int) -> list[int]:
     """Rows at each decoding step of Best-of-N: passes of ``rows_per_pass`` rows, each to full length."""
-    per_pass = budget.rows_per_pass(n, max_new_tokens)
-    out: list[int] = []
-    left = n
-    while left > 0:
-        rows = min(per_pass, left)
-        out += [rows] * max_new_tokens
-        left -= rows
-    return out
+    return [len(p) for p in passes(n, budget.rows_per_pass(n, max_new_tokens)) for _ in range(max_new_tokens)]
 
 
 def sr_rows(budget: KVBudget, n0: int, max_new_tokens: int) -> list[int]:
@@ -48,19 +55,36 @@ def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool) -> dict[str, l
 @dataclass(frozen=True)
 class StepCost:
     """Seconds per decoding step at the measured batch sizes; between them linear, beyond the
-    largest the last segment's slope (a step's cost grows at most linearly in its rows)."""
+    largest the last segment's slope (a step's cost grows at most linearly in its rows, and never
+    falls with them); one measured size: that time at every size. The app measures it
+    (``decode_sweep``), the bench from its real passes (``from_passes``)."""
 
     rows: tuple[int, ...]
     seconds: tuple[float, ...]
 
     def __post_init__(self):
-        if len(self.rows) < 2 or len(self.rows) != len(self.seconds) or list(self.rows) != sorted(set(self.rows)):
-            raise ValueError("StepCost needs two or more distinct batch sizes, in increasing order, each with its time")
+        if not self.rows or len(self.rows) != len(self.seconds) or list(self.rows) != sorted(set(self.rows)):
+            raise ValueError("StepCost needs distinct batch sizes, in increasing order, each with its time")
         if any(not (s > 0 and math.isfinite(s)) for s in self.seconds):
             raise ValueError("StepCost's times must be positive")
 
+    @classmethod
+    def from_passes(cls, passes: list[dict]) -> "StepCost":
+        """From measured passes (``{"rows", "step_s"}`` each): the fastest at each batch size."""
+        by_rows: dict[int, float] = {}
+        for p in passes:
+            by_rows[p["rows"]] = min(p["step_s"], by_rows.get(p["rows"], math.inf))
+        return cls(tuple(sorted(by_rows)), tuple(by_rows[r] for r in sorted(by_rows)))
+
+    @property
+    def points(self) -> list[list]:
+        """[[rows, seconds], ...], for a JSON record."""
+        return [[r, s] for r, s in zip(self.rows, self.seconds)]
+
     def step(self, rows: int) -> float:
         r, s = self.rows, self.seconds
+        if len(r) == 1:
+            return s[0]
         i = min(max(bisect.bisect_left(r, rows), 1), len(r) - 1)
         slope = max(0.0, (s[i] - s[i - 1]) / (r[i] - r[i - 1]))
         return max(min(s), s[i - 1] + slope * (rows - r[i - 1]))

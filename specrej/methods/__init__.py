@@ -21,34 +21,30 @@ like any other, in each candidate's history and the ledger.
 
 The methods drive a ``specrej.backends.Backend`` through ``run._Run`` and take their scheduling
 from ``specrej.core`` (the KV budget; the decision rule, ``core.decisions.rule_for(cfg)``). Both
-take an optional ``engine`` (a ``BackendFactory``; default: the LM's own backend, else the
-transformers engine): the seam through which the bench runs the same method on a differently
-built engine (``bench/reference.py``), vLLM runs it on its own (``backends/vllm.py``) and the
-simulator replays a recorded run (``backends/replay.py``, ``bench/simulate.py``): one loop for live
-and simulated runs.
+take an optional ``engine`` (a ``BackendFactory``; default: the LM's own, ``lm.backend``): the seam
+through which the bench runs the same method on a differently built engine (``bench/reference.py``),
+vLLM runs it on its own (``backends/vllm.py``) and the simulator replays a recorded run
+(``backends/replay.py``, ``bench/simulate.py``): one loop for live and simulated runs.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
-from ..backends import BackendFactory
+from ..backends import BackendFactory, LanguageModel
 from ..core.config import RunConfig
+from ..core.cost import passes
 from ..core.decisions import DecisionRule, rule_for
 from ..core.events import Event, Finished, Round
 from ..core.scoring import Reward
 from .run import _Run, _timed
 
-if TYPE_CHECKING:
-    from ..models import LM
 
 
 def _bon_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
     run.prefill()
-    b = run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens)
-    for index, first in enumerate(range(0, cfg.n, b)):
-        ids = list(range(first, min(cfg.n, first + b)))
-        rows = run.start(ids)
+    for index, ids in enumerate(passes(cfg.n, run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens))):
+        rows = run.start(list(ids))
         while len(rows):
             run.step()
             if (p := run.progress()) is not None:
@@ -122,19 +118,21 @@ def _decide(run: _Run, rule, index: int, per_row: int) -> Round:
     return event
 
 
-def best_of_n(lm: LM, reward: Reward, cfg: RunConfig, *, engine: BackendFactory | None = None) -> Iterator[Event]:
+def best_of_n(lm: LanguageModel, reward: Reward, cfg: RunConfig, *,
+              engine: BackendFactory | None = None) -> Iterator[Event]:
     """Sample N full responses (in passes of the rows that fit), score each, return the best."""
     return _timed(lambda: _Run("bon", lm, reward, cfg, engine), _bon_body)
 
 
-def best_of_n_refill(lm: LM, reward: Reward, cfg: RunConfig, *,
+def best_of_n_refill(lm: LanguageModel, reward: Reward, cfg: RunConfig, *,
                      engine: BackendFactory | None = None) -> Iterator[Event]:
     """Best-of-N with continuous batching (freed slots refilled at once): the baseline a vLLM user runs.
     Needs a backend that ``refills`` (vLLM); the transformers engine cannot add rows to a batch."""
     return _timed(lambda: _Run("bonc", lm, reward, cfg, engine, refill=True), _bon_refill_body)
 
 
-def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *, engine: BackendFactory | None = None,
+def speculative_rejection(lm: LanguageModel, reward: Reward, cfg: RunConfig, *,
+                          engine: BackendFactory | None = None,
                           policy: DecisionRule | None = None) -> Iterator[Event]:
     """Start with N rows (n='auto': the rows that fill the budget at cfg.first_decision tokens); at each
     decision keep the top round((1 - alpha) * n) by partial reward. ``policy``: a decision rule object
@@ -143,7 +141,7 @@ def speculative_rejection(lm: LM, reward: Reward, cfg: RunConfig, *, engine: Bac
     return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True), lambda run: _sr_body(run, policy))
 
 
-METHODS: dict[str, Callable[[LM, Reward, RunConfig], Iterator[Event]]] = {
+METHODS: dict[str, Callable[[LanguageModel, Reward, RunConfig], Iterator[Event]]] = {
     "bon": best_of_n,
     "bonc": best_of_n_refill,
     "sr": speculative_rejection,

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
-from ..backends import Backend, BackendFactory, Batch, Done, backend_for
+from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
-from ..core.budget import KVBudget
+from ..core.budget import KVBudget, sharing
+from ..core.cost import flops
 from ..core.decisions import Moment
 from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress
 from ..core.scoring import Reward, TokenStats, checked
 
-if TYPE_CHECKING:
-    from ..models import LM
 
 
 @dataclass
@@ -50,10 +49,10 @@ class _Rec:
 class _Run:
     """State of one arm: candidates, the engine, the ledger and its clock."""
 
-    def __init__(self, arm: Arm, lm: LM, reward: Reward, cfg: RunConfig, engine: BackendFactory | None = None,
-                 auto_n: bool = False, refill: bool = False):
-        engine = engine or backend_for(lm)
-        if refill and not getattr(engine, "refills", False):
+    def __init__(self, arm: Arm, lm: LanguageModel, reward: Reward, cfg: RunConfig,
+                 engine: BackendFactory | None = None, auto_n: bool = False, refill: bool = False):
+        engine = engine or lm.backend
+        if refill and not engine.refills:
             raise ValueError(f"{arm}: continuous batching adds rows to a running batch, which the {engine.name} "
                              "backend cannot (its rows share one length); run it on the vLLM backend "
                              "(--backend vllm), or use bon (fixed passes) here.")
@@ -63,7 +62,7 @@ class _Run:
         self.stats = bool(getattr(reward, "uses_token_stats", True))
         self.prompt_ids = lm.render(cfg.prompt)
         # an engine that re-prefills (the bench's reference style) keeps a copy of the prompt per row
-        self.shared = bool(lm.shares_prefix and engine.allow_sharing)
+        self.shared = sharing(lm, engine)
         self.kv = KVBudget(cfg.budget if cfg.budget is not None else engine.default_budget(lm),
                            len(self.prompt_ids), self.shared)
         self.budget = self.kv.total
@@ -90,19 +89,18 @@ class _Run:
         self._resumed = time.perf_counter()
 
     def ledger(self) -> Ledger:
-        n_gen = self.lm.n_params
         peak_bytes = (self.engine.peak_memory_bytes(self.peak_slots) if self.engine is not None
                       else self.peak_slots * self.lm.kv_bytes_per_slot)
         prompt = self.prompt_tokens + (self.engine.extra_prefill_tokens if self.engine is not None else 0)
         return Ledger(
             prompt_tokens=prompt, generated_tokens=self.generated, reward_tokens=self.reward_tokens,
-            generator_flops=2.0 * n_gen * (prompt + self.generated),
-            reward_flops=2.0 * self.reward.n_params * self.reward_tokens,
+            generator_flops=flops(self.lm.n_params, prompt + self.generated),
+            reward_flops=flops(self.reward.n_params, self.reward_tokens),
             wall_s=self.wall + time.perf_counter() - self._resumed,
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
             dtype=str(self.lm.dtype).replace("torch.", ""), kv_sharing="shared" if self.shared else "copied",
             backend=self.engine_factory.name,
-            steps=getattr(self.engine, "engine_steps", self.steps) if self.engine is not None else self.steps,
+            steps=self.engine.engine_steps if self.engine is not None else self.steps,
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
@@ -136,15 +134,16 @@ class _Run:
         done = rows.step()
         self.generated += generated_before
         self.steps += 1
-        self.peak_slots = max(self.peak_slots, rows.slots())
+        self.peak_slots = max(self.peak_slots, self.kv.held(rows.lengths()))
         if done:
             self._score(done_list=done)
         return done
 
     def moment(self, last_decision: int) -> Moment:
         """Where the live rows stand before the next step (for a decision rule's ``due``)."""
-        return Moment(self.rows.generated, len(self.rows), self.rows.slots_per_row_after_step(), last_decision,
-                      self.kv)
+        rows = self.rows
+        per_row = self.kv.row_slots_after_step(max(rows.lengths()), rows.generated, self.cfg.max_new_tokens)
+        return Moment(rows.generated, len(rows), per_row, last_decision, self.kv)
 
     def refresh_texts(self) -> None:
         for i, cid in enumerate(self.rows.ids):
