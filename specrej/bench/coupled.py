@@ -133,3 +133,18 @@ def load_runs(path: Path) -> tuple[dict, list[CoupledRun]]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         raw = json.load(f)
     return raw["meta"], [CoupledRun.from_dict(r) for r in raw["runs"]]
+
+
+def partial_spearman(runs, scorers, t: int) -> list[float]:
+    """Spearman(partial reward after ``t`` tokens, final reward) over each run's candidates still writing
+    at ``t`` (longer than ``t``), one per run; a run with fewer than 3 such candidates is left out."""
+    from ..metrics import spearman
+
+    rhos = []
+    for run, scorer in zip(runs, scorers):
+        final = scorer.final()
+        live = [c for c in range(run.n) if len(run.tokens[c]) > t]
+        rho = spearman(scorer.score(live, t), [final[c] for c in live]) if len(live) > 2 else None
+        if rho is not None:
+            rhos.append(rho)
+    return rhos

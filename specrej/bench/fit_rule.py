@@ -47,6 +47,14 @@ L2 = 1.0
 
 
 # ---------------------------------------------------------------------------------- samples
+def top_labels(final: list[float], top: float = TOP) -> list[int]:
+    """1 for the candidates whose final reward is among the top ``top`` fraction (at least the best one;
+    ties: the lower id), else 0: what the fitted rules learn to predict."""
+    n_top = max(1, round(top * len(final)))
+    best = set(sorted(range(len(final)), key=lambda c: (-final[c], c))[:n_top])
+    return [1 if c in best else 0 for c in range(len(final))]
+
+
 def samples(run, scorer, position: int, top: float = TOP) -> tuple[list[list[float]], list[int]]:
     """Features and labels of every candidate of ``run`` at ``position`` generated tokens."""
     final = scorer.final()
@@ -57,9 +65,7 @@ def samples(run, scorer, position: int, top: float = TOP) -> tuple[list[list[flo
         t = min(position, lengths[c])
         st = run.stats(c, t)   # a rule that reads them has them, whatever the reward (core.rules)
         pool.append(Contender(c, partial[c], t, lengths[c] <= position, st.mean_logprob, st.mean_self_certainty))
-    n_top = max(1, round(top * run.n))
-    best = set(sorted(range(run.n), key=lambda c: (-final[c], c))[:n_top])
-    return features(pool, position), [1 if c in best else 0 for c in range(run.n)]
+    return features(pool, position), top_labels(final, top)
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
@@ -131,17 +137,11 @@ def fit(runs, scorers, *, name: str = "calibrated", positions=POSITIONS, top: fl
 def reliability(runs, scorers, positions=RELIABILITY_POSITIONS) -> tuple[float, ...]:
     """Spearman(partial reward at t, final reward) over the candidates still live at t (longer than t),
     averaged over runs, at each t (a run with fewer than 3 live candidates at t is left out there)."""
-    from ..metrics import spearman
+    from .coupled import partial_spearman
 
     out = []
     for t in positions:
-        rhos = []
-        for run, scorer in zip(runs, scorers):
-            final = scorer.final()
-            live = [c for c in range(run.n) if len(run.tokens[c]) > t]
-            rho = spearman(scorer.score(live, t), [final[c] for c in live]) if len(live) > 2 else None
-            if rho is not None:
-                rhos.append(rho)
+        rhos = partial_spearman(runs, scorers, t)
         out.append(round(sum(rhos) / len(rhos), 4) if rhos else 0.0)
     return tuple(out)
 
@@ -176,11 +176,8 @@ def fit_upside(runs, scorers, *, name: str = "upside", positions=POSITIONS, wind
     for t in positions:
         xs, ys = [], []
         for run, scorer in zip(runs, scorers):
-            final = scorer.final()
             xs += upside_features(pool_at(run, scorer, t, every=every, window=window), window)
-            n_top = max(1, round(top * run.n))
-            best = set(sorted(range(run.n), key=lambda c: (-final[c], c))[:n_top])
-            ys += [1 if c in best else 0 for c in range(run.n)]
+            ys += top_labels(scorer.final(), top)
         w, b = logistic(xs, ys, l2)
         weights.append(tuple(round(v, 6) for v in w))
         intercepts.append(round(b, 6))

@@ -87,8 +87,7 @@ def main(argv=None) -> None:
 def analyse_run(lm, reward, runs, *, ks, budgets, alphas, first_decisions, max_new_tokens) -> dict:
     """Curve, rank correlations and simulated Speculative Rejection for one reward on the collected runs."""
     from ..curve import PromptRun, bon_curve, curves_by_measure, improvement, speedups
-    from ..metrics import spearman
-    from .coupled import PrefixScorer
+    from .coupled import PrefixScorer, partial_spearman
     from ..core.budget import KVBudget
     from ..core.cost import flops
     from .simulate import simulate_sr
@@ -101,12 +100,7 @@ def analyse_run(lm, reward, runs, *, ks, budgets, alphas, first_decisions, max_n
     out = {"reward": reward.name, "curve": [{"k": row["k"], "improvement": row["improvement"]} for row in curve],
            "spearman": [], "simulated": []}
     for t in DECISION_LENGTHS:
-        rhos = []
-        for s, r, f in zip(scorers, runs, finals):
-            live = [c for c in range(r.n) if len(r.tokens[c]) > t]
-            rho = spearman(s.score(live, t), [f[c] for c in live]) if len(live) > 2 else None
-            if rho is not None:
-                rhos.append(rho)
+        rhos = partial_spearman(runs, scorers, t)
         out["spearman"].append({"t": t, "mean": sum(rhos) / len(rhos) if rhos else None, "prompts": len(rhos)})
     for budget in budgets:
         rpp = [KVBudget(budget, r.prompt_tokens, True).rows_per_pass(None, max_new_tokens) for r in runs]
