@@ -189,9 +189,7 @@ def test_charts_download_for_slides(browser, default_url):
 
 def test_a_link_reproduces_the_settings(browser, default_url):
     url, _ = default_url
-    page = browser.new_page(viewport=VIEWPORT)
-    page.goto(url)
-    page.wait_for_selector("#run")
+    page = ready_page(browser, url)   # the hang guard, not playwright's 30 s: the app may still be busy
     page.fill("#prompt textarea", "Name three rivers.")
     page.click("#settings")
     page.wait_for_selector("#seed input", state="visible")
@@ -202,9 +200,7 @@ def test_a_link_reproduces_the_settings(browser, default_url):
                            "?.includes('seed=7')")
     link = page.input_value("#link-box textarea, #link-box input")
     assert "prompt=Name+three+rivers." in link and page.url == link, (link, page.url)
-    other = browser.new_page(viewport=VIEWPORT)
-    other.goto(link)
-    other.wait_for_selector("#prompt textarea")
+    other = ready_page(browser, link)
     other.wait_for_function("document.querySelector('#prompt textarea').value === 'Name three rivers.'")
     assert other.input_value("#seed input") == "7"
     page.close(), other.close()
