@@ -16,14 +16,17 @@ import inspect
 import gradio as gr
 
 from components import charts, links, panels, ui
-from components.session import memory, paper
 from components.autospec_tab import build_autospec_tab
-from components.session.context import PREFERENCE, AppContext
 from components.deploy.guard import ApiGate, Guard, forwarded_headers_ignored
+from components.frames import Frame, drawn, error_frame, final_frame, step_frame
 from components.panels import STOPPED
-from components.frames import Frame, error_frame, final_frame, step_frame
-from components.session.replay import check_replay, replay_frames
-from components.session.stream import REQUEST_FIELDS, RunRequest, frames, race_events
+from components.deploy import memory
+from components.session import paper
+from components.session.context import AppContext
+from components.session.replay import check_replay, replay_updates
+from components.session.stream import race_events, updates
+from components.state.request import REQUEST_FIELDS, RunRequest
+from components.state.shared import PREFERENCE
 
 TITLE = "Speculative Rejection vs Best-of-N"
 THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")
@@ -69,7 +72,8 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
         *values, request = values   # RunRequest's fields, then Gradio's request
         req = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
         try:
-            yield from page.stream(frames(ctx, req, events_fn=events_fn, stop_requested=guard.on_start(request)))
+            yield from page.stream(drawn(updates(ctx, req, events_fn=events_fn,
+                                                  stop_requested=guard.on_start(request))))
         finally:
             memory.release()   # the allocator keeps freed KV caches otherwise
 
@@ -96,8 +100,9 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
     def replay(prompt, pace, step, request: gr.Request):
         """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
         stop_requested = guard.on_start(request)
-        for update in page.stream(replay_frames(prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                                                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True)):
+        for update in page.stream(drawn(replay_updates(prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                                                       max_prompt_chars=ctx.limits.max_prompt_chars,
+                                                       step=step is True))):
             if stop_requested():
                 return
             yield update
@@ -119,8 +124,10 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
         yield ui.paper_scale_updates(ctx, page, plan, prompt)
         if plan.fits or plan.replay_prompt is None:
             return
-        for update in page.stream(replay_frames(plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                                                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True)):
+        for update in page.stream(drawn(replay_updates(plan.replay_prompt, pace,
+                                                       min_frame_interval=ctx.min_frame_interval,
+                                                       max_prompt_chars=ctx.limits.max_prompt_chars,
+                                                       step=step is True))):
             if stop_requested():
                 return
             yield update

@@ -8,11 +8,14 @@ Presentation (this folder):
 - ``looks``   each method's colour, chart kind and words
 - ``charts``  chart specs (plain plotly JSON) for each arm, the race and the verdict
 - ``panels``  status line, leaders, the end-of-run summary (``specrej.compare``), the candidates table
-- ``frames``  ``Frame`` and the frame builders (start, live, final, failure)
+- ``frames``  ``Frame``, the frame builders (start, live, final, failure) and ``draw`` (an ``Update`` as a frame)
 - ``ui``      ``build_*()`` builders and the frame -> component update mapping
 - ``autospec_tab``  the parallel-sampling lab's tab
 
-``session/``: the run's runtime (the one torch thread ``worker``, the orchestrator ``stream``, the
-run's state ``view``, ``retry``, ``memory``, the shared models' ``context``, ``trace``, ``replay``,
-Paper scale's ``paper``, ``gpu``). ``deploy/``: the public deployment's ``guard`` and ``limits``.
+``state/``: the run's state, the room both wings read (imports only ``specrej``): the run's ``view``,
+the ``request``, the runtime's ``update``, the JSON ``summary``, ``shared`` names and presets.
+``session/``: the run's runtime (the one torch thread ``worker``, the orchestrator ``stream``, ``retry``,
+``memory``, the shared models' ``context``, ``trace``, ``replay``, ``pace``, Paper scale's ``paper``,
+``gpu``); it writes state and never imports presentation, nor presentation it: ``app.py`` wires them.
+``deploy/``: the public deployment's ``guard`` and ``limits``.
 """

@@ -21,8 +21,8 @@ from specrej.autospec.report import scaling_figure
 from specrej.autospec.scaling import curve
 from specrej.autospec.targets import all_states
 
-from .session import memory
-from .session.context import ASSETS
+from .deploy import memory
+from .state.shared import ASSETS
 from .deploy.guard import check_choice, check_number, started
 
 MAX_N = 1024           # cells on the grid

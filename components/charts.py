@@ -25,8 +25,9 @@ from specrej import Candidate
 from specrej.rewards import scale_of
 
 from .looks import colour as arm_colour
+from .looks import look
 from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text
-from .session.view import ArmView, RunView, unit_step
+from .state.view import ArmView, RunView, unit_step
 
 HEIGHT = 430
 X_AXES = {"time": "decoding time on this machine (s, log scale)", "flops": "compute (FLOPs, log scale)"}
@@ -81,13 +82,13 @@ def _r(v: float | None) -> float | None:
 
 def arm_chart(view: RunView, arm_id: str) -> dict:
     """The chart an arm's registry entry asks for."""
-    chart = view.arms[arm_id].chart
+    chart = look(view.arms[arm_id].spec.method).chart
     return pruning_chart(view, arm_id) if chart == "pruning" else final_chart(view, arm_id)
 
 
 def _reference(view: RunView, arm: ArmView, chart: str) -> ArmView | None:
     """The first other arm with the given chart kind (None if there is none)."""
-    return next((a for a in view.arms.values() if a is not arm and a.chart == chart), None)
+    return next((a for a in view.arms.values() if a is not arm and look(a.spec.method).chart == chart), None)
 
 
 # ---------------------------------------------------------------- pruning (Speculative Rejection)
@@ -401,8 +402,8 @@ def pool_chart(view: RunView, checkpoint) -> dict:
     colour = arm_colour(arm.spec)
     base = view.arms[view.baseline]
     final = {c.id: c.score for c in base.finished.candidates if c.finish_reason is not None} \
-        if base.finished is not None and base.chart == "final" else {}
-    winner = base.finished.winner.id if base.finished is not None and base.chart == "final" else None
+        if base.finished is not None and not base.prunes else {}
+    winner = base.finished.winner.id if base.finished is not None and not base.prunes else None
     ranks = list(range(1, len(pool) + 1))
     cut = [c.status == "pruned" for c in pool]
     ys = [c.score for c in pool] + [final[c.id] for c in pool if c.id in final]

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import charts, panels
-from .looks import colour
-from .session.view import RunView
+from .looks import colour, look
+from .state.summary import summary_dict
+from .state.update import Update
+from .state.view import RunView
 
 KEEP: Any = object()  # a Frame field left as it is ("skip")
 
@@ -45,7 +47,7 @@ CHART_LABELS = {"pruning": "reward of each candidate as it is written",
 
 
 def slots(view: RunView) -> list[tuple[str, str, str]]:
-    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[a.chart]}", colour(a.spec)) for a in view.display_order()]
+    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[look(a.spec.method).chart]}", colour(a.spec)) for a in view.display_order()]
 
 
 def since(frame: Frame, sent: Frame | None) -> Frame:
@@ -102,7 +104,7 @@ def table_value(view: RunView) -> dict:
 def final_frame(view: RunView) -> Frame:
     f = live_frame(view)
     f.summary, f.table = panels.summary_markdown(view), table_value(view)
-    f.trace_path, f.summary_json, f.view = view.trace_path, panels.summary_dict(view), view
+    f.trace_path, f.summary_json, f.view = view.trace_path, summary_dict(view), view
     f.results_visible, f.step = True, None
     f.race_label = RACE_LABELS["verdict" if view.verdicts() else "work"]
     return f
@@ -112,7 +114,7 @@ def end_frame(view: RunView) -> Frame:
     """The frame a finished race ends on: its result, or in step mode its first decision."""
     if view.stepping and view.checkpoints:
         f = step_frame(view, 0)
-        f.trace_path, f.summary_json = view.trace_path, panels.summary_dict(view)
+        f.trace_path, f.summary_json = view.trace_path, summary_dict(view)
         return f
     return final_frame(view)
 
@@ -139,7 +141,7 @@ def limit_frame(view: RunView) -> Frame:
     """The run reached the time limit: the charts keep what they showed, the partial result and the
     candidates so far appear, and the trace can be downloaded."""
     f = Frame(status=panels.status_markdown(view), status_kind=panels.status_kind(view), view=view,
-              summary=panels.partial_markdown(view), table=table_value(view), summary_json=panels.summary_dict(view),
+              summary=panels.partial_markdown(view), table=table_value(view), summary_json=summary_dict(view),
               trace_path=view.trace_path, results_visible=True)
     return f
 
@@ -148,7 +150,41 @@ def failure_frame(view: RunView) -> Frame:
     """The status line says what happened; the charts and leaders keep what was already shown;
     the trace (marked failed), if written, can be downloaded."""
     f = Frame(status=panels.status_markdown(view), status_kind=panels.status_kind(view), view=view,
-              summary_json=panels.summary_dict(view))
+              summary_json=summary_dict(view))
     if view.trace_path:
         f.trace_path, f.results_visible = view.trace_path, True
     return f
+
+
+def draw(update: Update) -> Frame:
+    """The frame that shows one of the runtime's updates (``state/update.py``)."""
+    view, replay = update.view, update.replay
+    if update.kind == "error":
+        return error_frame(update.message)
+    if update.kind == "measuring":
+        return Frame(status=panels.MEASURING, status_kind="live")
+    if update.kind == "start":
+        f = start_frame(view)
+        if replay is not None:   # a recording: nothing loads or prefills, and the badge says what it is
+            f.status = panels.REPLAY_START + f"\n\n*{panels.md_escape(view.note)}*"
+            f.badge = panels.badge_markdown(view, speed=replay.get("speed"))
+        return f
+    if update.kind == "live":
+        return live_frame(view)
+    if update.kind == "end":
+        f = end_frame(view)
+        if replay is not None:
+            f.badge = panels.badge_markdown(view, replayed_s=replay.get("replayed_s"))
+        return f
+    return limit_frame(view) if update.kind == "limit" else failure_frame(view)
+
+
+def drawn(updates):
+    """Each update drawn as it comes; closing this closes ``updates`` (Stop reaches the race)."""
+    try:
+        for update in updates:
+            yield draw(update)
+    finally:
+        close = getattr(updates, "close", None)
+        if close is not None:
+            close()

@@ -7,7 +7,8 @@ baseline's (Best-of-N's) candidate i is what a pruned candidate i would have bec
 """
 from __future__ import annotations
 
-import dataclasses
+import math
+
 
 from specrej import Candidate
 from specrej.compare import Comparison, fmt_times, reached
@@ -16,7 +17,7 @@ from specrej.rewards import scale_of
 from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
 from specrej.verdict import Verdict
-from .session.view import ArmView, RunView
+from .state.view import ArmView, RunView
 
 # ---------------------------------------------------------------- status line
 
@@ -30,7 +31,7 @@ def _arm_status(arm: ArmView) -> str:
     if not arm.events:
         return f"**{name}** prefilling…"
     word = look(arm.spec.method).round_word
-    if arm.chart == "pruning":
+    if arm.prunes:
         k = len(arm.rounds)
         where = (f"{k} {word}{'s' if k != 1 else ''} taken" if k else f"no {word} yet") + f", {arm.n_live} live"
     else:
@@ -72,6 +73,23 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
     return " · ".join([head] + [_arm_status(a) for a in view.display_order()]) + note
 
 
+REPLAY_START = "**Replaying** the recorded race…"
+MEASURING = "**Measuring** this machine's decoding speed now, to size the race so it ends in time…"
+
+
+def badge_markdown(view: RunView, *, speed: float | None = None, replayed_s: float | None = None) -> str:
+    """The badge a replay carries while it plays and after it ends: it is a recording, when and where it
+    was recorded and how long it took then, its own replay clock, and the reward it was scored with."""
+    r = view.recording or {}
+    pace = "instantly" if speed is None or not math.isfinite(speed) else f"at {speed:g}× the recorded pace"
+    clock = (f"recorded in {fmt_s(r.get('seconds', 0.0))}, replayed in {fmt_s(replayed_s)}" if replayed_s is not None
+             else f"recorded in {fmt_s(r.get('seconds', 0.0))}, replaying {pace}")
+    return (f"**● Recording**, not a live run · {md_escape(r.get('model', '?'))} on {md_escape(r.get('hardware', '?'))}, "
+            f"{md_escape(r.get('date', '?'))} · {clock} · scored with the **{md_escape(r.get('reward', '?'))}** reward "
+            "(the recording's own; your Settings' reward is not used) · **Run it live** runs these settings here, "
+            "scaled down to fit.")
+
+
 STOPPED = "**Stopped.** Every arm was cancelled and its memory freed. Press Run to start again."
 
 
@@ -91,7 +109,7 @@ def leader(view: RunView, arm_id: str) -> tuple[str, str]:
         return f"{name} · waiting to start", ""
     if arm.finished is not None:
         return f"{name} · winner #{c.id} · reward {fmt_score(c.score)} · {c.tokens} tokens", c.text
-    pruning = arm.chart == "pruning"
+    pruning = arm.prunes
     if c.score is None:
         hint = f"scored at the first {look(arm.spec.method).round_word}" if pruning else "scored when complete"
         return f"{name} · #{c.id} writing ({hint}) · {c.tokens} tokens", c.text
@@ -247,7 +265,7 @@ def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
     else:
         lines.append(f"{ask} No: candidate #{bid} was not pruned.")
     d = c.first_decision
-    if arm.chart == "pruning" and not arm.rounds:
+    if arm.prunes and not arm.rounds:
         lines.append(f"\n{label} never had to decide here: all N candidates fit the memory budget to the end, so it "
                      f"did what {base} did. Raise N or lower the memory budget to see pruning.")
     elif d is not None and d.spearman is not None:
@@ -312,14 +330,14 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
     pruning chart what it did with the candidate, for each arm with a final chart the final
     score and rank; the answer as the baseline (else the first final arm) finished it."""
     arms = view.display_order()
-    finals = [a for a in arms if a.chart != "pruning"]
+    finals = [a for a in arms if not a.prunes]
     base = view.arms[view.baseline]
-    answer_from = base if base.chart != "pruning" else (finals[0] if finals else base)
+    answer_from = base if not base.prunes else (finals[0] if finals else base)
     headers, types, widths, cols = ["id"], ["number"], [5], []
     for a in arms:
         s = _column_name(a, arms)
         by_id = {c.id: c for c in a.candidates}
-        if a.chart == "pruning":
+        if a.prunes:
             win = a.finished.winner.id if a.finished else None
             headers += [s, f"round pruned ({s})", f"partial / final score ({s})", f"tokens ({s})"]
             types += ["str", "number", "number", "number"]
@@ -377,31 +395,6 @@ def candidate_rows(view: RunView) -> list[list]:
     return candidate_table(view)[3]
 
 
-# ---------------------------------------------------------------- JSON
-
-def _cand(c: Candidate) -> dict:
-    return {"id": c.id, "score": c.score, "tokens": c.tokens, "finish_reason": c.finish_reason, "text": c.text}
-
-
-def summary_dict(view: RunView) -> dict:
-    """Winners, ledgers and the comparisons: JSON-ready (the same numbers the trace holds)."""
-    out: dict = {"prompt": view.cfg.prompt, "generator": view.model_label, "reward": view.reward_label,
-                 "state": view.state, "config": dataclasses.asdict(view.cfg), "baseline": view.baseline, "arms": {}}
-    for a, arm in view.arms.items():
-        f = arm.finished
-        out["arms"][a] = {
-            "name": arm.spec.label, "spec": arm.spec.spec, "method": arm.spec.method,
-            "winner": _cand(f.winner) if f else None,
-            "rounds": f.rounds if f else len(arm.rounds),
-            "ledger": arm.ledger.to_dict(),
-        }
-    out["comparison"] = {a: c.to_dict() for a, c in view.comparisons().items()} or None
-    out["verdict"] = {a: v.to_dict() for a, v in view.verdicts().items()} or None
-    out["time_unit"] = "seconds" if view.step is not None else "decoding steps"
-    out["first_event_s"] = view.first_event_s
-    return out
-
-
 # ---------------------------------------------------------------- one decision (step mode)
 
 def decision_markdown(view: RunView, k: int) -> str:
@@ -425,7 +418,7 @@ def decision_markdown(view: RunView, k: int) -> str:
                  f"({len(pool)} in all). It keeps the top {r.n_kept} (alpha = {view.cfg.alpha:g}: it cuts about "
                  f"{view.cfg.alpha:.0%}) and stops writing the other {n_cut}; the lowest kept score, the threshold, "
                  f"is **{fmt_score(r.threshold)}**." + (" Memory forced more cuts than alpha asked for." if r.forced else ""))
-    if base.finished is not None and base.chart == "final":
+    if base.finished is not None and not base.prunes:
         final = final_scores(base.finished)
         d = decision_rank(r, final)
         if d.spearman is not None:

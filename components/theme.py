@@ -51,3 +51,13 @@ def md_escape(text: str) -> str:
     text = "".join(ch for ch in str(text) if ch in "\n\t" or ch.isprintable() or ord(ch) > 0x9f)
     text = html.escape(text, quote=False)
     return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def duration(seconds: float) -> str:
+    """'45 s', '2 min 10 s', '1 h 5 min'."""
+    s = max(1, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min" + (f" {s % 60} s" if s % 60 else "")
+    return f"{s // 3600} h" + (f" {s % 3600 // 60} min" if s % 3600 // 60 else "")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import gradio as gr
 
@@ -17,14 +17,15 @@ from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
 from . import charts
-from .session.context import ASSETS, PREFERENCE, AppContext, reward_kind_label
 from .frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
-from .session.paper import PaperPlan, duration
-from .theme import md_escape
-from .session.replay import PACES, PAPER_REWARD, PAPER_SCALE
-from .session.stream import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS
-from .session.view import RunView
+from .state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS
+from .state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
+from .state.view import RunView
+from .theme import duration, md_escape
+
+if TYPE_CHECKING:   # the runtime's shared context: read here, never imported at run time
+    from .session.context import AppContext
 
 PAPER = "https://arxiv.org/abs/2410.20290"
 HELP = RunConfig.help()

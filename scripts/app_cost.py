@@ -73,7 +73,7 @@ class Library:
 
     def __init__(self, kw: dict):
         from components.session.context import AppContext, get_models
-        from components.session.stream import RunRequest
+        from components.state.request import RunRequest
 
         ctx = AppContext.from_env()
         req = RunRequest(**kw)

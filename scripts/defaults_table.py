@@ -4,7 +4,7 @@ improvement score.
     python scripts/defaults_table.py                       # the page's defaults on every example prompt
     python scripts/defaults_table.py --set n=16 --prompts 1
 
-Each race runs as the page runs it (``components.session.stream.frames``: this machine's decoding step
+Each race runs as the page runs it (``components.session.stream.updates``: this machine's decoding step
 measured first, the race fitted to it, the verdict priced at the step times measured then), on the
 embedded models and the default reward, without a browser. Prints one markdown row per prompt and the
 CPU it ran on; run it on a quiet machine.
@@ -34,7 +34,9 @@ def cpu() -> str:
 
 def main(argv=None) -> int:
     from components.session.context import AppContext
-    from components.session.stream import RunRequest, frames
+    from components.frames import drawn
+    from components.session.stream import updates
+    from components.state.request import RunRequest
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from app_cost import _value
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
         req = RunRequest(prompt=prompt, model=ctx.default_model, reward=ctx.default_reward,
                          preference=ctx.default_preference, **settings)
         start, last = time.perf_counter(), None
-        for last in frames(ctx, req):
+        for last in drawn(updates(ctx, req)):
             pass
         seconds = time.perf_counter() - start
         view = last.view

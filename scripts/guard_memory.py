@@ -62,10 +62,10 @@ def main() -> None:
     import dataclasses
 
     import app
-    from components.session import memory
+    from components.deploy import memory
     from components.session.context import AppContext
     from components.session.replay import RECORDINGS, load
-    from components.session.stream import RunRequest
+    from components.state.request import RunRequest
 
     if args.no_trim:
         memory._trim = None

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv=None) -> int:
-    from components.session.replay import RECORDINGS, index, replay_frames
+    from components.frames import drawn
+    from components.session.replay import RECORDINGS, index, replay_updates
 
     argv = sys.argv[1:] if argv is None else argv
     folder = Path(argv[0]) if argv else RECORDINGS
@@ -26,7 +27,7 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for prompt, path in sorted(index(folder).items()):
         last = None
-        for last in replay_frames(prompt, "inf", folder=folder):
+        for last in drawn(replay_updates(prompt, "inf", folder=folder)):
             pass
         view = last.view
         v = view.verdicts().get("sr") if view is not None else None

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from components.session.memory import release, rss_bytes
+from components.deploy.memory import release, rss_bytes
 from specrej import load_reward
 from specrej import rewards
 

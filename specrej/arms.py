@@ -36,6 +36,8 @@ class ArmKind:
     name: str                   # display name
     options: tuple[str, ...]    # RunConfig fields an arm spec of this method may set
     short: str = ""             # for narrow places (table headers): "SR", "BoN"; default: the name
+    prunes: bool = False        # it decides mid-answer which candidates go on (a verdict places it on the
+                                # baseline's Best-of-N curve; its decisions can be stepped through)
 
     def __post_init__(self) -> None:
         unknown = set(self.options) - {f.name for f in dataclasses.fields(RunConfig)}
@@ -61,7 +63,7 @@ def register(kind: ArmKind) -> ArmKind:
 register(ArmKind("bon", "Best-of-N", ("n",), "BoN"))
 register(ArmKind("bonc", "Best-of-N, continuous batching", ("n",), "BoN-c"))   # vLLM backend only
 register(ArmKind("sr", "Speculative Rejection", ("n", "alpha", "decision", "interval", "keep_finished",
-                                                 "first_decision", "rule"), "SR"))
+                                                 "first_decision", "rule"), "SR", prunes=True))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 

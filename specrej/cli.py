@@ -158,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows)", file=sys.stderr)
         step_cost = None
         if record:   # this machine's decoding step, so that a replay prices Best-of-N's curve in seconds here
-            from .bench.engine_speed import decode_sweep
+            from .steptime import measure
 
-            sweep = decode_sweep(lm, "Hello", [1, 8, 32, 128], steps=3)
-            step_cost = {"rows": [s["rows"] for s in sweep], "seconds": [s["step_min_s"] for s in sweep]}
+            cost = measure(lm, steps=3)
+            step_cost = {"rows": list(cost.rows), "seconds": list(cost.seconds)}
         trace, tally = [], Tally()
         referee = StopWhenMatched(arms[0].id, arms[1].id) if args.stop_when_matched and len(arms) > 1 else None
         recorder = Recorder()

@@ -133,7 +133,7 @@ def tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, **env):
 
 def run_request(ctx, settings: dict, **overrides):
     """A RunRequest for the context's default model and reward with these settings (prompt included)."""
-    from components.session.stream import RunRequest
+    from components.state.request import RunRequest
 
     kw = dict(model=ctx.default_model, reward=ctx.default_reward, preference="", **settings)
     kw.update(overrides)
@@ -159,11 +159,13 @@ API_OUTPUTS = ["status", "plot0", "leader0", "plot1", "leader1", "plot2", "leade
 
 
 def race_frames(ctx, req, **kw) -> list:
-    """Every frame of a race after the machine is measured (``stream.MEASURING``, the first frame of every
+    """Every frame of a race after the machine is measured (``panels.MEASURING``, the first frame of every
     run that starts): the start frame first."""
-    from components.session.stream import MEASURING, frames
+    from components.frames import drawn
+    from components.panels import MEASURING
+    from components.session.stream import updates
 
-    out = list(frames(ctx, req, **kw))
+    out = list(drawn(updates(ctx, req, **kw)))
     return out[1:] if out and out[0].status == MEASURING else out
 
 

@@ -11,6 +11,7 @@ import json
 
 import pytest
 from conftest import race_frames, HANG_GUARD_S, api_outputs, run_request, serve, text, tiny_app_context, wait_for
+from components.frames import KEEP
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -65,14 +66,13 @@ def test_without_the_embedded_wheels_the_app_falls_back_with_a_note(monkeypatch)
 @pytest.fixture(scope="module")
 def raced(ctx):
     """Every frame of one small race, streamed without a server."""
-    from components.session.stream import frames
 
     return race_frames(ctx, request(ctx))
 
 
 def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
-    from components import charts, panels
-    from components.session.stream import KEEP
+    from components import charts
+    from components.frames import KEEP
 
     out = raced
     assert len(out) >= 3
@@ -101,7 +101,6 @@ def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
 
 
 def test_bad_input_gives_a_message_and_starts_nothing(ctx):
-    from components.session.stream import frames
 
     for overrides, needle in [(dict(prompt="   "), "prompt is empty"), (dict(n=0), "n=0"),
                               (dict(alpha=1.5), "alpha"), (dict(temperature=0), "temperature"),
@@ -118,7 +117,6 @@ def test_bad_input_gives_a_message_and_starts_nothing(ctx):
 def test_the_deployment_limits_apply(ctx):
     import dataclasses
 
-    from components.session.stream import frames
     from components.deploy.limits import Limits
 
     out = race_frames(ctx, request(ctx, n=ctx.limits.max_n + 1))
@@ -135,8 +133,7 @@ def test_a_run_that_reaches_the_time_limit_keeps_its_partial_result(ctx, monkeyp
     import json
     from pathlib import Path
 
-    from components.session.stream import frames
-    from components.session.view import RunView
+    from components.state.view import RunView
     from components.deploy.limits import Limits
 
     monkeypatch.setattr(RunView, "elapsed", lambda self: 10.0 * len(self.trace))
@@ -146,7 +143,7 @@ def test_a_run_that_reaches_the_time_limit_keeps_its_partial_result(ctx, monkeyp
     assert last.status.startswith("**Stopped at the time limit**") and "Can't run" not in last.status
     assert last.status_kind == "stopped" and last.view.state == "limit" and not capped.active
     assert not last.view.done                                        # stopped, not finished
-    assert last.arm_plots is frames.__globals__["KEEP"]              # the charts keep what they showed
+    assert last.arm_plots is KEEP              # the charts keep what they showed
     assert "Partial result" in last.summary and "No speed-up is stated" in last.summary
     from components.theme import fmt_flops, md_escape
 
@@ -158,7 +155,6 @@ def test_a_run_that_reaches_the_time_limit_keeps_its_partial_result(ctx, monkeyp
 
 
 def test_an_unexpected_error_is_shown_not_raised(ctx):
-    from components.session.stream import frames
 
     def broken(*_, **__):
         yield from ()
@@ -346,7 +342,6 @@ def third_method(monkeypatch):
 
 def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
     from components.session.context import AppContext
-    from components.session.stream import frames
 
     assert AppContext.from_env({"SPECREJ_ARMS": "bon sr first"}).arms == ("bon", "sr", "first")
     with pytest.raises(ValueError, match="unknown method 'nope'"):
@@ -371,7 +366,6 @@ def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
 
 
 def test_a_second_setting_races_three_arms(ctx):
-    from components.session.stream import frames
 
     out = race_frames(ctx, request(ctx, second=True, second_alpha=0.8, second_decision="interval"))
     last = out[-1]

@@ -23,7 +23,7 @@ def page():
 
 
 def test_the_page_defaults_are_the_measured_ones():
-    from components.session.stream import RunRequest
+    from components.state.request import RunRequest
 
     req = RunRequest(prompt="x")
     assert (req.n, req.max_new_tokens, req.first_decision, req.alpha, req.sr_start) == (32, 48, 14, 0.5, "auto")
@@ -31,7 +31,7 @@ def test_the_page_defaults_are_the_measured_ones():
 
 
 def test_the_defaults_prune_on_every_example_prompt(page):
-    from components.session.stream import RunRequest
+    from components.state.request import RunRequest
 
     ctx, (lm, reward) = page
     assert len(ctx.examples) >= 6

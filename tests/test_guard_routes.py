@@ -369,7 +369,7 @@ def test_memory_is_returned_after_every_run_and_a_timed_out_run_writes_its_trace
     import app
     from gradio_client import Client
 
-    from components.session import memory
+    from components.deploy import memory
     from components.deploy.limits import Limits
 
     limited = dataclasses.replace(ctx, limits=dataclasses.replace(ctx.limits, max_run_seconds=0),

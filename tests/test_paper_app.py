@@ -24,7 +24,6 @@ def _settings(**kw):
 
 
 def test_auto_start_and_stop_when_matched_through_the_request(ctx):
-    from components.session.stream import frames
 
     out = race_frames(ctx, run_request(ctx, _settings()))
     view = out[-1].view
@@ -38,7 +37,6 @@ def test_auto_start_and_stop_when_matched_through_the_request(ctx):
 
 
 def test_bad_start_choice_is_a_message(ctx):
-    from components.session.stream import frames
 
     out = race_frames(ctx, run_request(ctx, _settings(sr_start="lots")))
     assert len(out) == 1 and "sr_start" in out[0].status
@@ -46,7 +44,8 @@ def test_bad_start_choice_is_a_message(ctx):
 
 def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
     from components.frames import Frame
-    from components.session.replay import find, replay_frames
+    from components.frames import drawn
+    from components.session.replay import find, replay_updates
     from specrej.cli import main
 
     rc = main(["record", "--out", str(tmp_path / "a.json.gz"), "--model", ctx.default_model,
@@ -54,7 +53,7 @@ def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
                "--arms", "bon:n=12", "sr:n=auto,first_decision=4", "--max-new-tokens", "16", "--budget", "700",
                "--stop-when-matched", "--quiet"])
     assert rc == 0 and find("  give me THREE tips for staying healthy. ", tmp_path) == tmp_path / "a.json.gz"
-    frames = list(replay_frames(PROMPT, "inf", folder=tmp_path))
+    frames = list(drawn(replay_updates(PROMPT, "inf", folder=tmp_path)))
     assert all(isinstance(f, Frame) for f in frames)
     first, last = frames[0], frames[-1]
     assert first.status.startswith("**Replaying**") and "Starting" not in first.status
@@ -63,15 +62,17 @@ def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
     assert last.view.state == "done" and last.results_visible and "### Result" in last.summary
     assert last.view.arms["bon"].finished.match is not None
     slept = []
-    paced = list(replay_frames(PROMPT, "16", folder=tmp_path, min_frame_interval=0.0, sleep=slept.append))
+    paced = list(drawn(replay_updates(PROMPT, "16", folder=tmp_path, min_frame_interval=0.0, sleep=slept.append)))
     assert len(paced) >= len(frames) and sum(slept) > 0
-    missing = list(replay_frames("What is a cat?", "inf", folder=tmp_path))
+    missing = list(drawn(replay_updates("What is a cat?", "inf", folder=tmp_path)))
     assert len(missing) == 1 and "no recorded race" in missing[0].status
 
 
 def test_paper_scale_preset_and_committed_recordings(ctx):
     """The preset sets the paper's settings; every committed recording replays and names its settings."""
-    from components.session.replay import PAPER_SCALE, RECORDINGS, index, replay_frames
+    from components.frames import drawn
+    from components.session.replay import RECORDINGS, index, replay_updates
+    from components.state.shared import PAPER_SCALE
     from specrej.record import load
 
     assert PAPER_SCALE["sr_start"] == "auto" and PAPER_SCALE["stop_when_matched"] is False
@@ -81,7 +82,7 @@ def test_paper_scale_preset_and_committed_recordings(ctx):
         rec = load(path)
         assert {"model", "reward", "hardware", "date", "settings"} <= set(rec.meta)
         assert "n=auto" in rec.meta["settings"]["arms"]
-        last = list(replay_frames(rec.meta["prompt"], "inf"))[-1]
+        last = list(drawn(replay_updates(rec.meta["prompt"], "inf")))[-1]
         assert last.view.state == "done"
 
 
@@ -104,8 +105,10 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     from components.session.replay import find
     from specrej.core.cost import StepCost
 
-    measured = paper.step_cost(ctx, ctx.default_model)     # measured for real on the tiny model
-    assert measured.rows == paper.CALIBRATION_ROWS and all(s > 0 for s in measured.seconds)
+    measured = ctx.quiet_step(ctx.default_model)     # measured for real on the tiny model
+    from specrej.steptime import CALIBRATION_ROWS
+
+    assert measured.rows == CALIBRATION_ROWS and all(s > 0 for s in measured.seconds)
 
     fast = dataclasses.replace(ctx, step_costs={ctx.default_model: StepCost((1, 128), (1e-4, 2e-4))})
     plan = paper.plan(fast, PROMPT)

@@ -112,7 +112,7 @@ def faulty_events(fn, name="faulty"):
 
 @pytest.mark.parametrize("fault", ["raises", "nan"])
 def test_a_failing_reward_ends_the_run_with_a_message_and_keeps_the_charts(ctx, engines, fault):
-    from components.session.stream import KEEP, frames
+    from components.frames import KEEP
 
     calls = {"n": 0}
 
@@ -158,7 +158,6 @@ def oom_events(times: int, counter: dict):
 
 
 def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engines):
-    from components.session.stream import frames
     from specrej import load_generator
     from specrej.backends.hf import Engine
 
@@ -195,14 +194,15 @@ def test_out_of_memory_retries_once_with_a_smaller_budget_and_says_so(ctx, engin
 
 
 def test_closing_the_stream_mid_run_frees_memory_and_writes_a_stopped_trace(ctx, engines, tmp_path, monkeypatch):
-    from components.session.stream import frames
+    from components.frames import drawn
+    from components.session.stream import updates
     from specrej import methods
 
     steps = {"n": 0}
     real_step = methods._Run.step
     monkeypatch.setattr(methods._Run, "step", lambda self: steps.update(n=steps["n"] + 1) or real_step(self))
     before = set(os.listdir(ctx.archive_dir))
-    gen = frames(ctx, request(ctx, **DECIDING))
+    gen = drawn(updates(ctx, request(ctx, **DECIDING)))
     for _ in range(3):
         next(gen)
     assert ctx.active and engines and any(r() is not None for r in engines)
@@ -223,7 +223,6 @@ def test_closing_the_stream_mid_run_frees_memory_and_writes_a_stopped_trace(ctx,
 
 def test_traces_go_to_the_operator_folder_atomically_and_never_named_by_the_prompt(ctx, monkeypatch):
     from components.session import trace
-    from components.session.stream import frames
 
     nasty = "../../etc/passwd; rm -rf / $(reboot) `id` <script>"
     last = race_frames(ctx, request(ctx, prompt=nasty))[-1]
@@ -258,7 +257,7 @@ INJECTIONS = ["<script>alert(1)</script>", "![x](http://e/x.png)", "<img src=x o
 
 
 def _fake_view(texts):
-    from components.session.view import RunView
+    from components.state.view import RunView
     from specrej import Candidate, Finished, Ledger, RunConfig
 
     cfg = RunConfig(prompt=texts[0], n=len(texts), max_new_tokens=4)
@@ -272,7 +271,6 @@ def _fake_view(texts):
 
 def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
     from components import charts, panels
-    from components.session.stream import frames
 
     view = _fake_view(INJECTIONS)
     for page in (panels.status_markdown(view), panels.summary_markdown(view)):  # Markdown
@@ -300,7 +298,6 @@ def test_prompt_and_generated_text_are_shown_as_text_not_markup(ctx):
 
 def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
     from components.session import context, stream
-    from components.session.stream import frames
     from components.deploy.limits import ModelPolicy, PolicyError
 
     loads: list = []
@@ -369,7 +366,7 @@ def fuzz_ctx(ctx):
 def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, reward, preference, n, alpha, budget,
                                                     decision, interval, max_new_tokens, temperature, top_p, seed,
                                                     x_axis, second, second_alpha):
-    from components.session.stream import RunRequest, frames
+    from components.state.request import RunRequest
 
     ctx = fuzz_ctx
     req = RunRequest(prompt=prompt, model=ctx.default_model if model == "DEFAULT" else model,
@@ -593,7 +590,7 @@ def test_a_closed_tab_cancels_its_run(served, ctx, engines, monkeypatch):
     assert wait_for(lambda: not ctx.active, 10)
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
     kw = api_kwargs(ctx, **dict(DECIDING, n=16, budget=0, max_new_tokens=200))
-    from components.session.stream import REQUEST_FIELDS as order
+    from components.state.request import REQUEST_FIELDS as order
     session = "closedtab" + str(os.getpid())
     base = url.rstrip("/") + "/gradio_api"
     with httpx.Client(timeout=10) as http:

@@ -157,7 +157,7 @@ def test_simulation_matches_the_live_method_for_every_rule(tiny_lm, length_rewar
 
 
 def test_the_apps_request_carries_the_rule():
-    from components.session.stream import RunRequest
+    from components.state.request import RunRequest
 
     assert RunRequest(prompt="x", rule="calibrated").config(0).rule == "calibrated"
     assert RunRequest(prompt="x", rule=None).config(0).rule == "paper"

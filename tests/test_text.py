@@ -42,7 +42,7 @@ def test_valid_text_passes(good):
 
 def test_a_trace_holding_a_lone_surrogate_is_written_and_reads_back(tmp_path):
     from components.session.trace import write_trace
-    from components.session.view import RunView
+    from components.state.view import RunView
 
     view = RunView(RunConfig(prompt="hi", n=2, max_new_tokens=4), model_label="m\ud800", reward_label="r\udfff")
     path = write_trace(view, tmp_path)     # never UnicodeEncodeError

@@ -14,11 +14,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy ke
 @pytest.fixture(scope="module")
 def replayed():
     """Every frame of a committed recording's replay (self-certainty, bon:n=128, sr:n=auto)."""
-    from components.session.replay import index, replay_frames
+    from components.frames import drawn
+    from components.session.replay import index, replay_updates
     from specrej.record import load
 
     path = next(iter(index().values()))
-    return load(path), list(replay_frames(load(path).meta["prompt"], "inf"))
+    return load(path), list(drawn(replay_updates(load(path).meta["prompt"], "inf")))
 
 
 def _y_titles(spec: dict) -> str:
@@ -41,7 +42,7 @@ def test_every_reward_axis_and_the_result_name_the_reward_and_its_scale(replayed
 
 def test_a_live_runs_reward_label_finds_its_registry_scale():
     from components import charts, panels
-    from components.session.view import RunView
+    from components.state.view import RunView
     from specrej import RunConfig
     from specrej.rewards import REWARDS, UNKNOWN_SCALE, scale_of
 
@@ -67,7 +68,7 @@ def test_a_replay_starts_as_a_replay_and_shows_the_settings_it_ran(replayed):
 
 def test_table_headers_name_an_arm_shortly_unless_two_arms_share_a_kind(replayed):
     from components import panels
-    from components.session.view import RunView
+    from components.state.view import RunView
     from specrej import RunConfig
 
     _, frames = replayed
@@ -83,7 +84,7 @@ def test_verdict_labels_never_stack_on_each_other():
     """Two Speculative Rejection settings that end at the same reward get their verdict labels at
     different heights, each beside the point where Best-of-N's curve reaches it."""
     from components import charts
-    from components.session.view import RunView
+    from components.state.view import RunView
     from specrej import Candidate, Finished, Ledger, Round, RunConfig
 
     view = RunView(RunConfig(prompt="-", n=2), specs=("bon", "sr", "sr:alpha=0.8"))
@@ -107,7 +108,8 @@ def test_paper_scale_opens_the_settings_and_says_what_it_set():
 
     from components import ui
     from components.session.context import AppContext
-    from components.session.paper import PaperPlan, capped
+    from components.session.paper import capped
+    from components.state.shared import PaperPlan
 
     ctx = AppContext.from_env({})
     with gr.Blocks():
@@ -167,8 +169,9 @@ def test_run_it_live_sets_the_recorded_protocol_and_says_what_was_scaled():
 
     from components import ui
     from components.session.context import AppContext
-    from components.session.paper import SCALED_DOWN, PaperPlan, capped
-    from components.session.replay import PAPER_REWARD
+    from components.session.paper import SCALED_DOWN, capped
+    from components.state.shared import PaperPlan
+    from components.state.shared import PAPER_REWARD
 
     ctx = AppContext.from_env({})
     with gr.Blocks():

@@ -41,17 +41,11 @@ from specrej.arms import DEFAULT_ARMS, parse_arms
 from specrej.config import env_int
 from components.deploy.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
-from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, REWARDS, offered_kinds
+from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, offered_kinds
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
-PREFERENCE = "preference"
+from ..state.shared import ASSETS, PREFERENCE, model_label, reward_kind_label  # noqa: F401  (the names both wings read)
+
 MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
-
-
-def reward_kind_label(key: str) -> str:
-    """A reward kind's label from the library's registry (the key itself if it has none)."""
-    cls = REWARDS.get(key)
-    return cls.label if cls is not None else key
 
 
 def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = False):
@@ -59,13 +53,6 @@ def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = F
     ``trust_remote_code`` is True only where the operator set SPECREJ_ALLOW_REMOTE_CODE=1."""
     return (load_lm(model_spec, trust_remote_code=trust_remote_code),   # SPECREJ_BACKEND picks the engine
             load_reward(reward_spec, trust_remote_code=trust_remote_code))
-
-
-def model_label(spec: str) -> str:
-    if spec == EMBEDDED:
-        return "SmolLM2-135M-Instruct (embedded)"
-    p = Path(spec)
-    return p.name if p.is_absolute() or spec.startswith(".") else spec
 
 
 def _reward_model(spec: str) -> str:
@@ -194,9 +181,25 @@ class AppContext:
 
         lm, _ = torch_worker().call(get_models, *self.resolve(self.default_model, self.default_reward,
                                                               self.default_preference))
-        from .paper import step_cost
+        self.quiet_step(self.default_model, lm)   # measured before any visitor's run
 
-        step_cost(self, self.default_model, lm)   # the quiet step, measured before any visitor's run
+    def quiet_step(self, model: str, lm=None):
+        """This machine's decoding step for ``model`` (``specrej.steptime.measure``: the fastest of 3 steps at 1,
+        8, 32 and 128 rows, on the torch thread), measured on first use, then kept: the machine at its quietest."""
+        if model not in self.step_costs:
+            from specrej.steptime import measure
+
+            from .worker import torch_worker
+
+            self.step_costs[model] = torch_worker().call(measure, lm or self.generator(model))
+        return self.step_costs[model]
+
+    def generator(self, model: str):
+        """The generator ``model`` (loaded once per process), loaded on the torch thread."""
+        from .worker import torch_worker
+
+        return torch_worker().call(lambda: get_models(*self.resolve(model, self.default_reward,
+                                                                    self.default_preference))[0])
 
 
 def _has_embedded_generator() -> bool:

@@ -2,7 +2,7 @@
 
 Before a race, on the app's torch thread:
 
-1. **The quiet step** (``paper.step_cost``): this machine's decoding step at 1, 8, 32 and 128 rows,
+1. **The quiet step** (``AppContext.quiet_step``): this machine's decoding step at 1, 8, 32 and 128 rows,
    measured once per generator (the fastest seen is kept: the machine at its quietest).
 2. **A probe** (about half a second when quiet): two steps at 8 and at 32 rows now. Their time over the
    quiet step is the *load factor* (other work on the cores, as on a shared Space). On a busy machine
@@ -29,7 +29,7 @@ from specrej.backends import planned_budget
 from specrej.core.budget import KVBudget, sharing
 from specrej.core.cost import StepCost, fit_scale, race_seconds, shorten
 
-from .context import AppContext, get_models
+from .context import AppContext
 from .worker import torch_worker
 
 PROBE_ROWS = (8, 32)
@@ -67,10 +67,10 @@ def _probe(lm, threads: int) -> list[float]:
     """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads``."""
     import torch
 
-    from specrej.bench.engine_speed import decode_sweep
+    from specrej.steptime import measure
 
     torch.set_num_threads(threads)
-    return [s["step_min_s"] for s in decode_sweep(lm, "Hello", list(PROBE_ROWS), steps=2)]
+    return list(measure(lm, PROBE_ROWS, steps=2).seconds)
 
 
 def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
@@ -79,9 +79,7 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
 
     import torch
 
-    from .paper import step_cost
-
-    quiet = step_cost(ctx, model, lm)
+    quiet = ctx.quiet_step(model, lm)
     most = max(1, min(os.cpu_count() or 1, torch.get_num_threads() if ctx.threads is None else ctx.threads))
     ctx.threads = most
     ref = [quiet.step(r) for r in PROBE_ROWS]
@@ -114,8 +112,7 @@ def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, target_s:
         lm = None
         cost, load, threads = quiet.scaled(ctx.last_load), ctx.last_load, ctx.threads or 1
     else:
-        lm = torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward,
-                                                                 ctx.default_preference))[0])
+        lm = ctx.generator(model)
         cost, load, threads = measure(ctx, model, lm)
         ctx.last_load = load
     target = ctx.race_target_s if target_s is None else target_s

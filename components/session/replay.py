@@ -1,8 +1,8 @@
-"""Recorded races, replayed through the same frame builders as a live run.
+"""Recorded races, replayed as updates a live run yields (presentation draws both the same way).
 
 A recording (``specrej.record``, made by ``python -m specrej record``) holds a race's events;
-``replay_frames`` feeds them to a fresh ``RunView`` at the recorded pace times ``speed`` and
-yields the frames a live run would. The status line always says it is a recording (model,
+``replay_updates`` feeds them to a fresh ``RunView`` at the recorded pace times ``speed`` and
+yields the updates a live run would. The status line always says it is a recording (model,
 reward, hardware, date, settings) and that Run runs it live. ``RECORDINGS`` holds the
 paper-scale races of the example prompts; ``find`` looks one up by prompt.
 """
@@ -17,19 +17,14 @@ from specrej import Progress, RunConfig
 from specrej.arms import parse_arms
 from specrej.record import Recording, RecordingError, load, replay
 
-from .context import ASSETS, model_label, reward_kind_label
 from specrej.core.cost import StepCost
 
-from ..frames import Frame, end_frame, error_frame, live_frame, start_frame
 from ..deploy.guard import check_choice, check_text_field
-from ..theme import fmt_s, md_escape
-from .view import RunView
+from ..state.shared import ASSETS, PACES, model_label, reward_kind_label
+from ..state.update import Update
+from ..state.view import RunView
 
 RECORDINGS = ASSETS / "recordings"
-PACES = [("real pace", "1"), ("4×", "4"), ("16×", "16"), ("instant", "inf")]
-PAPER_SCALE = dict(n=128, sr_start="auto", first_decision=16, max_new_tokens=256, budget=2048, alpha=0.5,
-                   decision="budget", stop_when_matched=False, second=False, rule="paper")
-PAPER_REWARD = "self-certainty"
 
 
 def _norm(prompt: str) -> str:
@@ -73,19 +68,6 @@ def view_for(rec: Recording) -> RunView:
     return view
 
 
-def badge_markdown(view: RunView, *, speed: float | None = None, replayed_s: float | None = None) -> str:
-    """The badge a replay carries while it plays and after it ends: it is a recording, when and where it
-    was recorded and how long it took then, its own replay clock, and the reward it was scored with."""
-    r = view.recording or {}
-    pace = "instantly" if speed is None or not math.isfinite(speed) else f"at {speed:g}× the recorded pace"
-    clock = (f"recorded in {fmt_s(r.get('seconds', 0.0))}, replayed in {fmt_s(replayed_s)}" if replayed_s is not None
-             else f"recorded in {fmt_s(r.get('seconds', 0.0))}, replaying {pace}")
-    return (f"**● Recording**, not a live run · {md_escape(r.get('model', '?'))} on {md_escape(r.get('hardware', '?'))}, "
-            f"{md_escape(r.get('date', '?'))} · {clock} · scored with the **{md_escape(r.get('reward', '?'))}** reward "
-            "(the recording's own; your Settings' reward is not used) · **Run it live** runs these settings here, "
-            "scaled down to fit.")
-
-
 def recording_note(rec: Recording, view: RunView) -> str:
     """What the status line says beside a replay: model, reward, machine, date and the settings as run:
     each arm with its own settings, then the shared ones no arm replaces (a recording's ``n=32`` beside
@@ -108,9 +90,6 @@ def _show(v) -> str:
     return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
 
 
-REPLAY_START = "**Replaying** the recorded race…"
-
-
 def check_replay(prompt, pace, max_prompt_chars: int = 2000) -> tuple[str, float]:
     """(prompt, speed) from a replay request as the page or the API sends it; ValueError naming the
     field otherwise. ``pace`` is one of ``PACES``' values (a number equal to one is accepted too)."""
@@ -121,30 +100,27 @@ def check_replay(prompt, pace, max_prompt_chars: int = 2000) -> tuple[str, float
     return prompt, float(pace)
 
 
-def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,
-                  min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False) -> Iterator[Frame]:
-    """Frames of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
+def replay_updates(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,
+                   min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False) -> Iterator[Update]:
+    """Updates of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
     try:
         prompt, speed = check_replay(prompt, pace, max_prompt_chars)
     except ValueError as e:
-        yield error_frame(str(e))
+        yield Update("error", message=str(e))
         return
     path = find(prompt, folder)
     if path is None:
-        yield error_frame("there is no recorded race for this prompt: recordings exist for the example prompts. "
+        yield Update("error", message="there is no recorded race for this prompt: recordings exist for the example prompts. "
                           "Press Run to run it live.")
         return
     try:
         rec = load(path)
         view = view_for(rec)
     except (ValueError, RecordingError) as e:
-        yield error_frame(f"cannot replay {path.name}: {e}")
+        yield Update("error", message=f"cannot replay {path.name}: {e}")
         return
     view.stepping = step is True
-    first = start_frame(view)   # a live run's first frame, but nothing loads or prefills here
-    first.status = REPLAY_START + f"\n\n*{md_escape(view.note)}*"
-    first.badge = badge_markdown(view, speed=speed)
-    yield first
+    yield Update("start", view, replay={"speed": speed})   # a live run's start, but nothing loads or prefills
     last = 0.0
     for event in replay(rec, speed=speed, sleep=sleep):
         view.apply(event)
@@ -153,8 +129,6 @@ def replay_frames(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, 
             continue
         last = now
         if not view.done:
-            yield live_frame(view)
+            yield Update("live", view)
     view.state = "done"
-    end = end_frame(view)
-    end.badge = badge_markdown(view, replayed_s=view.elapsed())
-    yield end
+    yield Update("end", view, replay={"replayed_s": view.elapsed()})

@@ -15,7 +15,7 @@ import torch
 
 from components.deploy.limits import smaller_budget
 
-from .view import RunView
+from ..state.view import RunView
 
 log = logging.getLogger("specrej.app")
 
@@ -47,7 +47,7 @@ def free_memory() -> None:
 
 def retry_on_oom(attempt: Callable[[RunView], Iterator], view: RunView,
                  on_view: Callable[[RunView], None]) -> Iterator:
-    """Yield ``attempt(view)``'s frames; on an out-of-memory error, once more on a fresh view with
+    """Yield ``attempt(view)``'s updates; on an out-of-memory error, once more on a fresh view with
     half the budget (``on_view`` is told of it). A second one raises ``OutOfMemory``."""
     try:
         yield from attempt(view)

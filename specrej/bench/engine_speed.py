@@ -29,16 +29,12 @@ import torch
 
 from ..config import RunConfig
 from ..backends.hf import Engine, Sampling
-from ..core.budget import KVBudget, sharing
+from ..core.budget import KVBudget
 from ..core.cost import flops
 from ..events import Finished
 from ..methods import speculative_rejection
+from ..steptime import _sync, time_steps
 from .reference import speculative_rejection_reference_style
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _reset_peak(device: torch.device) -> None:
@@ -233,22 +229,9 @@ def decode_sweep(lm, prompt: str, rows_list: list[int], steps: int = 5, sampling
     KV-cache bytes the step reads, on the LM's own backend. ``ticks``: limits to sample after each batch size."""
     ids, out = lm.render(prompt), []
     wb = weight_bytes(lm)
-    backend = lm.backend
-    kv_budget = KVBudget(0, len(ids), sharing(lm, backend))   # only its slot arithmetic
     for rows in rows_list:
-        eng = backend(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3, stats=False)
-        r = eng.start(list(range(rows)))
-        r.step()
-        times = []
-        for _ in range(steps):
-            _sync(lm.device)
-            t = time.perf_counter()
-            r.step()
-            _sync(lm.device)
-            times.append(time.perf_counter() - t)
-        kv = kv_budget.held(r.lengths()) * lm.kv_bytes_per_slot
-        r.release()
-        eng.release()
+        times, held = time_steps(lm, ids, rows, steps, sampling)
+        kv = held * lm.kv_bytes_per_slot
         sp = _spread(times)
         dt = sp["median"]
         out.append({"rows": rows, "step_s": dt, "step_min_s": sp["min"], "step_max_s": sp["max"],

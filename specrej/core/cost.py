@@ -57,7 +57,7 @@ class StepCost:
     """Seconds per decoding step at the measured batch sizes; between them linear, beyond the
     largest the last segment's slope (a step's cost grows at most linearly in its rows, and never
     falls with them); one measured size: that time at every size. The app measures it
-    (``decode_sweep``), the bench from its real passes (``from_passes``)."""
+    (``specrej.steptime.measure``), the bench from its real passes (``from_passes``)."""
 
     rows: tuple[int, ...]
     seconds: tuple[float, ...]

@@ -20,8 +20,6 @@ from specrej.core.cost import StepCost
 from specrej.verdict import Verdict
 from specrej.verdict import from_race as verdict_from_race
 
-from ..looks import look
-
 
 @dataclass(frozen=True)
 class RoundMark:
@@ -59,8 +57,9 @@ class ArmView:
         return self.spec.id
 
     @property
-    def chart(self) -> str:
-        return look(self.spec.method).chart
+    def prunes(self) -> bool:
+        """The method decides mid-answer who goes on (``specrej.arms.ArmKind.prunes``)."""
+        return self.spec.kind.prunes
 
     def best_finished(self) -> Candidate | None:
         return best_finished(self.candidates)
@@ -130,8 +129,8 @@ class RunView:
         return self.specs[0].id
 
     def display_order(self) -> list[ArmView]:
-        """Arms as the page lays them out: those with a pruning chart first, then the rest."""
-        return sorted(self.arms.values(), key=lambda a: a.chart != "pruning")
+        """Arms as the page lays them out: those that prune first, then the rest."""
+        return sorted(self.arms.values(), key=lambda a: not a.prunes)
 
     def verdicts(self) -> dict[str, Verdict]:
         """Every pruning arm placed on the baseline's Best-of-N curve (``specrej.verdict``), once all are
@@ -142,7 +141,7 @@ class RunView:
         step = self.step.step if self.step is not None else unit_step
         out = {}
         for a, arm in self.arms.items():
-            if a != self.baseline and arm.chart == "pruning":
+            if a != self.baseline and arm.prunes:
                 v = verdict_from_race(arm.finished, base.finished, base.round_events, step)
                 if v is not None:
                     out[a] = v
@@ -169,7 +168,7 @@ class RunView:
             self.first_event_s = self.elapsed()
         arm = self.arms[event.arm]
         arm.apply(event)
-        if isinstance(event, Round) and arm.chart == "pruning":
+        if isinstance(event, Round) and arm.prunes:
             self.checkpoints.append(Checkpoint(event.arm, len(arm.rounds) - 1, self._snapshot()))
         self._grow_y(event)
         self.trace.append(_trace_entry(event, self.elapsed()))

@@ -1,0 +1,44 @@
+"""Names the page and the runtime share: the assets folder, the preference reward's key, a reward
+kind's label, and the recorded presets (Paper scale's settings, the replay paces). Imports only ``specrej``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrej.models import EMBEDDED
+from specrej.rewards import REWARDS
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+PREFERENCE = "preference"
+PACES = [("real pace", "1"), ("4×", "4"), ("16×", "16"), ("instant", "inf")]
+PAPER_SCALE = dict(n=128, sr_start="auto", first_decision=16, max_new_tokens=256, budget=2048, alpha=0.5,
+                   decision="budget", stop_when_matched=False, second=False, rule="paper")
+PAPER_REWARD = "self-certainty"
+
+
+def reward_kind_label(key: str) -> str:
+    """A reward kind's label from the library's registry (the key itself if it has none)."""
+    cls = REWARDS.get(key)
+    return cls.label if cls is not None else key
+
+
+def model_label(spec: str) -> str:
+    """A generator's name as the page shows it (a local path by its folder's name)."""
+    if spec == EMBEDDED:
+        return "SmolLM2-135M-Instruct (embedded)"
+    p = Path(spec)
+    return p.name if p.is_absolute() or spec.startswith(".") else spec
+
+
+@dataclass(frozen=True)
+class PaperPlan:
+    paper: dict                 # the paper's settings, capped by this deployment's limits
+    paper_s: float              # its estimated live time here (an upper bound)
+    limit_s: int
+    settings: dict              # what the controls get: the paper's when it fits, else ``scaled``
+    scaled_s: float | None      # the estimate of ``settings`` when they are scaled down
+    replay_prompt: str | None   # a prompt with a recorded paper-scale race (when the paper does not fit)
+
+    @property
+    def fits(self) -> bool:
+        return self.scaled_s is None

@@ -1,0 +1,32 @@
+"""A run's numbers as JSON: winners, ledgers, comparisons and verdicts (the page's JSON panel and the
+trace both hold this). Imports only ``specrej`` and the run's view."""
+from __future__ import annotations
+
+import dataclasses
+
+from specrej import Candidate
+
+from .view import RunView
+
+
+def _cand(c: Candidate) -> dict:
+    return {"id": c.id, "score": c.score, "tokens": c.tokens, "finish_reason": c.finish_reason, "text": c.text}
+
+
+def summary_dict(view: RunView) -> dict:
+    """Winners, ledgers and the comparisons: JSON-ready (the same numbers the trace holds)."""
+    out: dict = {"prompt": view.cfg.prompt, "generator": view.model_label, "reward": view.reward_label,
+                 "state": view.state, "config": dataclasses.asdict(view.cfg), "baseline": view.baseline, "arms": {}}
+    for a, arm in view.arms.items():
+        f = arm.finished
+        out["arms"][a] = {
+            "name": arm.spec.label, "spec": arm.spec.spec, "method": arm.spec.method,
+            "winner": _cand(f.winner) if f else None,
+            "rounds": f.rounds if f else len(arm.rounds),
+            "ledger": arm.ledger.to_dict(),
+        }
+    out["comparison"] = {a: c.to_dict() for a, c in view.comparisons().items()} or None
+    out["verdict"] = {a: v.to_dict() for a, v in view.verdicts().items()} or None
+    out["time_unit"] = "seconds" if view.step is not None else "decoding steps"
+    out["first_event_s"] = view.first_event_s
+    return out
