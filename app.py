@@ -137,9 +137,13 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
         .then(paper_scale, [c.prompt, c.pace, c.step], ui.paper_outputs(page), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)
 
-    def recorded_settings(prompt):
-        """The recording's settings (the paper's protocol), scaled down to fit this deployment, set on the
-        page; the race then starts as Run starts it."""
+    def recorded_settings(prompt, view):
+        """The recording's settings set on the page; the race then starts as Run starts it. A recording of
+        the page's own race: its settings as they were. A paper-scale one: the paper's protocol scaled down to
+        fit this deployment (``paper.plan``)."""
+        recording = getattr(view, "recording", None) or {}
+        if recording.get("page_race") and isinstance(recording.get("request"), dict):
+            return ui.same_race_updates(ctx, page, view.cfg.prompt, recording["request"])
         try:
             plan = paper.plan(ctx, check_replay(prompt, "inf", ctx.limits.max_prompt_chars)[0])
         except (ValueError, OSError) as e:
@@ -147,7 +151,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
         return ui.live_updates(ctx, page, plan)
 
     # the settings first, then the page's own Run (one handler runs every race: Run, Enter, Run it live)
-    a.live.click(recorded_settings, [c.prompt], ui.paper_outputs(page), api_visibility="private",
+    a.live.click(recorded_settings, [c.prompt, page.view], ui.paper_outputs(page), api_visibility="private",
                  concurrency_id="replay", concurrency_limit=4) \
         .then(None, None, None, js="() => { document.querySelector('#run')?.click(); }", queue=False,
               api_visibility="private")
@@ -198,14 +202,13 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
     c.classroom.click(lambda: ui.classroom_updates(ctx, page), None, fields + [c.settings, page.arena.status],
                       queue=False, api_visibility="private")
 
-    def make_link(view, *values):
-        """The query string of the race shown (or of the settings): raw values (preprocess=False), so only
+    def make_link(*values):
+        """The query string of the settings (a race runs as they say): raw values (preprocess=False), so only
         plain scalars are kept."""
         plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
-        return gr.Textbox(value=links.query(links.run_values(view if hasattr(view, "fit") else None, plain)),
-                          visible=True)
+        return gr.Textbox(value=links.query(plain), visible=True)
 
-    c.link.click(make_link, [page.view] + fields, [c.link_box], queue=False, api_visibility="private",
+    c.link.click(make_link, fields, [c.link_box], queue=False, api_visibility="private",
                  preprocess=False) \
         .then(None, [c.link_box], [c.link_box], js=ui.LINK_JS, queue=False, api_visibility="private")
 

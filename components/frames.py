@@ -166,7 +166,8 @@ def draw(update: Update) -> Frame:
     if update.kind == "start":
         f = start_frame(view)
         if replay is not None:   # a recording: nothing loads or prefills, and the badge says what it is
-            f.status = panels.REPLAY_START + f"\n\n*{panels.md_escape(view.note)}*"
+            why = f"{panels.fallback_words(view)}\n\n" if view.fallback else ""
+            f.status = why + panels.REPLAY_START + f"\n\n*{panels.md_escape(view.note)}*"
             f.badge = panels.badge_markdown(view, speed=replay.get("speed"))
         return f
     if update.kind == "live":

@@ -2,15 +2,16 @@
 
 ``query(values)`` writes the page's settings and seed as a query string; ``settings(params, ...)``
 reads one back into control values, keeping only known fields with valid values (a link is typed,
-pasted and edited by people: anything else is dropped, never an error). After a race that was fitted
-to the machine (answers shortened), the link holds the settings the race really ran with and turns
-fitting off, so whoever opens it gets the same race. Nothing here knows Gradio.
+pasted and edited by people: anything else is dropped, never an error). A race runs as its settings say
+(load never changes them), so whoever opens the link gets the same race. Nothing here knows Gradio.
 """
 from __future__ import annotations
 
 import math
 from typing import Mapping
 from urllib.parse import urlencode
+
+from .state.shared import CLASSROOM  # noqa: F401  (the preset a link can carry)
 
 # Field -> kind. The prompt first; the rest as RunRequest names them (components/session/stream.py).
 FIELDS = {
@@ -22,11 +23,6 @@ FIELDS = {
 }
 MAX_TEXT = 2000
 
-# A race for a class: small enough to end in well under half a minute on a 2-core CPU, N equal to the rows
-# Speculative Rejection opens with (so its result always falls on Best-of-N's curve: every answer it could
-# pick is one Best-of-N writes too), two decisions to step through, and step mode on.
-CLASSROOM = dict(n=16, alpha=0.5, max_new_tokens=48, budget=224, first_decision=14, sr_start="auto",
-                 decision="budget", rule="paper", seed=0, second=False, stop_when_matched=False, fit=True, step=True)
 
 
 def _show(v) -> str:
@@ -40,18 +36,6 @@ def _show(v) -> str:
 def query(values: Mapping[str, object]) -> str:
     """The query string of these settings (unknown fields and empty values left out)."""
     return urlencode({k: _show(values[k]) for k in FIELDS if k in values and values[k] not in (None, "")})
-
-
-def run_values(view, values: Mapping[str, object]) -> dict:
-    """The settings a link should hold: the page's, and where the last race was fitted to the machine
-    (shortened), the settings that race ran with, with fitting off."""
-    out = dict(values)
-    fit = getattr(view, "fit", None)
-    if fit is not None and fit.shortened and view.state == "done":
-        c = fit.cfg
-        out.update(max_new_tokens=c.max_new_tokens, first_decision=c.first_decision, budget=c.budget,
-                   interval=c.interval, fit=False)
-    return out
 
 
 def _parse(kind: str, raw: str, choices=None):

@@ -62,15 +62,51 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
     if view.state == "limit":
         return (f"**Stopped at the time limit** after {fmt_s(view.elapsed())}: {md_escape(view.message)} "
                 "The charts and the partial result below show how far each method got." + note)
+    fit = view.fit if view.recording is None else None
+    expected = getattr(fit, "estimate_s", 0.0) or 0.0
     if starting:
-        return "**Starting:** loading the models and prefilling the prompt…" + note
+        return ("**Starting:** loading the models and prefilling the prompt…" + _expected_words(fit) + note)
     if view.recording is not None:   # a replay keeps its own clock: never "Done in" the recorded time
         took = fmt_s(view.recording.get("seconds", 0.0))
         head = (f"**Replay done** in {fmt_s(view.elapsed())} (the recorded race took {took})" if view.state == "done"
                 else f"**Replaying a recording** · {fmt_s(view.elapsed())} (recorded: {took})")
+        if view.fallback:
+            note = f"\n\n{fallback_words(view)}" + note
+    elif view.state == "done":
+        head = f"**Done** in {fmt_s(view.elapsed())}" + (f" (expected about {fmt_s(expected)})" if expected else "")
+    elif expected and fit.late(view.elapsed()):
+        head = (f"**Racing, running late** · {fmt_s(view.elapsed())}, expected about {fmt_s(expected)}: this "
+                "machine got busier after it was measured. The race goes on as set")
     else:
-        head = f"**Done** in {fmt_s(view.elapsed())}" if view.state == "done" else f"**Racing** · {fmt_s(view.elapsed())}"
+        head = f"**Racing** · {fmt_s(view.elapsed())}" + (f" of about {fmt_s(expected)}" if expected else "")
     return " · ".join([head] + [_arm_status(a) for a in view.display_order()]) + note
+
+
+def _expected_words(fit) -> str:
+    """' Expected to end in about 14 s (this machine is 2.1x slower than when quiet).' from the measurement."""
+    expected = getattr(fit, "estimate_s", 0.0) or 0.0
+    if not expected:
+        return ""
+    load = getattr(fit, "load", 1.0)
+    busy = f" (this machine is {load:.1f}x slower than when quiet: other work shares its cores)" if load >= 1.3 else ""
+    return f" Expected to end in about {fmt_s(expected)}{busy}, measured just now."
+
+
+def fallback_words(view: RunView) -> str:
+    """Why a Run plays the recording of its race instead of racing live (``RunView.fallback``)."""
+    f, r = view.fallback or {}, view.recording or {}
+    where = f"recorded on {md_escape(r.get('hardware', '?'))}, {md_escape(r.get('date', '?'))}"
+    load = f.get("load", 1.0)
+    busy = f" (this machine is {load:.1f}x slower than when quiet)" if load >= 1.3 else ""
+    if f.get("reason") == "behind":
+        return (f"**The live race fell behind**: {fmt_s(f.get('elapsed_s', 0.0))} in, against about "
+                f"{fmt_s(f.get('estimate_s', 0.0))} expected{busy}, and this deployment stops a run at "
+                f"{f.get('limit_s', 0):.0f} s. Rather than cut it, this is the **recording of the same race** "
+                f"(the same settings and seed, {where}).")
+    return (f"**Live, this race would take about {fmt_s(f.get('estimate_s', 0.0))} here now**{busy}, past this "
+            f"deployment's time limit of {f.get('limit_s', 0):.0f} s, so this is the **recording of the same "
+            f"race** (the same settings and seed, {where}). Press **Run** again when the machine is quieter to "
+            "race it live.")
 
 
 REPLAY_START = "**Replaying** the recorded race…"
@@ -84,10 +120,15 @@ def badge_markdown(view: RunView, *, speed: float | None = None, replayed_s: flo
     pace = "instantly" if speed is None or not math.isfinite(speed) else f"at {speed:g}× the recorded pace"
     clock = (f"recorded in {fmt_s(r.get('seconds', 0.0))}, replayed in {fmt_s(replayed_s)}" if replayed_s is not None
              else f"recorded in {fmt_s(r.get('seconds', 0.0))}, replaying {pace}")
-    return (f"**● Recording**, not a live run · {md_escape(r.get('model', '?'))} on {md_escape(r.get('hardware', '?'))}, "
-            f"{md_escape(r.get('date', '?'))} · {clock} · scored with the **{md_escape(r.get('reward', '?'))}** reward "
-            "(the recording's own; your Settings' reward is not used) · **Run it live** runs these settings here, "
-            "scaled down to fit.")
+    dtype = f" in {md_escape(r['dtype'])}" if r.get("dtype") else ""
+    head = (f"**● Recording**, not a live run · {md_escape(r.get('model', '?'))}{dtype} on "
+            f"{md_escape(r.get('hardware', '?'))}, {md_escape(r.get('date', '?'))} · {clock} · every time shown is "
+            "that machine's")
+    if r.get("page_race"):   # the page's own race: the same settings as Run's
+        return head + (f" · scored with the **{md_escape(r.get('reward', '?'))}** reward, as set · **Run it live** "
+                       "races these same settings on this machine.")
+    return head + (f" · scored with the **{md_escape(r.get('reward', '?'))}** reward (the recording's own; your "
+                   "Settings' reward is not used) · **Run it live** runs these settings here, scaled down to fit.")
 
 
 STOPPED = "**Stopped.** Every arm was cancelled and its memory freed. Press Run to start again."

@@ -123,9 +123,9 @@ def build_controls(ctx: AppContext) -> Controls:
         step = gr.Checkbox(value=False, label="Step through the decisions",
                            info="After the race, pause at each decision: who is kept, who is cut, and why.",
                            elem_id="step")
-        fit = gr.Checkbox(value=True, label="Fit the race to this machine",
-                          info="Measures this machine first; when it is busy, every answer is shortened so the race "
-                               "still ends in about 20 s.", elem_id="fit")
+        fit = gr.Checkbox(value=True, label="Recording when too busy",
+                          info="The race always runs as set. When this machine is too busy for it to end in time, "
+                               "play the labelled recording of the same race instead.", elem_id="fit")
         classroom = gr.Button("Classroom preset", variant="secondary", size="md", scale=0, min_width=170,
                               elem_id="classroom", elem_classes=["action"])
     with gr.Row(elem_id="replay-row"):
@@ -219,8 +219,9 @@ def paper_outputs(page: "Page") -> list:
     """What "Paper scale" changes: the preset's controls, the Settings, the note, the prompt, and
     the page's outputs (for the recording it plays when the paper's setting does not fit)."""
     c, named = page.controls, page.controls.by_name()
+    same = [named[k] for k in REQUEST_FIELDS if k not in ("model", "x_axis")]   # "Run it live" sets them back
     return list(dict.fromkeys([named[k] for k in PAPER_SCALE] + [c.reward, c.settings, c.paper_note, c.prompt]
-                              + page.outputs()))
+                              + same + page.outputs()))
 
 
 def paper_scale_words(ctx: AppContext, plan: PaperPlan) -> str:
@@ -529,7 +530,6 @@ def live_updates(ctx: AppContext, page: "Page", plan: PaperPlan) -> dict:
     out = {named[k]: v for k, v in s.items() if k in named}
     if any(k == PAPER_REWARD for _, k in ctx.rewards):
         out[c.reward] = PAPER_REWARD
-    out[c.fit] = True
     scaled = [f"{what} {PAPER_SCALE[k]} → {s[k]}" for k, what in (("n", "N"), ("max_new_tokens", "new tokens"),
                                                                    ("budget", "memory budget"),
                                                                    ("first_decision", "first decision at token"))
@@ -540,6 +540,16 @@ def live_updates(ctx: AppContext, page: "Page", plan: PaperPlan) -> dict:
     out[page.arena.status] = gr.Markdown(words, elem_classes=["status-live"])
     out[c.settings] = gr.Accordion(open=True)
     out[c.paper_note] = words
+    return out
+
+
+def same_race_updates(ctx: AppContext, page: "Page", prompt: str, fields: dict) -> dict:
+    """"Run it live" from a recording of the page's own race: the prompt and every setting it ran with."""
+    named = page.controls.by_name()
+    out = {named[k]: v for k, v in fields.items() if k in named and named[k] in paper_outputs(page)}
+    out[page.controls.prompt] = prompt
+    out[page.arena.status] = gr.Markdown("**Racing the recording's settings live** on this machine: the same race. "
+                                         "Starting…", elem_classes=["status-live"])
     return out
 
 

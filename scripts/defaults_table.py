@@ -66,12 +66,11 @@ def main(argv=None) -> int:
         sr = view.arms["sr"]
         v = view.verdicts().get("sr")
         dec = [r.position for r in sr.round_events if r.n_pruned]
-        fit = " (shortened)" if view.fit is not None and view.fit.shortened else ""
         if v is None:
             print(f"| {prompt[:40]} | {len(sr.finished.candidates)} | {len(dec)} | no verdict | | | | | {seconds:.1f} |")
             continue
         k = f"> {v.n} (a bound)" if v.beyond else f"k = {v.k:.1f} of {v.n}"
-        print(f"| {prompt[:40]}{fit} | {len(sr.finished.candidates)} | {len(dec)} ({', '.join(map(str, dec))}) "
+        print(f"| {prompt[:40]} | {len(sr.finished.candidates)} | {len(dec)} ({', '.join(map(str, dec))}) "
               f"| {k} | {v.seconds:.2f} s / {v.bon_seconds:.2f} s | **{v.speedup:.2f}x**{' (at least)' if v.beyond else ''} "
               f"| {v.flops_ratio:.2f}x | {v.improvement:.1f} | {seconds:.1f} |", flush=True)
     return 0

@@ -229,7 +229,17 @@ def hardware() -> str:
 
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    return f"CPU {platform.machine()} x{os.cpu_count()} ({torch.get_num_threads()} threads)"
+    name = platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            info = fh.read()
+        name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                    name)
+        flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+        name += " (AMX)" if " amx_tile" in flags else " (AVX-512)" if " avx512f" in flags else ""
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores ({torch.get_num_threads()} threads)"
 
 
 def make_meta(model: str, reward: str, settings: dict, **extra) -> dict:

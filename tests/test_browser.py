@@ -277,6 +277,24 @@ def test_stop_in_a_real_browser_and_run_again(browser, app_url):
     page.close()
 
 
+def test_run_it_live_after_a_replay_races_and_is_done(browser, app_url):
+    """Replay a recording, then "Run it live": the recording's settings (scaled to fit) race here to "Done"
+    (it once turned every output into a red "Error": it set a control its event did not list)."""
+    url, ctx = app_url
+    page = open_page(browser, url)
+    page.fill("#prompt textarea", ctx.examples[0])
+    page.click("#replay")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Replay done')")
+    assert page.is_visible("#run-live")
+    page.click("#run-live")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Racing') || "
+                           "document.querySelector('#status').innerText.includes('Done in')", timeout=120_000)
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Done in')", timeout=120_000)
+    assert page.locator(".error").count() == 0 and not page.is_visible("#badge")
+    assert "Recording" not in page.inner_text("#status")
+    page.close()
+
+
 def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0, three: dict | None = None) -> None:
     """Screenshot a running app: before, mid-race (after the first decision) and at the end;
     ``three``: race three arms with these settings (``three_arms``)."""

@@ -1,6 +1,5 @@
-"""A race that always concludes: shortening keeps the rows and the decisions (core/cost.py), the fit picks
-the largest share of the answers that fits the target at this machine's step times now
-(components/session/pace.py), and links carry the settings of the race that ran (components/links.py)."""
+"""The same race whatever the load: the estimate prices it at this machine's step times now
+(components/session/pace.py, core/cost.py) and never changes it; links carry its settings (components/links.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,53 +8,37 @@ import pytest
 
 from specrej import RunConfig
 from specrej.core.budget import KVBudget
-from specrej.core.cost import MIN_SCALE, StepCost, fit_scale, race_seconds, shorten
+from specrej.core.cost import StepCost, race_seconds
 
 
-def test_shortening_keeps_the_rows_at_every_step():
-    cfg = RunConfig(prompt="x", n=32, budget=448, first_decision=14, max_new_tokens=48)
-    for scale in (0.8, 0.6, 0.4):
-        short = shorten(cfg, scale, shared_slots=40)
-        assert short.max_new_tokens == round(48 * scale) and short.n == 32
-        full, small = KVBudget(448, 40, True), KVBudget(short.budget, 40, True)
-        # the first batch and Best-of-N's rows per pass stay (within a row of rounding)
-        assert abs(small.auto_n(short.first_decision) - full.auto_n(14)) <= 2
-        assert abs(small.rows_per_pass(32, short.max_new_tokens) - full.rows_per_pass(32, 48)) <= 1
-    # never below what N rows need for a few tokens (the race could not start)
-    tiny = shorten(dataclasses.replace(cfg, budget=60), 0.4, shared_slots=40)
-    assert tiny.budget >= 40 + 4 * 32
-
-
-def test_fit_scale_takes_the_largest_share_that_fits():
-    assert fit_scale(lambda s: 10 * s, 20) == 1.0          # fits as it is
-    assert fit_scale(lambda s: 40 * s, 20) == pytest.approx(0.5)
-    assert fit_scale(lambda s: 1000 * s, 20) == MIN_SCALE   # never shorter than the floor
+def test_the_estimate_prices_every_step_of_the_race_at_the_step_times_now():
     cost = StepCost((1, 8, 32, 128), (0.03, 0.035, 0.05, 0.12))
     cfg = RunConfig(prompt="x", n=32, budget=448, first_decision=14, max_new_tokens=48)
     t1 = race_seconds(KVBudget(448, 40, True), cfg, cost, sr_auto=True)
-    half = shorten(cfg, 0.5, 40)
-    t2 = race_seconds(KVBudget(half.budget, 40, True), half, cost, sr_auto=True)
-    assert t2 == pytest.approx(t1 / 2, rel=0.1)             # the same rows, half the steps
+    t2 = race_seconds(KVBudget(448, 40, True), dataclasses.replace(cfg, max_new_tokens=24), cost, sr_auto=True)
+    assert t2 < t1                                           # fewer steps, less time
+    assert race_seconds(KVBudget(448, 40, True), cfg, cost.scaled(3.0), sr_auto=True) == pytest.approx(3 * t1)
     assert cost.scaled(3.0).step(8) == pytest.approx(3 * cost.step(8))
     assert cost.merged(cost.scaled(0.5)).seconds == cost.scaled(0.5).seconds
 
 
-def test_the_fit_shortens_a_race_on_a_busy_machine(tiny_app, monkeypatch):
+def test_a_busy_machine_changes_the_expected_time_never_the_race(tiny_app, monkeypatch):
     from components.session import pace
 
     ctx = tiny_app
     quiet = StepCost((1, 8, 32, 128), (0.01, 0.012, 0.02, 0.05))
     cfg = RunConfig(prompt="Name three rivers.", n=8, budget=400, first_decision=8, max_new_tokens=40)
     monkeypatch.setattr(pace, "measure", lambda ctx, model, lm: (quiet, 1.0, 2))
-    calm = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, target_s=1000)
-    assert not calm.shortened and calm.cfg == cfg and calm.words() == ""
+    calm = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=False)
     monkeypatch.setattr(pace, "measure", lambda ctx, model, lm: (quiet.scaled(3.0), 3.0, 1))
-    busy = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, target_s=calm.estimate_s)
-    assert busy.shortened and busy.cfg.max_new_tokens < 40 and busy.cfg.n == 8
-    assert busy.estimate_s <= calm.estimate_s or busy.scale == MIN_SCALE
-    assert "3.0x slower" in busy.words() and f"{busy.cfg.max_new_tokens} tokens" in busy.words()
-    off = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, target_s=calm.estimate_s, allow_shorten=False)
-    assert not off.shortened and off.cost.step(8) == pytest.approx(3 * quiet.step(8))
+    busy = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=False)
+    assert calm.cfg == cfg and busy.cfg == cfg and busy.cost.step(8) == pytest.approx(3 * quiet.step(8))
+    assert busy.estimate_s == pytest.approx(3 * calm.estimate_s) and busy.threads == 1
+    # another race at this prompt, at the same step times: fewer tokens, less time
+    assert 0 < busy.estimate(dataclasses.replace(cfg, max_new_tokens=20), sr_auto=True) < busy.estimate_s
+    # while another run holds the machine: the last measurement stands, and nothing is estimated
+    held = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=True)
+    assert held.cfg == cfg and held.estimate_s == 0 and held.fits
     # a race that ran: what it took over its bound moves the next estimate (a third of the way)
     before = ctx.overhead
     pace.learn(ctx, calm, 2 * calm.estimate_s / ctx.overhead)
@@ -84,17 +67,3 @@ def test_links_round_trip_and_drop_what_they_do_not_know():
     junk = links.settings({"n": "999", "alpha": "nan", "seed": "-3", "decision": "sometimes", "model": "evil",
                            "fit": "maybe", "budget": "1e3"}, {"decision": ["budget"]}, {"n": (1, 32)})
     assert junk == {"budget": 1000}
-
-
-def test_a_link_after_a_fitted_race_holds_the_race_that_ran():
-    from types import SimpleNamespace
-
-    from components import links
-
-    asked = RunConfig(prompt="x", max_new_tokens=48, first_decision=14, budget=448)
-    ran = shorten(asked, 0.5, 40)
-    view = SimpleNamespace(state="done", fit=SimpleNamespace(shortened=True, cfg=ran))
-    out = links.run_values(view, {"max_new_tokens": 48, "first_decision": 14, "budget": 0, "fit": True, "seed": 3})
-    assert (out["max_new_tokens"], out["first_decision"], out["budget"], out["fit"], out["seed"]) == (
-        ran.max_new_tokens, ran.first_decision, ran.budget, False, 3)
-    assert links.run_values(None, {"seed": 3}) == {"seed": 3}

@@ -179,7 +179,11 @@ def test_run_it_live_sets_the_recorded_protocol_and_says_what_was_scaled():
     c = page.controls
     scaled = capped(ctx, SCALED_DOWN[1])
     out = ui.live_updates(ctx, page, PaperPlan(capped(ctx, {}), 300.0, 120, scaled, 50.0, None))
-    assert out[c.n] == scaled["n"] and out[c.max_new_tokens] == scaled["max_new_tokens"] and out[c.fit] is True
+    assert out[c.n] == scaled["n"] and out[c.max_new_tokens] == scaled["max_new_tokens"]
+    # every component it sets is an output of its event (a missing one turned the page into red "Error"s)
+    assert set(out) <= set(ui.paper_outputs(page)) and c.fit not in out
+    same = ui.same_race_updates(ctx, page, "Name three rivers.", {"n": 12, "fit": False, "seed": 3, "sr_start": "auto"})
+    assert set(same) <= set(ui.paper_outputs(page)) and same[c.n] == 12 and same[c.seed] == 3
     assert out[c.sr_start] == "auto" and out[c.stop_when_matched] is False
     if any(k == PAPER_REWARD for _, k in ctx.rewards):
         assert out[c.reward] == PAPER_REWARD

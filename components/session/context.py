@@ -16,8 +16,6 @@ Environment:
   SPECREJ_ARMS         the arms every run races, as arm specs separated by spaces (default
                        ``bon sr``: Best-of-N and Speculative Rejection; ``specrej.arms``); the page
                        can add a second Speculative Rejection setting, up to three arms in all
-  SPECREJ_RACE_SECONDS a Run is fitted to end in about this many seconds on this machine as it is now
-                       (default 20; ``pace.py``: answers are shortened when the machine is slow)
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
                        SPECREJ_MAX_RUNS_PER_CLIENT (default 2 per session), SPECREJ_MAX_RUNS_PER_ADDRESS
                        (default 10), SPECREJ_TRUSTED_PROXY (default on a Space), SPECREJ_MONITORING
@@ -43,7 +41,7 @@ from components.deploy.limits import Limits, ModelPolicy
 from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
 from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, offered_kinds
 
-from ..state.shared import ASSETS, PREFERENCE, model_label, reward_kind_label  # noqa: F401  (the names both wings read)
+from ..state.shared import ASSETS, PAGE_RACES, PREFERENCE, model_label, reward_kind_label  # noqa: F401  (the names both wings read)
 
 MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
 
@@ -99,7 +97,7 @@ class AppContext:
     policy: ModelPolicy = field(default_factory=ModelPolicy)
     arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
     step_costs: dict = field(default_factory=dict)   # generator spec -> its measured StepCost (paper.py)
-    race_target_s: float = 20.0      # a fitted race's expected time (SPECREJ_RACE_SECONDS; ``pace.py``)
+    page_races: Path | None = PAGE_RACES   # recordings of the page's own races (None: live only; ``stream.py``)
     overhead: float = 1.0            # races here took this times their decode-time bound (learnt, ``pace.learn``)
     threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
     last_load: float | None = None   # the last probe's load factor (``pace.fit``)
@@ -143,7 +141,6 @@ class AppContext:
                                              env=env, lo=50) / 1000,
                   arms=tuple(a.spec for a in parse_arms(env.get("SPECREJ_ARMS", "").split() or DEFAULT_ARMS)),
                   archive_dir=env.get("SPECREJ_TRACE_DIR", "").strip() or None,
-                  race_target_s=float(env_int("SPECREJ_RACE_SECONDS", 20, env=env, lo=1)),
                   limits=Limits.from_env(env), policy=ModelPolicy.from_env(env, offered=offered))
         kw.update(overrides)
         return cls(**kw)

@@ -1,4 +1,5 @@
-"""How fast this machine decodes right now, and the race that fits: so a Run always concludes.
+"""How fast this machine decodes right now, and how long the race as asked will take: so a lecturer gets the
+same experiment every time, and knows before it starts whether it ends in time.
 
 Before a race, on the app's torch thread:
 
@@ -9,11 +10,11 @@ Before a race, on the app's torch thread:
    two OpenMP threads wait on each other at every barrier (``shared/PERF_NOTES.md``: 6x slower at 8
    rows with two other processes spinning, against 2.4x for one thread), so when the probe is slow it
    is repeated with one thread and the faster count is kept for the race.
-3. **The fit**: the race's decoding time bounded from above (``specrej.core.cost.race_seconds``) at the
-   step times now, times what past races here took over that bound (reward scoring, frames). When it
-   exceeds the target, every answer is shortened by the same share (``core.cost.shorten``: the same
-   rows at every step, the same decisions at earlier tokens) until it fits: the race shrinks before it
-   starts rather than being cut at the limit. The page says what was shortened and why.
+3. **The estimate**: the race's decoding time bounded from above (``specrej.core.cost.race_seconds``) at
+   the step times now, times what past races here took over that bound (reward scoring, frames). Load
+   never changes the race: N, the decision tokens, the answers' length and the budget stay as asked. When
+   the estimate is past the deployment's time limit the race does not start live (``stream.updates`` plays
+   the labelled recording of that same race where one exists, or says what would fit).
 
 The step times now also price the verdict (``specrej.verdict``): Best-of-N's curve in seconds on this
 machine as it is during the race. Nothing here knows Gradio.
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from specrej import RunConfig
 from specrej.backends import planned_budget
 from specrej.core.budget import KVBudget, sharing
-from specrej.core.cost import StepCost, fit_scale, race_seconds, shorten
+from specrej.core.cost import StepCost, race_seconds
 
 from .context import AppContext
 from .worker import torch_worker
@@ -37,30 +38,41 @@ SLOW = 1.6            # a probe this many times the quiet step: try one thread
 _overhead_lock = threading.Lock()
 
 
+LIVE_SHARE = 0.8      # a race starts live when its estimate is at most this share of the time limit
+LATE = 1.3            # "running late": past this many times the estimate ...
+LATE_SLACK_S = 3.0    # ... plus this many seconds (frames and reward scoring jitter)
+
+
 @dataclass(frozen=True)
 class Fit:
-    cfg: RunConfig            # the race to run (``cfg`` as asked, or shortened)
-    asked: RunConfig          # as asked
+    """This machine, measured just before a race, and what the race at ``cfg`` (as asked) is expected to take."""
+
+    cfg: RunConfig            # the race to run: as asked (load never changes it)
     cost: StepCost            # the step times now (quiet x load), for the verdict
     load: float               # the probe's time over the quiet step's (1 = quiet)
     threads: int              # torch threads the race runs with
-    estimate_s: float         # the race's expected time as run
-    scale: float              # 1: as asked; below: every answer shortened to this share
+    estimate_s: float         # the race's expected time now (0: not estimated, e.g. on a GPU)
+    limit_s: float = 0.0      # the deployment's time limit (0: none known)
+    prompt_len: int = 0       # the rendered prompt's tokens, and whether its cache is shared across rows:
+    shared: bool = False      # what another race at this prompt is estimated with (``estimate``)
+    overhead: float = 1.0     # races here took this times their decode-time bound
 
     @property
-    def shortened(self) -> bool:
-        return self.scale < 1.0
+    def fits(self) -> bool:
+        """It should end well before the time limit (or nothing was estimated)."""
+        return not self.estimate_s or not self.limit_s or self.estimate_s <= LIVE_SHARE * self.limit_s
 
-    def words(self) -> str:
-        """What the fit did, for the status line ('' when nothing was changed)."""
-        if not self.shortened:
-            return ""
-        a, c = self.asked, self.cfg
-        busy = f"this machine is {self.load:.1f}x slower than when quiet (other work on its cores), so " \
-            if self.load >= 1.3 else ""
-        return (f"Fitted to this machine: {busy}every answer was shortened to {c.max_new_tokens} tokens "
-                f"(from {a.max_new_tokens}), with the memory budget and the first decision in proportion, "
-                f"so the race ends in about {self.estimate_s:.0f} s. The same rows decode at every step.")
+    def estimate(self, cfg: RunConfig, *, sr_auto: bool) -> float:
+        """The expected time of another race at this prompt, at the step times now (0 when none is known)."""
+        budget = planned_budget(cfg.budget)
+        if not self.estimate_s or budget is None:
+            return 0.0
+        kv = KVBudget(budget, self.prompt_len, self.shared)
+        return self.overhead * race_seconds(kv, dataclasses.replace(cfg, budget=budget), self.cost, sr_auto=sr_auto)
+
+    def late(self, elapsed_s: float) -> bool:
+        """The race runs plainly past its estimate."""
+        return bool(self.estimate_s) and elapsed_s > LATE * self.estimate_s + LATE_SLACK_S
 
 
 def _probe(lm, threads: int) -> list[float]:
@@ -100,43 +112,29 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     return quiet.scaled(load), load, best_threads
 
 
-def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, target_s: float | None = None,
-        allow_shorten: bool = True, busy: bool | None = None) -> Fit | None:
-    """Measure this machine now and size the race at ``cfg`` to ``target_s`` (the context's target).
-    While other runs are in flight (``busy``, default: ``ctx.active``) the torch thread is theirs and a probe
-    would time them, not the machine: the last measurement stands (None before the first one)."""
+def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: bool | None = None) -> Fit | None:
+    """Measure this machine now and estimate the race at ``cfg``. While other runs are in flight (``busy``,
+    default: ``ctx.active``) the torch thread is theirs and a probe would time them, not the machine: the last
+    measurement stands (None before the first one), and the estimate is left out."""
+    limit = float(ctx.limits.max_run_seconds)
     if ctx.active if busy is None else busy:
         quiet = ctx.step_costs.get(model)
         if quiet is None or ctx.last_load is None:
             return None
-        lm = None
-        cost, load, threads = quiet.scaled(ctx.last_load), ctx.last_load, ctx.threads or 1
-    else:
-        lm = ctx.generator(model)
-        cost, load, threads = measure(ctx, model, lm)
-        ctx.last_load = load
-    target = ctx.race_target_s if target_s is None else target_s
-    budget = planned_budget(cfg.budget)   # None on a GPU: fast enough that nothing needs fitting
+        return Fit(cfg, quiet.scaled(ctx.last_load), ctx.last_load, ctx.threads or 1, 0.0, limit)
+    lm = ctx.generator(model)
+    cost, load, threads = measure(ctx, model, lm)
+    ctx.last_load = load
+    budget = planned_budget(cfg.budget)   # None on a GPU: fast enough that nothing needs estimating
     if budget is None:
-        return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
-    if lm is None:   # no probe: the race runs as asked, priced at the last step times
-        return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
+        return Fit(cfg, cost, load, threads, 0.0, limit)
     prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
-    shared = sharing(lm, lm.backend)
-    base = dataclasses.replace(cfg, budget=budget)
-    kv = KVBudget(budget, prompt_len, shared)
-
-    def seconds_at(scale: float) -> float:
-        c = shorten(base, scale, kv.shared_slots) if scale < 1 else base
-        return ctx.overhead * race_seconds(KVBudget(c.budget, prompt_len, shared), c, cost, sr_auto=sr_auto)
-
+    probe = Fit(cfg, cost, load, threads, 1.0, limit, prompt_len, sharing(lm, lm.backend), ctx.overhead)
     try:
-        scale = fit_scale(seconds_at, target) if allow_shorten else 1.0
-        run = shorten(base, scale, kv.shared_slots) if scale < 1 else cfg
-        estimate = seconds_at(scale)
+        estimate = probe.estimate(cfg, sr_auto=sr_auto)
     except ValueError:   # a setting the budget cannot run: the race itself says what to change
-        return Fit(cfg, cfg, cost, load, threads, 0.0, 1.0)
-    return Fit(run, cfg, cost, load, threads, estimate, scale)
+        estimate = 0.0
+    return dataclasses.replace(probe, estimate_s=estimate)
 
 
 def learn(ctx: AppContext, fitted: Fit, seconds: float) -> None:

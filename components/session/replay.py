@@ -8,6 +8,7 @@ paper-scale races of the example prompts; ``find`` looks one up by prompt.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from specrej.record import Recording, RecordingError, load, replay
 from specrej.core.cost import StepCost
 
 from ..deploy.guard import check_choice, check_text_field
-from ..state.shared import ASSETS, PACES, model_label, reward_kind_label
+from ..state.shared import ASSETS, PACES, PAGE_RACES, model_label, reward_kind_label
 from ..state.update import Update
 from ..state.view import RunView
 
@@ -46,19 +47,62 @@ def find(prompt: str, folder: Path = RECORDINGS) -> Path | None:
     return index(folder).get(_norm(prompt))
 
 
+# ---------------------------------------------------------------- the page's own races, recorded
+
+_IGNORED = ("progress_every",)     # how often a race reports, not what it races
+
+
+def race_key(model_spec: str, reward_spec: str, cfg: RunConfig, arms, stop_when_matched: bool = False) -> dict:
+    """What makes two races the same experiment: the generator, the reward, every setting (the prompt
+    normalised; the budget as it resolves here) and the arms. Never the dtype, the machine or the load."""
+    from specrej.backends import planned_budget
+
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _IGNORED}
+    settings["prompt"] = _norm(cfg.prompt)
+    settings["budget"] = planned_budget(cfg.budget)
+    return {"model": model_spec, "reward": reward_spec, "config": settings,
+            "arms": [a.spec for a in arms], "stop_when_matched": bool(stop_when_matched)}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, abs_tol=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def find_race(key: dict, folder: Path = PAGE_RACES) -> Path | None:
+    """The recording of the race ``key`` (``race_key``), if one was made."""
+    for path in sorted(folder.glob("*.json.gz")):
+        try:
+            if _same(load(path).meta.get("race"), key):
+                return path
+        except RecordingError:
+            continue
+    return None
+
+
 def view_for(rec: Recording) -> RunView:
     """A RunView laid out for the recorded arms and settings, labelled as a recording."""
     m, s = rec.meta, rec.meta.get("settings", {})
-    n = s.get("n", 32)
-    cfg = RunConfig(prompt=m.get("prompt") or "-", n=n, alpha=s.get("alpha", 0.5),
-                    max_new_tokens=s.get("max_new_tokens", 128), budget=s.get("budget") or None,
-                    first_decision=s.get("first_decision", 16), seed=s.get("seed", 0))
+    race = m.get("race")
+    if isinstance(race, dict):   # a page race: every setting as it ran
+        kw = {k: v for k, v in race["config"].items() if k in {f.name for f in dataclasses.fields(RunConfig)}}
+        cfg = RunConfig(**{**kw, "prompt": m.get("prompt") or "-"})
+    else:
+        cfg = RunConfig(prompt=m.get("prompt") or "-", n=s.get("n", 32), alpha=s.get("alpha", 0.5),
+                        max_new_tokens=s.get("max_new_tokens", 128), budget=s.get("budget") or None,
+                        first_decision=s.get("first_decision", 16), seed=s.get("seed", 0))
     specs = parse_arms([a["spec"] for a in m.get("arms", [])] or ("bon", "sr"))
     view = RunView(cfg, model_label=model_label(m.get("model", "?")),
                    reward_label=reward_kind_label(m.get("reward", "?")), specs=specs)
     view.note = recording_note(rec, view)
     view.recording = {"hardware": m.get("hardware", "?"), "date": m.get("date", "?"), "seconds": rec.duration_s,
-                      "reward": view.reward_label, "model": view.model_label, "dtype": m.get("dtype")}
+                      "reward": view.reward_label, "model": view.model_label, "dtype": m.get("dtype"),
+                      "page_race": isinstance(race, dict), "request": m.get("request")}   # a race of the page's own (else a paper-scale one)
     cost = m.get("step_cost")
     if cost:
         try:
@@ -74,11 +118,10 @@ def recording_note(rec: Recording, view: RunView) -> str:
     ``bon:n=128`` is not what ran)."""
     m = rec.meta
     settings = {k: v for k, v in m.get("settings", {}).items() if k != "arms"}
-    overrides = [dict(a.overrides) for a in view.specs]
 
-    def shown(k, v) -> bool:   # a shared setting some arm ran with, and not repeated in an arm's label
-        mine = [o[k] for o in overrides if k in o]
-        return len(mine) < len(overrides) and any(_show(x) != _show(v) for x in mine) or not mine
+    def shown(k, v) -> bool:   # a shared setting some arm ran with as it is (not replaced in its own label)
+        users = [a for a in view.specs if k in a.kind.options]
+        return not users or any(k not in dict(a.overrides) for a in users)
 
     shared = ", ".join(f"{k}={_show(v)}" for k, v in settings.items() if shown(k, v))
     arms = ", ".join(a.spec.label for a in view.display_order())
@@ -110,16 +153,23 @@ def replay_updates(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS,
         return
     path = find(prompt, folder)
     if path is None:
-        yield Update("error", message="there is no recorded race for this prompt: recordings exist for the example prompts. "
-                          "Press Run to run it live.")
+        yield Update("error", message="there is no recorded race for this prompt: recordings exist for the example "
+                                      "prompts. Press Run to run it live.")
         return
+    yield from play(path, speed, min_frame_interval=min_frame_interval, sleep=sleep, step=step)
+
+
+def play(path: Path, speed: float, *, min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False,
+         fallback: dict | None = None) -> Iterator[Update]:
+    """Updates of the recording at ``path``, at ``speed`` times its pace (``math.inf``: at once). ``fallback``:
+    why a Run plays it instead of racing live (``RunView.fallback``)."""
     try:
         rec = load(path)
         view = view_for(rec)
     except (ValueError, RecordingError) as e:
         yield Update("error", message=f"cannot replay {path.name}: {e}")
         return
-    view.stepping = step is True
+    view.stepping, view.fallback = step is True, fallback
     yield Update("start", view, replay={"speed": speed})   # a live run's start, but nothing loads or prefills
     last = 0.0
     for event in replay(rec, speed=speed, sleep=sleep):

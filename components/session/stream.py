@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from typing import Callable, Iterator
 
 from specrej import Progress, RunConfig
@@ -31,7 +33,9 @@ from components.deploy.limits import PolicyError
 from ..state.request import REQUEST_FIELDS, X_AXIS_CHOICES, RunRequest  # noqa: F401  (the API's fields)
 from ..state.update import Update
 from ..state.view import RunView
+from ..state.shared import CLASSROOM
 from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
+from . import replay
 from ..deploy import memory
 from .gpu import GPU
 from ..deploy.guard import check_request
@@ -49,6 +53,14 @@ class RunTooLong(Exception):
     """The run passed the deployment's time limit."""
 
 
+class FellBehind(Exception):
+    """The live race fell so far behind its estimate that it would pass the time limit, and a recording of the
+    same race exists: the page plays that instead of cutting the race at the limit."""
+
+
+SWITCH_SHARE = 0.85   # a live race with a recording to fall back on switches to it at this share of the limit
+
+
 # ---------------------------------------------------------------- the race
 
 @GPU(duration=GPU_DURATION)
@@ -62,10 +74,10 @@ def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAU
     yield from race_arms(lm, reward, cfg, arms, referee)
 
 
-def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *, shorten: bool,
+def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
                     stop_requested: Callable[[], bool] = lambda: False):
-    """``pace.fit`` for this race (None when it cannot measure: the race then runs as asked, and the verdict
-    counts decoding steps instead of seconds). The measurement runs on the torch thread as one job; this
+    """``pace.fit`` for this race: this machine now and the race's expected time (None when it cannot measure:
+    the race then runs as asked, and the verdict counts decoding steps instead of seconds). The measurement runs on the torch thread as one job; this
     handler waits for it but answers a cancel at once (the job is dropped if it has not started)."""
     from .gpu import ZERO_GPU
 
@@ -77,7 +89,7 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *, s
     ctx.active.add(token)   # a run starting meanwhile does not probe a machine this one is timing
 
     def job():
-        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, allow_shorten=shorten, busy=busy)
+        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, busy=busy)
 
     try:
         if busy:   # no probe: nothing to wait for on the torch thread
@@ -144,20 +156,43 @@ def prepare(ctx: AppContext, request) -> Prepared:
 
 
 def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
-    """The run's view, at the fitted settings when the machine was measured."""
-    view = RunView(fitted.cfg if fitted is not None else prep.cfg, model_label=model_label(prep.model_spec),
+    """The run's view, priced at this machine's step times now when they were measured."""
+    view = RunView(prep.cfg, model_label=model_label(prep.model_spec),
                    reward_label=reward_label(ctx, request.reward, request.preference), x_axis=prep.x_axis,
                    specs=prep.arms)
     view.fit, view.stepping = fitted, request.step is True
     if fitted is not None:
-        view.step, view.note = fitted.cost, fitted.words()
+        view.step = fitted.cost
     return view
 
 
+def recording_of(ctx: AppContext, prep: Prepared) -> Path | None:
+    """The labelled recording of this very race, when one was made (``replay.PAGE_RACES``)."""
+    key = replay.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
+                          prep.race_kw.get("stop_when_matched", False))
+    return replay.find_race(key, ctx.page_races) if ctx.page_races is not None else None
+
+
+def too_long(fitted: pace.Fit, prep: Prepared) -> str:
+    """Why a race does not start live, and the smaller races that would: the visitor chooses."""
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    small = dataclasses.replace(prep.cfg, **{k: v for k, v in CLASSROOM.items() if k in fields})
+    small_s = fitted.estimate(small, sr_auto=CLASSROOM["sr_start"] == "auto")
+    busy = (f" (this machine is {fitted.load:.1f}x slower than when quiet: other work shares its cores)"
+            if fitted.load >= 1.3 else "")
+    classroom = (f"the **Classroom preset** (N = {CLASSROOM['n']}, {CLASSROOM['max_new_tokens']} tokens) would take "
+                 f"about {small_s:.0f} s; " if 0 < small_s <= pace.LIVE_SHARE * fitted.limit_s else "")
+    return (f"live, this race would take about {fitted.estimate_s:.0f} s here now{busy}, past this deployment's "
+            f"time limit of {fitted.limit_s:.0f} s, and there is no recording of this exact race. Choose a smaller "
+            f"race: {classroom}fewer answers (N) or fewer new tokens shorten it; or try again when the machine is "
+            "quieter. Nothing was changed for you.")
+
+
 def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
-                stop_requested: Callable[[], bool]) -> Iterator[Update]:
+                 stop_requested: Callable[[], bool], fallback: Path | None = None) -> Iterator[Update]:
     """One attempt at the race on ``view``: its start update, then a live update per Round and Finished and a
-    few a second for Progress. Closing it closes the race on the torch thread."""
+    few a second for Progress. Closing it closes the race on the torch thread. With a recording of this race
+    (``fallback``) a race that falls behind switches to it before the limit (``FellBehind``)."""
     yield Update("start", view)
     # every torch call of the race runs on the app's one torch thread (worker.py)
     events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, view.cfg, arms=view.specs,
@@ -168,6 +203,8 @@ def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
             if stop_requested():
                 return   # nobody reads this run any more: stop as Stop does
             view.apply(event)
+            if fallback is not None and view.elapsed() > SWITCH_SHARE * ctx.limits.max_run_seconds:
+                raise FellBehind()
             if view.elapsed() > ctx.limits.max_run_seconds:
                 raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
                                  "(SPECREJ_MAX_RUN_SECONDS).")
@@ -200,16 +237,24 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         yield Update("error", message=str(e))
         return
     yield Update("measuring")
-    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, shorten=request.fit is not False,
-                             stop_requested=stop_requested)
+    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested)
     if stop_requested():
         return   # cancelled while the machine was measured: nothing started
+    recording = recording_of(ctx, prep) if request.fit is not False else None
+    if fitted is not None and not fitted.fits:   # it would not end in time: nothing is changed for the visitor
+        if recording is None:
+            yield Update("error", message=too_long(fitted, prep))
+            return
+        yield from replay.play(recording, 1.0, min_frame_interval=ctx.min_frame_interval, step=request.step is True,
+                               fallback={"reason": "too_long", "estimate_s": fitted.estimate_s,
+                                         "limit_s": fitted.limit_s, "load": fitted.load})
+        return
     state = {"view": new_view(ctx, request, prep, fitted)}
     key = state["view"].run_id
     ctx.active.add(key)
     try:
-        yield from retry_on_oom(lambda view: race_updates(ctx, view, prep, events_fn, stop_requested), state["view"],
-                                lambda v: state.update(view=v))
+        yield from retry_on_oom(lambda view: race_updates(ctx, view, prep, events_fn, stop_requested, recording),
+                                state["view"], lambda v: state.update(view=v))
         view = state["view"]
         if not view.done and stop_requested():
             return   # cancelled: the finally marks the run stopped and writes its trace
@@ -219,6 +264,14 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         if fitted is not None:
             pace.learn(ctx, fitted, view.elapsed())
         yield Update("end", view)
+    except FellBehind:   # the recording of this same race, at once, rather than a race cut at the limit
+        view = state["view"]
+        view.state, view.message = "stopped", "fell behind: the recording of this race was played instead"
+        yield from replay.play(recording, math.inf, min_frame_interval=ctx.min_frame_interval,
+                               step=request.step is True,
+                               fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
+                                         "limit_s": float(ctx.limits.max_run_seconds), "elapsed_s": view.elapsed(),
+                                         "load": fitted.load if fitted else 1.0})
     except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
         yield ended(ctx, state["view"], "limit", str(e))
     except (ValueError, PolicyError, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
@@ -241,3 +294,41 @@ def ended(ctx: AppContext, view: RunView, state: str, message: str) -> Update:
     view.state, view.message = state, message
     view.trace_path = _write(ctx, view)
     return Update("limit" if state == "limit" else "failure", view)
+
+
+def page_fields(request) -> dict:
+    """The request's settings as the page's controls hold them (what "Run it live" sets back)."""
+    return {k: getattr(request, k) for k in REQUEST_FIELDS if k not in ("prompt", "model", "x_axis")
+            and isinstance(getattr(request, k), (str, int, float, bool))}
+
+
+def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Path:
+    """Race ``request`` as the page does (the same checks, arms and settings) and save it as the labelled
+    recording of that race (``replay.PAGE_RACES``): its events, this machine's quiet step (a replay prices
+    Best-of-N's curve with it, and says whose machine that was), the generator's dtype and its ``race_key``,
+    by which a Run too long for its machine finds it. ``scripts/record_page_races.py`` records the page's."""
+    from specrej.record import Recorder, make_meta
+
+    prep = prepare(ctx, request)
+    lm = ctx.generator(prep.model_spec)
+    cost = ctx.quiet_step(prep.model_spec, lm)
+    recorder = Recorder()
+    events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, prep.cfg, arms=prep.arms,
+                                                     **prep.race_kw))
+    try:
+        for event in events:
+            recorder.add(event)
+    finally:
+        events.close()
+    c = prep.cfg
+    settings = {"n": c.n, "alpha": c.alpha, "max_new_tokens": c.max_new_tokens, "budget": c.budget,
+                "first_decision": c.first_decision, "seed": c.seed, "temperature": c.temperature, "top_p": c.top_p,
+                "decision": c.decision, "rule": c.rule, "stop_when_matched": bool(prep.race_kw.get("stop_when_matched"))}
+    meta = make_meta(prep.model_spec, reward_label(ctx, request.reward, request.preference), settings,
+                     prompt=c.prompt, arms=[{"id": a.id, "spec": a.spec} for a in prep.arms],
+                     step_cost={"rows": list(cost.rows), "seconds": list(cost.seconds)},
+                     dtype=str(lm.dtype).replace("torch.", ""), request=page_fields(request),
+                     race=replay.race_key(prep.model_spec, prep.reward_spec, c, prep.arms,
+                                          bool(prep.race_kw.get("stop_when_matched"))))
+    recorder.recording(meta).save(path)
+    return path

@@ -90,7 +90,8 @@ RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends i
                       "setting to compare, the race chart's axis, how Speculative Rejection starts ('same' N as "
                       "Best-of-N, or 'auto': the rows that fill memory at first_decision tokens) and whether the "
                       "race stops Best-of-N once it matches Speculative Rejection's winner, and the rule that picks which "
-                      "candidates a decision keeps (specrej.core.rules); whether the race is fitted to this machine "
-                      "(fit: answers shortened when the machine is busy, session/pace.py) and whether the page "
+                      "candidates a decision keeps (specrej.core.rules); whether a race too long for this machine as it "
+                      "is now plays the labelled recording of the same race instead (fit; session/pace.py: load "
+                      "never changes the settings) and whether the page "
                       "steps through the decisions at the end (step).")
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))

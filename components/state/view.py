@@ -117,6 +117,8 @@ class RunView:
     recording: dict | None = None    # a replay: what was recorded (model, hardware, date, recorded seconds)
     checkpoints: list = field(default_factory=list)   # a snapshot at each decision (``Checkpoint``)
     stepping: bool = False           # the page steps through the decisions once the race is over
+    fallback: dict | None = None     # a Run that plays the recording of its race instead of racing live: why
+                                     # ({"reason": "too_long" | "behind", "estimate_s", "limit_s", "load", ...})
 
     def __post_init__(self) -> None:
         self.specs = parse_arms(self.specs) if not all(isinstance(a, ArmSpec) and a.id for a in self.specs) \

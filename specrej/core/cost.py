@@ -14,10 +14,10 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 from .config import AUTO, RunConfig
-from .budget import FEW_TOKENS, KVBudget
+from .budget import KVBudget
 
 
 def flops(params: int, tokens: float) -> float:
@@ -107,34 +107,3 @@ class StepCost:
 def race_seconds(budget: KVBudget, cfg: RunConfig, cost: StepCost, *, sr_auto: bool) -> float:
     """The decoding time of a race at ``cfg``, bounded from above (``race_rows``), at ``cost``."""
     return sum(cost.total(r) for r in race_rows(budget, cfg, sr_auto=sr_auto).values())
-
-
-MIN_SCALE = 0.4          # a race is never shortened below this share of its answers' length
-MIN_NEW_TOKENS = 12
-
-
-def shorten(cfg: RunConfig, scale: float, shared_slots: int = 0) -> RunConfig:
-    """``cfg`` with its answers' length, memory budget and first decision all times ``scale``: the same
-    rows at every step (the same N, first batch and rows per pass), each answer shorter, so the race's
-    time scales by about ``scale`` and keeps its decisions (at proportionally earlier tokens).
-    ``shared_slots``: the budget's slots held once for all rows (a shared prompt), which do not scale."""
-    import dataclasses
-
-    new = max(MIN_NEW_TOKENS, round(cfg.max_new_tokens * scale))
-    s = new / cfg.max_new_tokens
-    kw = dict(max_new_tokens=new, first_decision=max(2, round(cfg.first_decision * s)))
-    if cfg.budget is not None:   # never below what N rows need for a few tokens (``KVBudget.check``)
-        few = FEW_TOKENS * (cfg.n if isinstance(cfg.n, int) else 1)
-        kw["budget"] = shared_slots + max(few, round((cfg.budget - shared_slots) * s))
-    if cfg.decision == "interval":
-        kw["interval"] = max(1, round(cfg.interval * s))
-    return dataclasses.replace(cfg, **kw)
-
-
-def fit_scale(seconds_at: "Callable[[float], float]", target_s: float, *, min_scale: float = MIN_SCALE) -> float:
-    """The largest scale in (min_scale, 1] (in steps of 5%) whose race ``seconds_at(scale)`` fits
-    ``target_s``; ``min_scale`` when none does; 1 when the race fits as it is."""
-    scale = 1.0
-    while scale > min_scale + 1e-9 and seconds_at(scale) > target_s:
-        scale = round(scale - 0.05, 2)
-    return max(scale, min_scale)
