@@ -23,6 +23,7 @@ import math
 
 from specrej import Candidate
 from specrej.rewards import scale_of
+from specrej.verdict import SAME_TIME
 
 from .looks import colour as arm_colour
 from .looks import look
@@ -350,13 +351,23 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
 
 
 def verdict_short(v, x_axis: str = "time") -> str:
-    """The few words on the chart beside the point where Best-of-N's curve reaches the reward."""
+    """The few words on the chart beside the point where Best-of-N's curve reaches the reward (the
+    arm's colour says whose): ``Verdict.kind`` in a line, the time as ``Verdict.time_words`` says it."""
+    if v.kind == "degenerate":
+        return "nothing to compare: Best-of-N's curve is flat"
+    if v.kind == "below":
+        return "below one answer's average: a single answer beats it"
+    who = f"all {v.n} answers" if v.beyond or v.k >= v.n - 1e-9 else f"Best-of-{max(1, round(v.k))}"
     if x_axis == "flops":
         r = v.flops_ratio
-        return f"{'more' if r > 1 else 'fewer'} FLOPs: {max(r, 1 / r):.2g}x" if r > 0 else ""
+        if not 0 < r < math.inf:
+            return ""
+        if abs(math.log(r)) < math.log(1 + SAME_TIME):
+            return f"about as many FLOPs as {who}"
+        return f"{max(r, 1 / r):.2g}x {'more' if r > 1 else 'fewer'} FLOPs than {who}"
     if v.beyond:
-        return f"all {v.n} answers do not reach it: ≥ {v.speedup:.2g}x the time"
-    return f"Best-of-{v.k:.0f} needs {v.speedup:.2g}x the time"
+        return f"{who} fall short; {'≥ ' if v.speedup >= 1 + SAME_TIME else ''}{v.time_words(who)}"
+    return v.time_words(who)
 
 
 def _r6(v: float) -> float:

@@ -16,7 +16,7 @@ from specrej.rewards import scale_of
 
 from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
-from specrej.verdict import Verdict
+from specrej.verdict import SAME_TIME, Verdict
 from .state.view import ArmView, RunView
 
 # ---------------------------------------------------------------- status line
@@ -231,39 +231,59 @@ def _seconds(view: RunView, x: float) -> str:
 
 def verdict_lines(view: RunView, arm: ArmView, v: Verdict) -> list[str]:
     """The paper's comparison in words: where this arm's result falls on Best-of-N's curve, in time (the
-    verdict), then the improvement score and the FLOPs, each with what it means."""
+    verdict, one sentence per ``Verdict.kind``), then the improvement score and the FLOPs, each with what
+    it means."""
     base = view.arms[view.baseline]
     label, bname = md_escape(arm.spec.label), md_escape(base.spec.kind.name)
     t_sr, t_bon = _seconds(view, v.seconds), _seconds(view, v.bon_seconds)
-    x = v.speedup
-    faster = x >= 1
-    times = f"{fmt_times(x if faster else 1 / x)}x {'less' if faster else 'more'} time"
-    if v.beyond:
-        head = (f"**{bname}'s {v.n} answers never reach {label}'s reward: {label} took at least {times}** "
-                f"({t_sr}, against {t_bon} for all {v.n})." if faster else
-                f"**{label} reached a reward none of {bname}'s {v.n} answers reach**, and took {times} than all "
-                f"{v.n} of them ({t_sr} against {t_bon}).")
-    elif v.k >= v.n - 1e-9:
-        head = (f"**{bname} needs all {v.n} answers ({t_bon}) to reach {label}'s reward: {label} took {times}** "
-                f"({t_sr}).")
+    if v.kind == "degenerate":   # N = 1 or every score equal: no curve, no score
+        x = fmt_score(v.curve[0].best)
+        what = (f"{bname} wrote a single answer ({x}), so its curve is one point" if v.n == 1 else
+                f"all {v.n} of {bname}'s answers score {x}, so its curve is flat")
+        return [f"**Nothing to compare: {what}**: there is no time to equal reward to read, and no improvement "
+                f"score (it divides by the spread of {bname}'s scores, here 0). {label}'s winner scored "
+                f"{fmt_score(v.reward)} in {t_sr} and {fmt_flops(v.flops)}; {bname} spent {t_bon} and "
+                f"{fmt_flops(v.bon_flops)}."]
+    all_n = v.kind == "reached" and v.k >= v.n - 1e-9
+    if v.kind == "below":
+        head = (f"**{label}'s reward ({fmt_score(v.reward)}) is below what a single {bname} answer scores on "
+                f"average ({fmt_score(v.curve[0].best)}): one answer drawn at random already beats it**, so "
+                f"{bname} needs less than one answer to match it. {label} took {t_sr}, "
+                f"{v.time_words('that one answer')} ({t_bon}).")
+    elif v.beyond and v.speedup >= 1 + SAME_TIME:
+        head = (f"**{bname}'s {v.n} answers never reach {label}'s reward: {label} took at least "
+                f"{v.time_words()}** ({t_sr}, against {t_bon} for all {v.n}).")
+    elif v.beyond:
+        head = (f"**{label} reached a reward none of {bname}'s {v.n} answers reach**, and took "
+                f"{v.time_words(f'all {v.n} of them')} ({t_sr} against {t_bon}).")
+    elif all_n:
+        head = (f"**{bname} needs all {v.n} answers ({t_bon}) to reach {label}'s reward: {label} took "
+                f"{v.time_words()}** ({t_sr}).")
     else:
         k = max(1, round(v.k))
         head = (f"**{bname} needs about {k} answer{'s' * (k != 1)} ({t_bon}) to reach {label}'s reward: "
-                f"{label} took {times}** ({t_sr}).")
-    gap = 100 - v.improvement
-    if v.improvement >= 100 - 1e-6:
-        score = (f"Improvement score **{v.improvement:.1f}**: at or above Best-of-{v.n}'s winner (the paper's score: "
-                 f"100 = the best of all {v.n} answers, 0 = the worst).")
+                f"{label} took {v.time_words()}** ({t_sr}).")
+    if view.step is not None and view.step.extrapolates(v.widest):
+        head += (f" *A step of {v.widest} rows is priced beyond the largest batch measured here "
+                 f"({view.step.measured_max} rows): extrapolated along the last measured slope.*")
+    scale = f"(the paper's score: 100 = the best of all {v.n} answers, 0 = the worst)"
+    if v.beyond:
+        score = f"Improvement score **{v.improvement:.1f}**: above Best-of-{v.n}'s winner {scale}."
+    elif all_n:
+        score = f"Improvement score **{v.improvement:.1f}**: Best-of-{v.n}'s winner, to float noise {scale}."
     else:
-        score = (f"Improvement score **{v.improvement:.1f}**: {gap:.1f} points below Best-of-{v.n}'s winner (the paper's "
-                 f"score: 100 = the best of all {v.n} answers, 0 = the worst), which Best-of-N reaches only with "
-                 f"all {v.n}.")
+        score = (f"Improvement score **{v.improvement:.1f}**: {100 - v.improvement:.1f} points below "
+                 f"Best-of-{v.n}'s winner {scale}, which Best-of-N reaches only with all {v.n}"
+                 + (", and below what one answer scores on average." if v.kind == "below" else "."))
     r = v.flops_ratio
-    k_word = f"Best-of-{max(1, round(v.k))}" if not v.beyond else f"Best-of-{v.n}"
-    flops = (f"FLOPs: {label} spent {fmt_times(r if r >= 1 else 1 / r)}x {'more' if r >= 1 else 'fewer'} than "
-             f"{k_word} ({fmt_flops(v.flops)} against {fmt_flops(v.bon_flops)})"
+    k_word = f"Best-of-{v.n}" if v.beyond else "Best-of-1" if v.kind == "below" else f"Best-of-{max(1, round(v.k))}"
+    if not 0 < r < math.inf:   # one side counted no FLOPs: no ratio
+        return [head, "", score, "", f"FLOPs: {label} spent {fmt_flops(v.flops)}, {k_word} {fmt_flops(v.bon_flops)}."]
+    spent = ("about as many FLOPs as" if abs(math.log(r)) < math.log(1 + SAME_TIME) else
+             f"{fmt_times(r if r >= 1 else 1 / r)}x {'more' if r >= 1 else 'fewer'} FLOPs than")
+    flops = (f"FLOPs: {label} spent {spent} {k_word} ({fmt_flops(v.flops)} against {fmt_flops(v.bon_flops)})"
              + (": more rows per step, fewer steps. A step's time grows far slower than its rows, so more "
-                "FLOPs can take less time." if r >= 1 and faster else "."))
+                "FLOPs can take less time." if r > 1 and v.time_words().endswith("less time") else "."))
     return [head, "", score, "", flops]
 
 

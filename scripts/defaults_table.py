@@ -69,6 +69,9 @@ def main(argv=None) -> int:
         if v is None:
             print(f"| {prompt[:40]} | {len(sr.finished.candidates)} | {len(dec)} | no verdict | | | | | {seconds:.1f} |")
             continue
+        if v.kind in ("degenerate", "below"):   # no k: a flat curve, or below one answer's average
+            print(f"| {prompt[:40]} | {v.kind}: no time to equal reward |")
+            continue
         k = f"> {v.n} (a bound)" if v.beyond else f"k = {v.k:.1f} of {v.n}"
         print(f"| {prompt[:40]} | {len(sr.finished.candidates)} | {len(dec)} ({', '.join(map(str, dec))}) "
               f"| {k} | {v.seconds:.2f} s / {v.bon_seconds:.2f} s | **{v.speedup:.2f}x**{' (at least)' if v.beyond else ''} "

@@ -37,6 +37,9 @@ def main(argv=None) -> int:
             continue
         sr = view.arms["sr"]
         unit = "s" if view.step is not None else " steps"
+        if v.kind in ("degenerate", "below"):   # no k: a flat curve, or below one answer's average
+            print(f"| {name} | {v.kind}: no time to equal reward |")
+            continue
         k = f"> {v.n} (a bound)" if v.beyond else f"k = {v.k:.1f} of {v.n}"
         print(f"| {name} | {len(sr.finished.candidates)} | {sr.finished.rounds} | {k} "
               f"| {v.seconds:.1f}{unit} / {v.bon_seconds:.1f}{unit} | **{v.speedup:.1f}x**{' (at least)' if v.beyond else ''} "

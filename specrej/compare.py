@@ -143,10 +143,22 @@ def curve_point(event: Event) -> tuple[float, float | None]:
     return event.ledger.flops, None if best is None else best.score
 
 
-def reached(score: float, target: float) -> bool:
+REACH_TOL = 1e-4   # of the reward's spread: 0.01 improvement-score points, ten times finer than printed
+
+
+def reached(score: float, target: float, spread: float | None = None) -> bool:
     """``score`` reached ``target``, up to float noise: the same text scored in a different batch
-    (another padding) can differ in the last digits."""
-    return score >= target - 1e-6 * max(1.0, abs(target))
+    (another padding) can differ in the last digits, and a recording keeps 5 decimals.
+
+    With ``spread`` (the verdict: Best-of-N's max minus min score), within ``REACH_TOL`` x spread: a
+    tolerance on the reward's own scale, the same for a reward in [0, 1] as for self-certainty in the
+    hundreds. On the improvement score (100 x the gap over the spread) it is 0.01 points, below the
+    0.1 the page prints. A zero spread (N = 1, or every score equal) leaves no scale: exact
+    comparison (the verdict calls such a curve degenerate and does not read it). Without ``spread``
+    (a race that stops once it matches, before it knows its spread): within 1e-6 x max(1, |target|)."""
+    if spread is None:
+        return score >= target - 1e-6 * max(1.0, abs(target))
+    return score >= target - REACH_TOL * spread
 
 
 def first_match(curve: Sequence[tuple[float, float | None]], target: float) -> float | None:

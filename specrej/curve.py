@@ -22,9 +22,11 @@ The compute of Best-of-k is an expectation too:
 - decode steps with a paged KV cache (``paged_refill_steps``): no slot is reserved for a full-length
   answer; each answer holds its real length, and the next starts as soon as its memory fits
   (first come, first served), as vLLM admits requests: the strongest of the three baselines;
-- wall time, modelled from step times measured at the pass's batch size (``step_s(rows)``):
-  sum over passes of E[steps] x step_s(rows), plus ``fixed_s`` (prefill and scoring) scaled by
-  k/N. A model, not a measurement: say so where it is shown.
+- wall time, modelled from step times measured by batch size (``step_s(rows)``), by the one
+  Best-of-k pricing rule the page's verdict uses too (``core.cost.expected_pass_cost``): within a
+  pass a row leaves the step after its answer ends, so each step is priced at the rows still
+  decoding (hypergeometric over which answers the pass drew), summed over passes, plus ``fixed_s``
+  (prefill and scoring) scaled by k/N. A model, not a measurement: say so where it is shown.
 
 The improvement score is linear in each prompt's best, so the expected improvement score of
 Best-of-k is the improvement score of the expected bests.
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .core.budget import KVBudget
-from .core.cost import passes
+from .core.cost import expected_pass_cost, passes
 from .metrics import SpeedUp, speedup
 
 MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "wall")
@@ -96,7 +98,7 @@ class Point:
 def bon_point(run: PromptRun, k: int, rows_per_pass: int,
               step_s: Callable[[int], float] | None = None, memo: dict | None = None) -> Point:
     """Expected best and compute of Best-of-k drawn from ``run``, under ``rows_per_pass``.
-    ``memo``: a dict kept per run, so a curve over every k computes each expected length once."""
+    ``memo``: a dict kept per run, so a curve over every k computes each expected length and each pass's price once."""
     n = run.n
     memo = {} if memo is None else memo
     if len(run.lengths) != n:
@@ -108,10 +110,11 @@ def bon_point(run: PromptRun, k: int, rows_per_pass: int,
     for m in map(len, passes(k, rows_per_pass)):
         if m not in memo:
             memo[m] = expected_max(run.lengths, m)
-        e = memo[m]
-        steps += e
+        steps += memo[m]
         if step_s is not None:
-            wall += e * step_s(m)
+            if ("wall", m) not in memo:
+                memo[("wall", m)] = expected_pass_cost(run.lengths, m, step_s)[1]
+            wall += memo[("wall", m)]
     wall_s = wall + run.fixed_s * k / n if step_s is not None else None
     return Point(k, expected_max(run.scores, k), tokens, flops, steps, wall_s)
 

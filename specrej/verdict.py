@@ -12,9 +12,16 @@ For one race with a Best-of-N arm and a Speculative Rejection arm:
    hypergeometric, so the expected time is exact.
 2. **Speculative Rejection's point**: its winner's reward at its own decoding steps, priced by the
    same rule (all its rows start together; a row leaves when it is pruned or its answer ends).
-3. **The verdict**: where that point falls on the curve. The k at which Best-of-N's curve reaches
-   Speculative Rejection's reward (linear between neighbouring k), the time Best-of-k takes, and
-   the ratio of the two times; a lower bound when even Best-of-N's N do not reach it.
+3. **The verdict**: where that point falls on the curve (``Verdict.kind``), one of four:
+   ``reached``: the k at which Best-of-N's curve reaches Speculative Rejection's reward (linear
+   between neighbouring k), the time Best-of-k takes, and the ratio of the two times;
+   ``beyond``: even Best-of-N's N do not reach it, so the ratio against all N is a lower bound;
+   ``below``: the reward is below Best-of-1's expected reward (the mean of the N scores): a single
+   answer drawn at random already beats it on average, so Best-of-N needs less than one answer and
+   the ratio against Best-of-1 is an upper bound; ``degenerate``: N = 1 or every score equal, so the
+   curve is flat, there is no time to equal reward to read and no improvement score (it divides by
+   the spread). "Reaches" is ``compare.reached`` relative to Best-of-N's spread (max minus min
+   score): within ``compare.REACH_TOL`` of it, float noise.
 
 FLOPs are the second line: Speculative Rejection buys fewer sequential steps with more rows per
 step, so it can spend more FLOPs and still take less time wherever a step's cost grows slower
@@ -31,49 +38,31 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from .compare import reached
-from .core.cost import passes
+from .compare import fmt_times, reached
+from .core.cost import decode_cost, expected_pass_cost, passes
 from .curve import expected_max
 from .metrics import improvement_score
 
 StepTime = Callable[[int], float]   # seconds of one decoding step at this many rows
 
-
-def decode_cost(lengths: Sequence[int], step: StepTime) -> tuple[int, float]:
-    """(steps, seconds) of rows that start together and decode until each has ``lengths[i]`` tokens:
-    at step t the rows still decoding are those with at least t tokens."""
-    lengths = sorted((max(0, int(x)) for x in lengths), reverse=True)
-    seconds, rows = 0.0, len(lengths)
-    for t in range(1, (lengths[0] if lengths else 0) + 1):
-        while rows and lengths[rows - 1] < t:
-            rows -= 1
-        seconds += step(rows)
-    return (lengths[0] if lengths else 0), seconds
+REACHED, BEYOND, BELOW, DEGENERATE = "reached", "beyond", "below", "degenerate"
+SAME_TIME = 0.05   # times within 5% of each other read "about the same time" (``Verdict.time_words``)
 
 
-def _hypergeom(n: int, good: int, m: int) -> list[float]:
-    """P(R = r) for r = 0..m: r of ``good`` marked items among m drawn without replacement from n."""
-    total = math.comb(n, m)
-    return [math.comb(good, r) * math.comb(n - good, m - r) / total if r <= good and m - r <= n - good else 0.0
-            for r in range(m + 1)]
+def _finite(what: str, values: Sequence[float]) -> None:
+    bad = [i for i, x in enumerate(values) if not math.isfinite(x)]
+    if bad:
+        raise ValueError(f"{what} must be finite numbers: #{bad[0]} is {values[bad[0]]}")
 
 
-def expected_pass_cost(lengths: Sequence[int], m: int, step: StepTime) -> tuple[float, float]:
-    """(E steps, E seconds) of a pass of ``m`` answers drawn at random from ``lengths``, by
-    ``decode_cost``'s rule: R_t, the rows decoding at step t, is hypergeometric."""
-    n = len(lengths)
-    if not 1 <= m <= n:
-        raise ValueError(f"a pass of {m} rows from {n} answers")
-    if m == n:
-        steps, seconds = decode_cost(lengths, step)
-        return float(steps), seconds
-    steps = seconds = 0.0
-    for t in range(1, max(lengths) + 1):
-        good = sum(x >= t for x in lengths)
-        p = _hypergeom(n, good, m)
-        steps += 1.0 - p[0]
-        seconds += sum(pr * step(r) for r, pr in enumerate(p) if r and pr)
-    return steps, seconds
+def _lengths(what: str, values: Sequence[int]) -> None:
+    if not values:
+        raise ValueError(f"{what}: no answers")
+    bad = [x for x in values if not (math.isfinite(x) and x >= 0)]
+    if bad:
+        raise ValueError(f"{what} must be token counts of 0 or more: got {bad[0]}")
+    if max(values) == 0:
+        raise ValueError(f"{what} are all 0 tokens: no decoding step to price")
 
 
 @dataclass(frozen=True)
@@ -95,6 +84,8 @@ def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: in
     n = len(scores)
     if n == 0 or len(lengths) != n:
         raise ValueError("bon_curve needs one length per score, at least one answer")
+    _finite("Best-of-N's scores", scores)
+    _lengths("Best-of-N's lengths", lengths)
     if rows_per_pass < 1:
         raise ValueError("rows_per_pass must be at least 1")
     mean_len = sum(lengths) / n
@@ -113,7 +104,7 @@ def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: in
 
 @dataclass(frozen=True)
 class Verdict:
-    """Where Speculative Rejection's result falls on Best-of-N's curve."""
+    """Where Speculative Rejection's result falls on Best-of-N's curve (``kind``: see the module)."""
 
     reward: float                 # Speculative Rejection's winner
     steps: int                    # its decoding steps
@@ -121,20 +112,31 @@ class Verdict:
     flops: float
     n: int                        # Best-of-N's N
     curve: tuple[Point, ...]
-    k: float | None               # the k at which the curve reaches ``reward`` (None: beyond N)
-    bon_seconds: float            # Best-of-k's time at that k; Best-of-N's whole time when beyond N
-    bon_flops: float
-    improvement: float            # the paper's improvement score against Best-of-N's N (100 = its winner)
+    kind: str                     # "reached", "beyond" (N fall short), "below" (under Best-of-1), "degenerate"
+    k: float | None               # the k at which the curve reaches ``reward`` (None unless "reached")
+    bon_seconds: float            # Best-of-k's time at that k; all N's when beyond; Best-of-1's when below
+    bon_flops: float              # likewise; when degenerate, all N's (what Best-of-N spent)
+    improvement: float | None     # the paper's score against Best-of-N's N (100 = its winner); None: degenerate
+    widest: int                   # the most rows any priced step decodes (its first step or Best-of-N's pass)
 
     @property
     def beyond(self) -> bool:
         """Even Best-of-N's N answers do not reach the reward: the speed-up is a lower bound."""
-        return self.k is None
+        return self.kind == BEYOND
 
     @property
-    def speedup(self) -> float:
+    def bound(self) -> str | None:
+        """"lower" when ``speedup`` is a lower bound (beyond N), "upper" when one answer already beats the
+        reward (below Best-of-1: Best-of-N needs less than Best-of-1's time), None when it is exact or
+        (degenerate) undefined."""
+        return {BEYOND: "lower", BELOW: "upper"}.get(self.kind)
+
+    @property
+    def speedup(self) -> float | None:
         """Best-of-N's time to equal reward over Speculative Rejection's (> 1: Speculative Rejection is
-        faster; a lower bound when ``beyond``)."""
+        faster; a bound, see ``bound``); None when the curve is degenerate: nothing to compare."""
+        if self.kind == DEGENERATE:
+            return None
         return self.bon_seconds / self.seconds if self.seconds > 0 else math.inf
 
     @property
@@ -142,24 +144,42 @@ class Verdict:
         """Speculative Rejection's FLOPs over Best-of-k's at equal reward (> 1: it spent more)."""
         return self.flops / self.bon_flops if self.bon_flops > 0 else math.inf
 
+    def time_words(self, than: str = "") -> str:
+        """Speculative Rejection's time against Best-of-N's at equal reward, "2.3x less time" or "1.35x
+        more time" (+ " than ``than``"), or "about the same time" (+ " as ``than``") when the two are
+        within ``SAME_TIME`` (5%) of each other: both are modelled from step times measured once on a
+        shared machine, and a few percent is not a difference that model can tell (a choice, not a
+        measured error bar). Never "1x", never a factor below 1."""
+        x = self.speedup
+        if x is None:
+            return "nothing to compare"
+        r = x if x >= 1 else 1 / x
+        if r < 1 + SAME_TIME:
+            return "about the same time" + (f" as {than}" if than else "")
+        return f"{fmt_times(r)}x {'less' if x > 1 else 'more'} time" + (f" than {than}" if than else "")
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["curve"] = [asdict(p) for p in self.curve]
-        out.update(beyond=self.beyond, speedup=self.speedup, flops_ratio=self.flops_ratio)
+        out.update(beyond=self.beyond, bound=self.bound, speedup=self.speedup, flops_ratio=self.flops_ratio)
         return out
 
 
-def place(curve: Sequence[Point], target: float) -> tuple[float | None, float, float]:
-    """(k, seconds, flops) where ``curve`` first reaches ``target``, linear between neighbouring k;
-    (None, the last point's seconds and flops) when it never does."""
+def place(curve: Sequence[Point], target: float, spread: float) -> tuple[float | None, float, float]:
+    """(k, seconds, flops) where ``curve`` first reaches ``target`` (``compare.reached`` within the
+    tolerance of ``spread``, Best-of-N's max minus min score), linear between neighbouring k, and
+    exactly that k when the target is within the tolerance of its expected best (float noise is a
+    tie); (None, the last point's seconds and flops) when it never does. A target at or below the
+    first point gives k = 1 (``verdict`` calls a target below Best-of-1's reward "below" first)."""
     if not curve:
         raise ValueError("an empty curve")
     first = curve[0]
-    if reached(first.best, target):
+    if reached(first.best, target, spread):
         return float(first.k), first.seconds, first.flops
     for lo, hi in zip(curve, curve[1:]):
-        if reached(hi.best, target):
-            f = 0.0 if hi.best <= lo.best else min(1.0, max(0.0, (target - lo.best) / (hi.best - lo.best)))
+        if reached(hi.best, target, spread):
+            tie = reached(target, hi.best, spread) or hi.best <= lo.best
+            f = 1.0 if tie else min(1.0, max(0.0, (target - lo.best) / (hi.best - lo.best)))
             return (lo.k + f * (hi.k - lo.k), lo.seconds + f * (hi.seconds - lo.seconds),
                     lo.flops + f * (hi.flops - lo.flops))
     last = curve[-1]
@@ -170,15 +190,30 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
             sr_lengths: Sequence[int], sr_flops: float, step: StepTime, flops_per_token: float = 0.0,
             prompt_flops: float = 0.0, bon_reward_flops: float = 0.0) -> Verdict:
     """Speculative Rejection's result (its winner's reward, every candidate's length as written, its
-    FLOPs) placed on Best-of-N's curve (its N final scores and lengths, its rows per pass)."""
+    FLOPs) placed on Best-of-N's curve (its N final scores and lengths, its rows per pass). Refuses
+    (``ValueError``) a score or reward that is NaN or infinite, no answers, and lengths that are
+    negative or all 0 (nothing decoded: no time to compare)."""
+    _finite("Speculative Rejection's reward", [sr_reward])
+    _lengths("Speculative Rejection's lengths", sr_lengths)
     curve = bon_curve(bon_scores, bon_lengths, rows_per_pass, step, flops_per_token=flops_per_token,
                       prompt_flops=prompt_flops, reward_flops=bon_reward_flops)
     steps, seconds = decode_cost(sr_lengths, step)
-    k, bon_seconds, bon_flops = place(curve, sr_reward)
     top, low = max(bon_scores), min(bon_scores)
+    spread = top - low
+    one, last = curve[0], curve[-1]
+    k = None
+    if spread == 0:                                   # N = 1, or every score equal: a flat curve
+        kind, bon_seconds, bon_flops = DEGENERATE, last.seconds, last.flops
+    elif not reached(sr_reward, one.best, spread):    # one answer at random beats it on average
+        kind, bon_seconds, bon_flops = BELOW, one.seconds, one.flops
+    else:
+        k, bon_seconds, bon_flops = place(curve, sr_reward, spread)
+        kind = REACHED if k is not None else BEYOND
+    widest = max(min(rows_per_pass, len(bon_scores)), sum(x > 0 for x in sr_lengths))
     return Verdict(reward=sr_reward, steps=steps, seconds=seconds, flops=sr_flops, n=len(bon_scores),
-                   curve=tuple(curve), k=k, bon_seconds=bon_seconds, bon_flops=bon_flops,
-                   improvement=improvement_score([sr_reward], [top], [top], [low]))
+                   curve=tuple(curve), kind=kind, k=k, bon_seconds=bon_seconds, bon_flops=bon_flops,
+                   improvement=None if kind == DEGENERATE else improvement_score([sr_reward], [top], [top], [low]),
+                   widest=widest)
 
 
 def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime) -> Verdict | None:

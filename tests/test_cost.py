@@ -3,6 +3,8 @@ step's cost interpolated from measured batch sizes (hand-made numbers with known
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specrej import RunConfig
 from specrej.core.budget import KVBudget
@@ -37,7 +39,35 @@ def test_step_cost_interpolates_and_extends_the_last_slope():
     assert cost.step(20) == pytest.approx(0.15)
     assert cost.step(64) == pytest.approx(0.2 + 32 * 0.1 / 24)
     assert cost.total([1, 8, 8]) == pytest.approx(0.25)
-    assert StepCost((1, 8), (0.1, 0.05)).step(100) == pytest.approx(0.1)   # noise: never a negative slope
+    assert not cost.extrapolates(32) and cost.extrapolates(33) and cost.measured_max == 32
+    # noise: 8 rows measured faster than 1, so 1 row costs at most that (timing noise only slows): 0.05 flat
+    assert StepCost((1, 8), (0.1, 0.05)).step(1) == StepCost((1, 8), (0.1, 0.05)).step(100) == pytest.approx(0.05)
+
+
+def test_step_cost_never_prices_more_rows_cheaper_than_fewer():
+    # the noisy measurement: 1, 8, 32 rows at 0.05, 0.04, 0.06 s. The suffix minimum lowers the
+    # 1-row time to the 8-row one: fitted 0.04, 0.04, 0.06 (the points as measured stay in ``seconds``)
+    cost = StepCost((1, 8, 32), (0.05, 0.04, 0.06))
+    assert cost.fitted == (0.04, 0.04, 0.06) and cost.seconds == (0.05, 0.04, 0.06)
+    assert cost.step(1) == cost.step(8) == pytest.approx(0.04)          # it gave 0.05 at 8 rows
+    assert cost.step(9) == pytest.approx(0.04 + 0.02 / 24)              # 0.04083, no longer below step(8)
+    assert cost.step(20) == pytest.approx(0.04 + 12 * 0.02 / 24)        # 0.05
+    assert cost.step(64) == pytest.approx(0.06 + 32 * 0.02 / 24) and cost.extrapolates(64)   # past 32: extrapolated
+    prices = [cost.step(r) for r in range(1, 200)]
+    assert prices == sorted(prices)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 64), st.floats(0.001, 1.0)), min_size=1, max_size=6,
+                unique_by=lambda p: p[0]))
+def test_step_cost_is_monotone_and_never_above_a_measurement(points):
+    points = sorted(points)
+    cost = StepCost(tuple(r for r, _ in points), tuple(s for _, s in points))
+    prices = [cost.step(r) for r in range(1, 130)]
+    assert all(a <= b + 1e-15 for a, b in zip(prices, prices[1:]))
+    # at each measured size, the fastest measured there or at any larger size
+    for i, (r, _) in enumerate(points):
+        assert cost.step(r) == pytest.approx(min(s for _, s in points[i:]))
 
 
 def test_step_cost_from_the_bench_passes_keeps_the_fastest_at_each_size():
@@ -46,6 +76,7 @@ def test_step_cost_from_the_bench_passes_keeps_the_fastest_at_each_size():
     assert cost.step(2) == pytest.approx(0.05 + 0.05 / 3)
     one = StepCost.from_passes([{"rows": 3, "step_s": 0.2}])   # a budget that fits one row: one size measured
     assert one.step(1) == one.step(3) == one.step(40) == 0.2
+    assert not one.extrapolates(3) and one.extrapolates(40)
 
 
 @pytest.mark.parametrize("rows, secs", [((), ()), ((8, 1), (0.1, 0.2)), ((1, 8), (0.1, 0.0)),

@@ -50,7 +50,9 @@ def test_steps_and_tokens_against_enumeration_of_ordered_draws():
                 for j in range(0, k, b):
                     chunk = p[j:j + b]
                     steps += max(lengths[i] for i in chunk)
-                    wall += max(lengths[i] for i in chunk) * step_s(len(chunk))
+                    # the verdict's rule: at step t the rows of the pass still decoding (a row leaves as its answer ends)
+                    wall += sum(step_s(sum(lengths[i] >= t for i in chunk))
+                                for t in range(1, max(lengths[i] for i in chunk) + 1))
             m = len(perms)
             pt = bon_point(run, k, b, step_s)
             assert pt.best == pytest.approx(best / m)
@@ -58,6 +60,21 @@ def test_steps_and_tokens_against_enumeration_of_ordered_draws():
             assert pt.steps == pytest.approx(steps / m)
             assert pt.wall_s == pytest.approx(wall / m + 1.2 * k / 6)
             assert pt.flops == pytest.approx(2.0 * (10 + tokens / m) + 60.0 * k / 6)
+
+
+def test_the_bench_prices_best_of_k_by_the_verdicts_rule():
+    """One Best-of-k pricing rule: the bench's modelled wall time (``curve.bon_point``) is the page's verdict
+    curve's time (``verdict.bon_curve``), plus the run's fixed time scaled by k/N. By hand: lengths 4, 2, 1,
+    one pass of 2 random answers (k = 2): 3.8 s at 1 + 0.1 x rows (``test_verdict``), where rows that never
+    leave would give 10/3 x 1.2 = 4.0 s."""
+    from specrej.verdict import bon_curve as verdict_curve
+
+    step_s = lambda rows: 1.0 + 0.1 * rows   # noqa: E731
+    run = PromptRun([0.3, 0.1, 0.7], [4, 2, 1], prompt_tokens=3, flops_per_token=2.0, fixed_s=0.6)
+    assert bon_point(run, 2, 2, step_s).wall_s == pytest.approx(3.8 + 0.6 * 2 / 3)
+    page = verdict_curve(run.scores, run.lengths, 2, step_s)
+    for k in range(1, 4):
+        assert bon_point(run, k, 2, step_s).wall_s == pytest.approx(page[k - 1].seconds + 0.6 * k / 3)
 
 
 def test_passes():

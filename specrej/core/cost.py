@@ -1,6 +1,9 @@
 """What a race costs: FLOPs (``flops``, the one rule), Best-of-N's passes (``passes``, the one
-splitter), the rows each arm decodes at each step, at most, and a measured cost of one decoding step
-by batch size (``StepCost``, the one step-time model). No torch here.
+splitter), the rows each arm decodes at each step, at most, a measured cost of one decoding step by
+batch size (``StepCost``, the one step-time model), and the price of rows that start together and
+leave as their answers end (``decode_cost``; ``expected_pass_cost`` for a pass of answers drawn at
+random: the one Best-of-k pricing rule, which the page's verdict and the bench's wall time share).
+No torch here.
 
 ``race_rows(budget, cfg)`` bounds the work from above: Best-of-N decodes its N candidates in
 passes of ``rows_per_pass`` rows to full length (no answer ends early, no stop once matched);
@@ -12,9 +15,10 @@ a run starts, whether it fits the deployment's time limit.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 from .config import AUTO, RunConfig
 from .budget import KVBudget
@@ -31,6 +35,46 @@ def passes(n: int, rows_per_pass: int) -> list[range]:
     if rows_per_pass < 1:
         raise ValueError("rows_per_pass must be at least 1")
     return [range(first, min(n, first + rows_per_pass)) for first in range(0, n, rows_per_pass)]
+
+
+def decode_cost(lengths: Sequence[int], step: Callable[[int], float]) -> tuple[int, float]:
+    """(steps, seconds) of rows that start together and decode until each has ``lengths[i]`` tokens:
+    at step t the rows still decoding are those with at least t tokens, priced at ``step(rows)``."""
+    lengths = sorted((max(0, int(x)) for x in lengths), reverse=True)
+    seconds, rows = 0.0, len(lengths)
+    for t in range(1, (lengths[0] if lengths else 0) + 1):
+        while rows and lengths[rows - 1] < t:
+            rows -= 1
+        seconds += step(rows)
+    return (lengths[0] if lengths else 0), seconds
+
+
+def _hypergeom(n: int, good: int, m: int) -> list[float]:
+    """P(R = r) for r = 0..m: r of ``good`` marked items among m drawn without replacement from n."""
+    total = math.comb(n, m)
+    return [math.comb(good, r) * math.comb(n - good, m - r) / total if r <= good and m - r <= n - good else 0.0
+            for r in range(m + 1)]
+
+
+def expected_pass_cost(lengths: Sequence[int], m: int, step: Callable[[int], float]) -> tuple[float, float]:
+    """(E steps, E seconds) of a pass of ``m`` answers drawn at random from ``lengths``, by
+    ``decode_cost``'s rule (a row leaves the step after its answer ends): R_t, the rows decoding at
+    step t, is hypergeometric, so E seconds = sum over t of E[step(R_t)], exact. E steps is the
+    expected longest length. The one Best-of-k pricing rule: ``verdict.bon_curve`` and the bench's
+    modelled wall time (``curve.bon_point``) both price their passes with it."""
+    n = len(lengths)
+    if not 1 <= m <= n:
+        raise ValueError(f"a pass of {m} rows from {n} answers")
+    if m == n:
+        steps, seconds = decode_cost(lengths, step)
+        return float(steps), seconds
+    steps = seconds = 0.0
+    for t in range(1, max(lengths) + 1):
+        good = sum(x >= t for x in lengths)
+        p = _hypergeom(n, good, m)
+        steps += 1.0 - p[0]
+        seconds += sum(pr * step(r) for r, pr in enumerate(p) if r and pr)
+    return steps, seconds
 
 
 def bon_rows(budget: KVBudget, n: int, max_new_tokens: int) -> list[int]:
@@ -54,10 +98,19 @@ def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool) -> dict[str, l
 
 @dataclass(frozen=True)
 class StepCost:
-    """Seconds per decoding step at the measured batch sizes; between them linear, beyond the
-    largest the last segment's slope (a step's cost grows at most linearly in its rows, and never
-    falls with them); one measured size: that time at every size. The app measures it
-    (``specrej.steptime.measure``), the bench from its real passes (``from_passes``)."""
+    """Seconds per decoding step by batch size, from steps measured at a few sizes.
+
+    The fit never prices more rows cheaper than fewer. The measured times are first made
+    non-decreasing by the **suffix minimum** (``fitted``: the time at a size is the fastest measured
+    at that size or any larger one), because timing noise is one-sided: load only ever slows a step,
+    so a larger batch measured faster shows that the smaller one costs at most that much (the
+    ``from_passes`` and ``merged`` rule, the fastest, applied across sizes). A running maximum would
+    instead keep a slowed measurement and lift every larger size to it. Between measured sizes the
+    fitted points are joined linearly; below the smallest, its time (by monotonicity, a bound from
+    above); beyond the largest (``extrapolates``), the last fitted segment's slope, which is never
+    negative: a step's cost assumed to grow at most linearly in its rows, never measured there. One
+    measured size: that time at every size. The app measures it (``specrej.steptime.measure``), the
+    bench from its real passes (``from_passes``). ``rows`` and ``seconds`` stay as measured."""
 
     rows: tuple[int, ...]
     seconds: tuple[float, ...]
@@ -81,13 +134,31 @@ class StepCost:
         """[[rows, seconds], ...], for a JSON record."""
         return [[r, s] for r, s in zip(self.rows, self.seconds)]
 
+    @functools.cached_property
+    def fitted(self) -> tuple[float, ...]:
+        """The measured times made non-decreasing: at each size the fastest measured there or larger."""
+        out, low = [], math.inf
+        for s in reversed(self.seconds):
+            low = min(low, s)
+            out.append(low)
+        return tuple(reversed(out))
+
+    @property
+    def measured_max(self) -> int:
+        """The largest batch measured: beyond it the price is extrapolated."""
+        return self.rows[-1]
+
+    def extrapolates(self, rows: int) -> bool:
+        """Whether ``step(rows)`` is priced beyond the largest measured batch (the last slope extended)."""
+        return rows > self.rows[-1]
+
     def step(self, rows: int) -> float:
-        r, s = self.rows, self.seconds
-        if len(r) == 1:
-            return s[0]
-        i = min(max(bisect.bisect_left(r, rows), 1), len(r) - 1)
-        slope = max(0.0, (s[i] - s[i - 1]) / (r[i] - r[i - 1]))
-        return max(min(s), s[i - 1] + slope * (rows - r[i - 1]))
+        """Seconds of one decoding step at ``rows`` rows (see the class: never falls as rows rise)."""
+        r, f = self.rows, self.fitted
+        if len(r) == 1 or rows <= r[0]:
+            return f[0]
+        i = min(bisect.bisect_left(r, rows), len(r) - 1)   # the segment r[i-1]..r[i]; beyond: the last one
+        return f[i - 1] + (f[i] - f[i - 1]) / (r[i] - r[i - 1]) * (rows - r[i - 1])
 
     def total(self, rows_per_step: Iterable[int]) -> float:
         """Seconds for these steps (rows at each)."""
