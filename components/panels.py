@@ -17,6 +17,8 @@ from specrej.rewards import scale_of
 from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
 from specrej.verdict import SAME_TIME, Verdict
+from specrej.why import Why, paper_setting
+from specrej.why import from_race as why_from_race
 from .state.view import ArmView, RunView
 
 # ---------------------------------------------------------------- status line
@@ -344,6 +346,9 @@ def summary_markdown(view: RunView) -> str:
     for arm in view.display_order():
         if arm.arm in cmps:
             lines += headline(view, arm, cmps[arm.arm], verdicts.get(arm.arm)) + [""]
+    why = why_markdown(view, verdicts)
+    if why:
+        lines += [why, ""]
     lines += _ledger_rows(view) + ["", reward_words(view, verdicts), ""]
     for arm in view.display_order():
         if arm.arm in cmps:
@@ -357,6 +362,160 @@ def summary_markdown(view: RunView) -> str:
                  + ("." if exact else f" (up to {view.arms[next(iter(view.arms))].ledger.dtype} rounding: a few "
                     "candidates can drift once the batch changes size; float32 is exact).") + "*")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- why this speed-up
+
+def _x(r: float) -> str:
+    """A factor as the page says it: '4x', '1.6x', '0.52x'."""
+    return f"{fmt_times(r)}x" if r >= 1 else f"{r:.2g}x"
+
+
+def _count(n: float, one: str, many: str) -> str:
+    return f"{n:,.0f} {one if round(n) == 1 else many}"
+
+
+def _fewer(r: float) -> str:
+    """Best-of-N's steps over Speculative Rejection's, in words: '4x fewer', 'as many', '1.2x more'."""
+    if fmt_times(r if r >= 1 else 1 / r) == "1":
+        return "as many"
+    return f"{_x(r)} fewer" if r > 1 else f"{_x(1 / r)} more"
+
+
+def _cap(s: str) -> str:
+    return s[:1].upper() + s[1:]
+
+
+def _room_words(w: Why, sr: str) -> str:
+    """Best-of-N's passes against Speculative Rejection's one: the most its steps can shrink, and how far they did."""
+    where = f"in the {w.budget:,}-slot budget" if w.budget else "in the memory budget"
+    if w.shared is not None:
+        where += " (the prompt stored once)" if w.shared else " (a copy of the prompt in every row)"
+    rows = _count(w.rows_per_pass, "row", "rows")
+    if w.passes == 1:
+        head = (f"Best-of-{w.n} at {w.length} tokens fits in one pass of {rows} {where}, so {sr}'s one pass "
+                "cannot shrink its decoding steps")
+    else:
+        head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} opens with "
+                f"{_count(w.opening_rows, 'row', 'rows')} in one pass, so its decoding steps can shrink at most "
+                f"{w.bound}x")
+    if w.beyond:
+        return (head + f": all {w.bon_steps:,.0f} of Best-of-N's steps against its {w.sr_steps:,} "
+                f"({_fewer(w.step_ratio)}), and Best-of-N never reaches its reward.")
+    return head + f": at equal reward, Best-of-N took {w.bon_steps:,.0f} steps against its {w.sr_steps:,} ({_fewer(w.step_ratio)})."
+
+
+def _price_words(w: Why, machine: str) -> str:
+    """What a wider step costs on the machine that ran the race (or that time is counted in steps)."""
+    if not w.measured:
+        return ("No decoding step was measured for this race, so time is counted in decoding steps: every step "
+                "costs the same, and the speed-up is the steps saved.")
+    if fmt_times(w.price if w.price >= 1 else 1 / w.price) == "1":
+        mean = "about as much as Best-of-N's"
+    else:
+        mean = f"{_x(w.price)} Best-of-N's" if w.price > 1 else f"{_x(1 / w.price)} less than Best-of-N's"
+    narrow = ", as its cuts narrow the batch" if w.price < w.opening_price else ""
+    return (f"{_cap(machine)}, one step of {_count(w.opening_rows, 'row', 'rows')} costs {_x(w.opening_price)} one "
+            f"of {_count(w.rows_per_pass, 'row', 'rows')}, and its steps cost {mean} on average{narrow}.")
+
+
+def _fate_words(w: Why, sr: str) -> str:
+    f = w.fate
+    if f.fate == "never_drawn":
+        return f"was never drawn ({sr} opened with {w.opening_rows} rows, and #{w.bon_winner} was not among them)"
+    if f.fate == "pruned":
+        return f"was cut at decision {f.decision}" + (f" (token {f.position})" if f.position is not None else "")
+    return "was kept to the end"
+
+
+def _signal_words(w: Why, sr: str) -> str:
+    """The partial reward's rank correlation at the first decision and the fate of Best-of-N's winner."""
+    if w.first_decision is None:
+        return (f"{sr} never had to decide (every answer fit the budget to the end), and Best-of-N's winner "
+                f"#{w.bon_winner} {_fate_words(w, sr)}.")
+    if w.rho is None:
+        rho = "the partial rewards' rank correlation with the final ones is undefined (too few answers, or all tied)"
+    else:
+        rho = (f"the partial reward ranked {w.rho_live} answers with Spearman ρ = {w.rho:.2f} ({w.strength} "
+               "agreement) against their final rewards (Best-of-N wrote each to the end)")
+    return (f"At the first decision (token {w.first_decision}) {rho}, and Best-of-N's winner #{w.bon_winner} "
+            f"{_fate_words(w, sr)}.")
+
+
+def _cause_words(w: Why, sr: str) -> str:
+    """Which reasons made Speculative Rejection lose or gain little (``Why.causes``)."""
+    parts = []
+    for c in w.causes:
+        if c == "bound":
+            room = ("there were no steps to save" if _fewer(w.room) == "as many" else
+                    f"at most {_x(w.room)} fewer steps were possible")
+            parts.append(f"the bound: Best-of-N's answers fit in {_count(w.passes, 'pass', 'passes')}, so {room}")
+        elif c == "signal":
+            k = "all" if w.k is None else f"about {max(1, round(w.k))}"
+            at = f"with ρ = {w.rho:.2f} at token {w.first_decision}, " if w.rho is not None else ""
+            f = w.fate
+            did = (f"{sr} cut Best-of-N's winner at decision {f.decision}" if f.fate == "pruned" else
+                   f"{sr} never drew Best-of-N's winner" if f.fate == "never_drawn" else
+                   f"{sr} kept Best-of-N's winner")
+            parts.append(f"the early signal: {at}{did}, and Best-of-N needed only {k} of its {w.n} answers "
+                         f"({w.bon_steps:,.0f} of its {w.full_steps:,.0f} steps) to match what {sr} kept")
+        else:
+            fewer = _fewer(w.step_ratio)
+            tail = ("while it took as many steps as Best-of-N" if fewer == "as many" else
+                    f"more than the {fewer} steps it took" if w.price > w.step_ratio else
+                    f"which turned {fewer} steps into {_x(w.speedup)} less time")
+            parts.append(f"the step price: its steps cost {_x(w.price)} Best-of-N's on average, {tail}")
+    head = "**What made it lose:** " if w.outcome == "lost" else "**What kept the gain small:** "
+    return head + "; and ".join(parts) + "."
+
+
+def _paper_words(w: Why, machine: str) -> str:
+    """The same room arithmetic on the paper's setting (``specrej.why.paper_setting``)."""
+    ps = paper_setting()
+    first, big, (lo, hi) = ps.points[0], ps.largest, ps.bounds
+    here = ""
+    if w.opening_price is not None:
+        grows = "it grows with them" if w.opening_price >= 1.1 else "it barely does either"
+        here = f"; {machine} {grows}: {_x(w.opening_price)} from {_count(w.rows_per_pass, 'row', 'rows')} to {w.opening_rows}"
+    return (f"*The paper, by the same arithmetic: Best-of-{first.n} to Best-of-{big.n:,} is {lo} to {big.passes} passes "
+            f"of {ps.bon_batch} rows (run side by side on {first.gpus} to {big.gpus} GPUs and counted as GPU time), "
+            f"answers up to {ps.length:,} tokens, while Speculative Rejection opens with up to {ps.first_batch:,} rows "
+            f"on one GPU (its first decision at token {ps.first_decision_min} or later): its decoding steps can shrink "
+            f"up to {hi}x, the room for the {ps.reported[0]}-{ps.reported[1]}x the paper reports. There a step costs "
+            f"barely more with more rows (a GPU reads the weights once per step for every row){here}.*")
+
+
+def why_markdown(view: RunView, verdicts: dict | None = None) -> str:
+    """"Why this speed-up" (or "Why Speculative Rejection lost here") beside each verdict, from the race's
+    own numbers (``specrej.why``): the room Best-of-N's passes leave, the price of a wider step on the
+    machine that ran the race (a replay's: the recording's), the partial reward's rank correlation at the
+    first decision and the fate of Best-of-N's winner; when Speculative Rejection lost or gained little,
+    which of these made it; then the same arithmetic on the paper's setting. "" without a verdict."""
+    verdicts = view.verdicts() if verdicts is None else verdicts
+    base = view.arms[view.baseline]
+    machine = "on the recording's machine" if view.recording is not None else "on this machine"
+    out = []
+    for a, v in verdicts.items():
+        arm = view.arms[a]
+        w = why_from_race(arm.finished, arm.round_events, base.finished, base.round_events, v, view.step,
+                          view.cfg.max_new_tokens)
+        if w is None:
+            continue
+        sr = md_escape(arm.spec.label)
+        if fmt_times(w.speedup if w.speedup >= 1 else 1 / w.speedup) == "1":
+            title = "Why there is no speed-up here"
+        elif w.outcome == "lost":
+            title = f"Why Speculative Rejection lost here ({_x(1 / w.speedup)} more time)"
+        else:
+            title = f"Why this speed-up ({_x(w.speedup)}{', at least' if w.beyond else ''})"
+        if len(verdicts) > 1:
+            title += f": {sr}"
+        body = [f"#### {title}", "", " ".join([_room_words(w, sr), _price_words(w, machine), _signal_words(w, sr)])]
+        if w.causes:
+            body += ["", _cause_words(w, sr)]
+        body += ["", _paper_words(w, machine)]
+        out.append("\n".join(body))
+    return "\n\n".join(out)
 
 
 def partial_markdown(view: RunView) -> str:
