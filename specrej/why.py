@@ -165,6 +165,8 @@ def explain(*, baseline: Finished, baseline_rounds: Sequence[Round], challenger:
     Speculative Rejection's finished event and its Round events (its decisions), the StepCost that
     priced the verdict (None: it counted decoding steps), the answers' full length and the budget
     (for its slots and sharing; Best-of-N's rows per pass come from its widest pass, as the verdict's)."""
+    if verdict.speedup is None:   # a degenerate curve (N = 1, every score equal): nothing to explain
+        return None
     n = len(baseline.candidates)
     if baseline_rounds:
         rows = max(r.n_kept for r in baseline_rounds)
@@ -175,7 +177,8 @@ def explain(*, baseline: Finished, baseline_rounds: Sequence[Round], challenger:
     rows = max(1, min(rows, n))
     # steps at equal reward: the verdict's own curve, read in steps instead of seconds
     in_steps = [replace(p, seconds=p.steps) for p in verdict.curve]
-    k, bon_steps, _ = place(in_steps, verdict.reward)
+    scores = [c.score for c in baseline.candidates if c.score is not None]
+    k, bon_steps, _ = place(in_steps, verdict.reward, max(scores) - min(scores) if scores else 0.0)
     full_steps = verdict.curve[-1].steps
     sr_steps = verdict.steps
     measured = step is not None
@@ -200,15 +203,17 @@ def explain(*, baseline: Finished, baseline_rounds: Sequence[Round], challenger:
                full_steps=full_steps, sr_steps=sr_steps, measured=measured, opening_price=opening_price,
                price=price, rho=rank.spearman if rank is not None else None,
                rho_live=rank.n_live if rank is not None else 0, fate=fate, bon_winner=baseline.winner.id,
-               k=verdict.k, speedup=speedup, outcome=outcome,
+               k=verdict.k if verdict.k is not None else 1.0 if verdict.kind == "below" else float(verdict.n),
+               speedup=speedup, outcome=outcome,
                causes=causes_of(outcome, room=room, use=use, step_ratio=step_ratio, price=price, measured=measured))
 
 
 def from_race(challenger: Finished, rounds: Sequence[Round], baseline: Finished, baseline_rounds: Sequence[Round],
               verdict: Verdict | None, step: StepCost | None, max_new_tokens: int) -> Why | None:
     """``explain`` for a finished race, the budget read from Best-of-N's ledger (its slots, its prompt
-    tokens, whether the prompt was stored once); None without a verdict."""
-    if verdict is None:
+    tokens, whether the prompt was stored once); None without a verdict or with nothing to compare (a
+    degenerate curve: N = 1 or every Best-of-N score equal)."""
+    if verdict is None or verdict.speedup is None:
         return None
     led = baseline.ledger
     budget = KVBudget(led.budget, led.prompt_tokens, led.kv_sharing == "shared") if led.budget > 0 else None
