@@ -268,6 +268,11 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict) -> list[str]:
     if view.step is not None and view.step.extrapolates(v.widest):
         head += (f" *A step of {v.widest} rows is priced beyond the largest batch measured here "
                  f"({view.step.measured_max} rows): extrapolated along the last measured slope.*")
+    lowered = [r for r, s, f in zip(view.step.rows, view.step.seconds, view.step.fitted) if f < s] if view.step else []
+    if lowered:
+        head += (f" *A step of {', '.join(map(str, lowered))} row{'s' * (lowered != [1])} measured slower than a "
+                 "larger batch (load while it was measured): it is priced at the larger batch's time, since more "
+                 "rows never cost less.*")
     scale = f"(the paper's score: 100 = the best of all {v.n} answers, 0 = the worst)"
     if v.beyond:
         score = f"Improvement score **{v.improvement:.1f}**: above Best-of-{v.n}'s winner {scale}."

@@ -98,7 +98,8 @@ class Point:
 def bon_point(run: PromptRun, k: int, rows_per_pass: int,
               step_s: Callable[[int], float] | None = None, memo: dict | None = None) -> Point:
     """Expected best and compute of Best-of-k drawn from ``run``, under ``rows_per_pass``.
-    ``memo``: a dict kept per run, so a curve over every k computes each expected length and each pass's price once."""
+    ``memo``: a dict kept per run, so a curve over every k computes each expected length and each
+    pass's price once."""
     n = run.n
     memo = {} if memo is None else memo
     if len(run.lengths) != n:

@@ -126,9 +126,9 @@ class Verdict:
 
     @property
     def bound(self) -> str | None:
-        """"lower" when ``speedup`` is a lower bound (beyond N), "upper" when one answer already beats the
-        reward (below Best-of-1: Best-of-N needs less than Best-of-1's time), None when it is exact or
-        (degenerate) undefined."""
+        """What kind of bound ``speedup`` is: ``"lower"`` beyond N (more answers than N would be needed),
+        ``"upper"`` below Best-of-1 (one answer already beats the reward: Best-of-N needs less than
+        Best-of-1's time), None when it is exact or (degenerate) undefined."""
         return {BEYOND: "lower", BELOW: "upper"}.get(self.kind)
 
     @property

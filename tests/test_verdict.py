@@ -1,7 +1,10 @@
 """The verdict's arithmetic on hand-made coupled races: Best-of-N's curve (expected best of k by order
 statistics, its time under the budget's passes priced per step at the rows decoding), the k where it
 reaches Speculative Rejection's reward, the times and their ratio, the bound when N never reaches it,
-and the improvement score. Every number here is worked out by hand in the comments."""
+and the improvement score. Every number here is worked out by hand in the comments. Then the edges (a
+reward below Best-of-1's, a degenerate curve, k = N and just past it, the tolerance on three scales,
+inputs refused), random passes of unequal lengths against every subset, and a property test against a
+slow exact reference (every ordered draw of k answers)."""
 from __future__ import annotations
 
 import itertools
@@ -125,6 +128,8 @@ def test_a_reward_below_best_of_1_is_a_bound_the_other_way():
     # just under one answer's average, but within the tolerance (1e-4 x 0.4 = 4e-5): a tie, k = 1
     tie = _v([0.2, 0.6], [2, 2], 1, 0.4 - 2e-5, [2, 2, 2])
     assert tie.kind == "reached" and tie.k == 1.0 and tie.bon_seconds == pytest.approx(2.2)
+    # just over it, within the tolerance: k = 1 too, not 1 + 2e-5 / (0.6 - 0.4) interpolated towards Best-of-2
+    assert _v([0.2, 0.6], [2, 2], 1, 0.4 + 2e-5, [2, 2, 2]).k == 1.0
 
 
 @pytest.mark.parametrize("scores, sr", [([0.3], 0.0), ([0.3], 0.3), ([0.3], 0.9), ([0.3, 0.3, 0.3], 0.0),
@@ -249,7 +254,7 @@ def races(draw):
     spread = max(scores) - min(scores)
     mean = sum(scores) / n
     sr = draw(st.one_of(st.sampled_from([*scores, mean, max(scores) + 5e-5 * spread, max(scores) - 5e-5 * spread,
-                                         max(scores) + 3e-4 * spread, mean - 3e-4 * spread]),
+                                         max(scores) + 3e-4 * spread, mean - 3e-4 * spread, mean + 5e-5 * spread]),
                         st.floats(-0.5, 1.5)))
     sr_lengths = draw(st.lists(st.integers(0, 6), min_size=1, max_size=6).filter(lambda x: max(x) > 0))
     return scores, lengths, b, sr, sr_lengths

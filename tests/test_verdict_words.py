@@ -128,3 +128,12 @@ def test_a_step_beyond_the_measured_batches_is_called_extrapolated():
     assert "priced beyond the largest batch measured here (8 rows): extrapolated" in _words(v, _timed_view((1, 8)))
     assert "extrapolated" not in _words(v, _timed_view((1, 16)))
     assert "extrapolated" not in _words(v)       # counted in decoding steps: nothing priced
+
+
+def test_a_measurement_lowered_by_the_monotone_fit_is_disclosed():
+    # 1 row measured at 0.1 s, 8 rows at 0.05 s: the 1-row step is priced at 0.05 s and the page says why
+    v = _v([0.1, 0.5, 0.3, 0.9], [2, 2, 2, 2], 2, 0.8, [2, 2])
+    view = RunView(RunConfig(prompt="-"))
+    view.step = StepCost((1, 8), (0.1, 0.05))
+    assert "A step of 1 row measured slower than a larger batch" in _words(v, view)
+    assert "measured slower" not in _words(v, _timed_view())
