@@ -202,18 +202,32 @@ def reward_words(view: RunView, verdicts: dict | None = None) -> str:
     out = (f"**Reward:** {md_escape(name)}: {md_escape(scale.meaning)}. Each reward has its own scale: "
            f"compare rewards within one run, not across rewards.")
     v = next(iter((verdicts or {}).values()), None)
-    if v is not None and len(v.curve) > 1:
+    if v is not None and len(v.curve) > 1 and v.curve[-1].best > v.curve[0].best:
         one, top = v.curve[0].best, v.curve[-1].best
         out += (f" What a big difference is here: one answer scores {fmt_score(one)} on average, the best of all "
                 f"{v.n} {fmt_score(top)}; that gap of {fmt_score(top - one)} is what {v.n}x the answers buy.")
     return out
 
 
-TIME_NOTE = ("*How time is counted: every decoding step is priced at this machine's measured time for the rows "
-             "decoding at that step (a row leaves when its answer ends or is pruned), measured just before the race. "
+TIME_NOTE = ("*How time is counted: every decoding step is priced at {machine}'s measured time for the rows "
+             "decoding at that step (a row leaves when its answer ends or is pruned), measured {when}. "
              "Best-of-N's curve is the expected best reward of k of its answers drawn at random (order statistics "
              "over its coupled answers), each k priced under the same memory budget: passes of the rows that fit at "
              "full length. Reward scoring is in the FLOPs and the measured wall time, not in this line.*")
+
+
+def time_note(view: RunView) -> str:
+    """How the verdict's time is counted, on whose machine, and why the table's wall times differ from it."""
+    r = view.recording
+    machine = (f"the recording's machine ({md_escape(r.get('hardware', '?'))}, {md_escape(r.get('date', '?'))})"
+               if r is not None else "this machine")
+    when = "when it was recorded" if r is not None else "just before the race"
+    return (TIME_NOTE.format(machine=machine, when=when).rstrip("*")
+            + " The table's wall times are each method's own clock as the race ran: its steps under whatever else "
+              "the machine was doing, the reward model's scoring and sampling, so they run longer than this line, "
+              "most when the machine was busy.*")
+
+
 STEPS_NOTE = ("*This machine's decoding step could not be measured, so time is counted in decoding steps. Best-of-N's "
               "curve is the expected best reward of k of its answers, each k under the same memory budget.*")
 
@@ -322,7 +336,9 @@ def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
     bid = c.baseline_winner
     ask = f"**Did {label} prune {base}'s winner?**"
     if c.kept_baseline_winner is None:
-        lines.append(f"{ask} It had no candidate #{bid}.")
+        opened = len(arm.finished.candidates) if arm.finished is not None else 0
+        lines.append(f"{ask} No: it never drew #{bid}. It opened with {opened} answers (#0 to #{opened - 1}), and with "
+                     f"coupled randomness answer #{bid} exists only in {base}, which wrote more.")
     elif not c.kept_baseline_winner:
         tokens, partial = c.baseline_winner_partial or ("?", None)
         lines.append(f"{ask} Yes: candidate #{bid} was pruned in round {c.baseline_winner_round_pruned} with a "
@@ -359,7 +375,7 @@ def summary_markdown(view: RunView) -> str:
         if arm.arm in cmps:
             lines += _challenger_lines(view, arm, cmps[arm.arm]) + [""]
     if verdicts:
-        lines.append(TIME_NOTE if view.step is not None else STEPS_NOTE)
+        lines.append(time_note(view) if view.step is not None else STEPS_NOTE)
         lines.append("")
     exact = all(a.ledger.dtype == "float32" for a in view.arms.values())
     lines.append("*FLOPs are estimated as 2 × parameters × tokens for each model. Randomness is coupled: "
@@ -638,11 +654,19 @@ def decision_markdown(view: RunView, k: int) -> str:
     n_cut = sum(c.status == "pruned" for c in pool)
     base = view.arms[view.baseline]
     lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label} at token {r.position}", ""]
-    why = "memory was full" if view.cfg.decision == "budget" else "its interval came"
+    mine = arm.spec.config(view.cfg)   # this arm's own settings (a second setting has its own alpha)
+    why = "memory was full" if mine.decision == "budget" else "its interval came"
     lines.append(f"**What happened:** {why}, so {label} scored every answer in progress on its partial text "
-                 f"({len(pool)} in all). It keeps the top {r.n_kept} (alpha = {view.cfg.alpha:g}: it cuts about "
-                 f"{view.cfg.alpha:.0%}) and stops writing the other {n_cut}; the lowest kept score, the threshold, "
+                 f"({len(pool)} in all). It keeps the top {r.n_kept} (alpha = {mine.alpha:g}: it cuts about "
+                 f"{mine.alpha:.0%}) and stops writing the other {n_cut}; the lowest kept score, the threshold, "
                  f"is **{fmt_score(r.threshold)}**." + (" Memory forced more cuts than alpha asked for." if r.forced else ""))
+    tied = [c for c in pool if fmt_score(c.score) == fmt_score(r.threshold)]
+    if len(tied) > 1 and any(c.status == "pruned" for c in tied):
+        lines.append(f"\n**Ties:** {len(tied)} answers score {fmt_score(r.threshold)} to the digits shown, at the "
+                     "threshold. Equal partial rewards are broken by candidate number (the lower number is kept), so "
+                     "the same seed always cuts the same ones"
+                     + ("; a recording's scores are rounded to 5 decimals, so answers that differed beyond that "
+                        "can look tied." if view.recording is not None else "."))
     if base.finished is not None and not base.prunes:
         final = final_scores(base.finished)
         d = decision_rank(r, final)
@@ -660,7 +684,7 @@ def decision_markdown(view: RunView, k: int) -> str:
         if mine is None:
             fate = f"was never drawn by {label} (it wrote fewer candidates than {bname})."
         elif rank is None:
-            fate = (f"was already cut at an earlier decision." if mine.status == "pruned" else
+            fate = ("was already cut at an earlier decision." if mine.status == "pruned" else
                     f"is not in this pool ({mine.status}).")
         elif mine.status == "pruned":
             fate = f"ranks {rank} of {len(pool)} here: **it is cut now**, although it would have won {bname}."

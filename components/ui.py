@@ -33,16 +33,17 @@ DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE
 DECISIONS = [("when memory is full (the paper)", "budget"), ("every k tokens (and when memory is full)", "interval")]
 X_AXES = [("time", "time"), ("FLOPs", "flops")]
 SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
-PAPER_NOTE = ("**Paper scale** sets the paper's protocol: Speculative Rejection opens with the rows that fill memory "
-              "at token 16, Best-of-N writes 128 answers (or this deployment's largest N) of up to 256 tokens in "
-              "the passes that fit (all of them: its curve is the verdict's yardstick). It first measures this machine: "
+PAPER_NOTE = ("**Paper scale** sets the paper's *protocol* (not its models, GPUs or answer lengths, so not its "
+              "numbers): on this 135M model and this machine, Speculative Rejection opens with the rows that fill "
+              "memory at token 16 and Best-of-N writes all 128 answers (or this deployment's largest N) of up to 256 "
+              "tokens in the passes that fit (its curve is the verdict's yardstick). It first measures this machine: "
               "where that takes longer than the run limit (on a CPU it takes minutes), it plays the **recorded** "
               "paper-scale race of an example prompt and sets a scaled-down version that fits for **Run**.")
 HEADER = (f"# Speculative Rejection vs Best-of-N\n"
           f"Both methods sample answers from one language model and keep the one a reward model likes best. "
           f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
-          f"([Sun et al., NeurIPS 2024]({PAPER})) starts many more answers at once, scores the partial answers "
-          f"whenever memory fills and stops writing the weakest. The paper's claim: the same reward in far less "
+          f"([Sun et al., NeurIPS 2024]({PAPER})) starts as many answers as fit in memory at its first decision, "
+          f"scores the partial answers whenever memory fills and stops writing the weakest. The paper's claim: the same reward in far less "
           f"time. Press **Run**: the result places Speculative Rejection's answer on Best-of-N's reward-versus-N "
           f"curve and says how much longer Best-of-N takes to match it, on this machine.")
 
@@ -231,7 +232,9 @@ def paper_scale_words(ctx: AppContext, plan: PaperPlan) -> str:
               else "")
     what = (f"Speculative Rejection starts with the rows that fill memory at token {s['first_decision']}; "
             f"Best-of-N N = {s['n']}; up to {s['max_new_tokens']} new tokens; memory budget {s['budget']}; "
-            f"alpha {s['alpha']}{reward}; Best-of-N stops once it matches")
+            f"alpha {s['alpha']}{reward}; "
+            + ("Best-of-N stops once it matches" if s.get("stop_when_matched") else
+               f"Best-of-N writes all {s['n']} answers (its curve is the verdict's yardstick)"))
     capped = "" if plan.paper["n"] == PAPER_SCALE["n"] else \
         f" (the paper's N = {PAPER_SCALE['n']} is above this deployment's largest N)"
     if plan.fits:
@@ -565,8 +568,10 @@ def classroom_updates(ctx: AppContext, page: "Page") -> dict:
         out.setdefault(named[k], gr.skip())
     out[page.controls.settings] = gr.Accordion(open=True)
     out[page.arena.status] = gr.Markdown(
-        "**Classroom preset set** (see Settings): a small race, about 15-25 s here, that steps through its "
-        "decisions. Press **Run**.", elem_classes=["status-idle"])
+        f"**Classroom preset set** (see Settings): a small race (N = {CLASSROOM['n']}, up to "
+        f"{CLASSROOM['max_new_tokens']} tokens, memory {CLASSROOM['budget']}) that steps through its decisions. Press "
+        "**Run**: the page measures this machine first and says when the race should end.",
+        elem_classes=["status-idle"])
     return out
 
 

@@ -99,8 +99,8 @@ def decisions(summary: str) -> int:
 
 # The verdict in time to equal reward: "Best-of-N needs about k answers (t s) to reach ...: ... took X.Yx less
 # time", "... never reach ...: ... took at least X.Yx less time", or "... took X.Yx more time".
-VERDICT = re.compile(r"(?:needs (?:about \d+ answers?|all \d+ answers)|never reach|none of).*?took (?:at least )?"
-                     r"[\d.]+x (?:less|more) time", re.S)
+VERDICT = re.compile(r"(?:needs (?:about \d+ answers?|all \d+ answers)|never reach|none of|below what a single)"
+                     r".*?took (?:at least |at most )?(?:[\d.]+x (?:less|more) time|about the same time)", re.S)
 
 
 @pytest.fixture(scope="module")

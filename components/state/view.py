@@ -117,6 +117,7 @@ class RunView:
     recording: dict | None = None    # a replay: what was recorded (model, hardware, date, recorded seconds)
     checkpoints: list = field(default_factory=list)   # a snapshot at each decision (``Checkpoint``)
     stepping: bool = False           # the page steps through the decisions once the race is over
+    verdict_error: str = ""          # why a finished race has no verdict (a score the verdict refuses)
     fallback: dict | None = None     # a Run that plays the recording of its race instead of racing live: why
                                      # ({"reason": "too_long" | "behind", "estimate_s", "limit_s", "load", ...})
 
@@ -144,7 +145,11 @@ class RunView:
         out = {}
         for a, arm in self.arms.items():
             if a != self.baseline and arm.prunes:
-                v = verdict_from_race(arm.finished, base.finished, base.round_events, step)
+                try:
+                    v = verdict_from_race(arm.finished, base.finished, base.round_events, step)
+                except ValueError as e:   # e.g. a NaN reward: no verdict, and the page says why
+                    self.verdict_error = str(e)
+                    continue
                 if v is not None:
                     out[a] = v
         return out
