@@ -90,6 +90,7 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
     # one API name.
     on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
                    api_visibility="private").then(api_name="run", **race)
+    on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
     return on_run
 
 
@@ -109,6 +110,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
 
     on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step], page.outputs(), concurrency_id="replay",
                                concurrency_limit=4, api_visibility="private", preprocess=False)
+    on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
     def paper_scale(prompt, pace, step, request: gr.Request):
         """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one

@@ -575,6 +575,14 @@ def classroom_updates(ctx: AppContext, page: "Page") -> dict:
     return out
 
 
+# Step mode ends a race on its first decision: bring the step panel into view, wherever the page is scrolled
+# (at 1280x720 after the Classroom preset it sat ~1,700 px below the fold, and nothing said it was there).
+SHOW_STEP_JS = """() => {
+  const panel = document.querySelector('#step-panel');
+  if (panel && panel.offsetParent !== null) { panel.scrollIntoView({behavior: 'smooth', block: 'start'}); }
+}"""
+
+
 # Compose the link in the browser (its own address), show it, put it in the address bar and copy it.
 LINK_JS = """(q) => {
   const url = window.location.origin + window.location.pathname + (q ? '?' + q : '');
