@@ -295,6 +295,22 @@ def test_run_it_live_after_a_replay_races_and_is_done(browser, app_url):
     page.close()
 
 
+def test_the_step_panel_scrolls_into_view_when_a_race_ends_on_it(browser, app_url):
+    """At 1280x720, a race in step mode ends on its first decision: the panel is brought into view."""
+    url, ctx = app_url
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    page.wait_for_selector("#run")
+    page.fill("#prompt textarea", "Explain how a rainbow forms.")
+    page.check("#step input")
+    page.click("#run")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Stepping')", timeout=120_000)
+    page.wait_for_function("""() => { const r = document.querySelector('#step-panel').getBoundingClientRect();
+                                      return r.top >= -1 && r.top < window.innerHeight / 2; }""")
+    page.close()
+
+
 def screenshots(url: str, prefix: str, mid_after_decision_s: float = 15.0, three: dict | None = None) -> None:
     """Screenshot a running app: before, mid-race (after the first decision) and at the end;
     ``three``: race three arms with these settings (``three_arms``)."""
