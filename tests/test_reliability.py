@@ -314,7 +314,8 @@ def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
         assert len(out) == 1 and "not offered" in out[0].status, reward
     assert loads == []  # nothing was loaded for a refused request
     assert race_frames(ctx, request(ctx))[-1].view.state == "done"
-    assert loads and all(kw == {"trust_remote_code": False} for _, _, kw in loads)
+    assert loads and all(kw.get("trust_remote_code") is False for _, _, kw in loads)
+    assert all(kw == {"trust_remote_code": False, "dtype": ctx.dtype} for what, _, kw in loads if what == "gen")
 
     # the policy: an operator's allowlist; remote code only when enabled
     policy = ModelPolicy.from_env({"SPECREJ_ALLOWED_MODELS": "org/a, org/b"}, offered=("embedded",))

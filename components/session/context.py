@@ -22,6 +22,8 @@ Environment:
                        (default off): the public deployment's guard (``components.deploy.guard``)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
                        (``components.deploy.limits``): slider ranges, per-run checks, a run-time cap
+  SPECREJ_DTYPE        the generator's dtype: fp32 (default: coupled randomness is exact, and the recorded page
+                       races, fp32, are the races the page runs), bf16 or auto (``specrej.precision``)
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
                        written (atomically: a temp file in that folder, then a rename); unset: none
 """
@@ -46,10 +48,10 @@ from ..state.shared import ASSETS, PAGE_RACES, PREFERENCE, model_label, reward_k
 MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
 
 
-def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = False):
-    """(generator, reward) for resolved specs; loaded once per process by the library.
+def get_models(model_spec: str, reward_spec: str, *, trust_remote_code: bool = False, dtype: str | None = None):
+    """(generator, reward) for resolved specs; loaded once per process (and dtype) by the library.
     ``trust_remote_code`` is True only where the operator set SPECREJ_ALLOW_REMOTE_CODE=1."""
-    return (load_lm(model_spec, trust_remote_code=trust_remote_code),   # SPECREJ_BACKEND picks the engine
+    return (load_lm(model_spec, trust_remote_code=trust_remote_code, dtype=dtype),   # SPECREJ_BACKEND: the engine
             load_reward(reward_spec, trust_remote_code=trust_remote_code))
 
 
@@ -97,6 +99,8 @@ class AppContext:
     policy: ModelPolicy = field(default_factory=ModelPolicy)
     arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
     step_costs: dict = field(default_factory=dict)   # generator spec -> its measured StepCost (paper.py)
+    dtype: str = "fp32"              # the generator's dtype (SPECREJ_DTYPE): fp32 by default, where coupling is exact
+                                     # and the recorded page races (fp32) are the races the page runs
     page_races: Path | None = PAGE_RACES   # recordings of the page's own races (None: live only; ``stream.py``)
     overhead: float = 1.0            # races here took this times their decode-time bound (learnt, ``pace.learn``)
     threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
@@ -134,6 +138,7 @@ class AppContext:
         offered = tuple(specs) + tuple(_reward_model(k[len(MODEL_REWARD):]) for _, k in rewards
                                        if k.startswith(MODEL_REWARD))
         kw = dict(models=models, rewards=tuple(rewards), default_model=specs[0], default_reward=default,
+                  dtype=env.get("SPECREJ_DTYPE", "").strip() or "fp32",
                   default_preference=preference, notes=tuple(notes),
                   concurrency=env_int("SPECREJ_CONCURRENCY", 2 if on_gpu else 1, env=env),
                   max_queue=env_int("SPECREJ_MAX_QUEUE", 10, env=env),
@@ -176,8 +181,8 @@ class AppContext:
         """Load the default models now (on the app's torch thread) so the first Run starts at once."""
         from .worker import torch_worker
 
-        lm, _ = torch_worker().call(get_models, *self.resolve(self.default_model, self.default_reward,
-                                                              self.default_preference))
+        lm, _ = torch_worker().call(lambda: get_models(*self.resolve(self.default_model, self.default_reward,
+                                                                     self.default_preference), dtype=self.dtype))
         self.quiet_step(self.default_model, lm)   # measured before any visitor's run
 
     def quiet_step(self, model: str, lm=None):
@@ -196,7 +201,7 @@ class AppContext:
         from .worker import torch_worker
 
         return torch_worker().call(lambda: get_models(*self.resolve(model, self.default_reward,
-                                                                    self.default_preference))[0])
+                                                                    self.default_preference), dtype=self.dtype)[0])
 
 
 def _has_embedded_generator() -> bool:

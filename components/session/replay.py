@@ -52,15 +52,17 @@ def find(prompt: str, folder: Path = RECORDINGS) -> Path | None:
 _IGNORED = ("progress_every",)     # how often a race reports, not what it races
 
 
-def race_key(model_spec: str, reward_spec: str, cfg: RunConfig, arms, stop_when_matched: bool = False) -> dict:
-    """What makes two races the same experiment: the generator, the reward, every setting (the prompt
-    normalised; the budget as it resolves here) and the arms. Never the dtype, the machine or the load."""
+def race_key(model_spec: str, reward_spec: str, cfg: RunConfig, arms, stop_when_matched: bool = False,
+             dtype: str = "") -> dict:
+    """What makes two races the same experiment: the generator and its dtype (float32 and bfloat16 write
+    different answers), the reward, every setting (the prompt normalised; the budget as it resolves here) and
+    the arms. Never the machine, its load or its threads (the same answers either way in both dtypes)."""
     from specrej.backends import planned_budget
 
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _IGNORED}
     settings["prompt"] = _norm(cfg.prompt)
     settings["budget"] = planned_budget(cfg.budget)
-    return {"model": model_spec, "reward": reward_spec, "config": settings,
+    return {"model": model_spec, "dtype": dtype, "reward": reward_spec, "config": settings,
             "arms": [a.spec for a in arms], "stop_when_matched": bool(stop_when_matched)}
 
 

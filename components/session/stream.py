@@ -65,10 +65,10 @@ SWITCH_SHARE = 0.85   # a live race with a recording to fall back on switches to
 
 @GPU(duration=GPU_DURATION)
 def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAULT_ARMS,
-                trust_remote_code: bool = False, stop_when_matched: bool = False) -> Iterator:
+                trust_remote_code: bool = False, stop_when_matched: bool = False, dtype: str | None = None) -> Iterator:
     """Every arm's events, interleaved at equal compute. Loads (cached) models on first use.
     ``stop_when_matched``: the baseline (first arm) stops once it reaches the second arm's winner."""
-    lm, reward = get_models(model_spec, reward_spec, trust_remote_code=trust_remote_code)
+    lm, reward = get_models(model_spec, reward_spec, trust_remote_code=trust_remote_code, dtype=dtype)
     arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
     referee = StopWhenMatched(arms[0].id, arms[1].id) if stop_when_matched and len(arms) > 1 else None
     yield from race_arms(lm, reward, cfg, arms, referee)
@@ -133,7 +133,7 @@ class Prepared:
     cfg: RunConfig
     arms: tuple
     x_axis: str
-    race_kw: dict          # extra keyword arguments of ``events_fn`` (remote code, stop once matched)
+    race_kw: dict          # extra keyword arguments of ``events_fn`` (remote code, stop once matched, dtype)
 
 
 def prepare(ctx: AppContext, request) -> Prepared:
@@ -150,6 +150,7 @@ def prepare(ctx: AppContext, request) -> Prepared:
         ctx.limits.check(arm.config(cfg))
     x_axis = request.x_axis if isinstance(request.x_axis, str) and request.x_axis in X_AXIS_CHOICES else "time"
     kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
+    kw["dtype"] = ctx.dtype
     if request.stop_when_matched is True:
         kw["stop_when_matched"] = True
     return Prepared(model_spec, reward_spec, cfg, arms, x_axis, kw)
@@ -168,9 +169,16 @@ def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
 
 def recording_of(ctx: AppContext, prep: Prepared) -> Path | None:
     """The labelled recording of this very race, when one was made (``replay.PAGE_RACES``)."""
+    if ctx.page_races is None:
+        return None
     key = replay.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
-                          prep.race_kw.get("stop_when_matched", False))
-    return replay.find_race(key, ctx.page_races) if ctx.page_races is not None else None
+                          prep.race_kw.get("stop_when_matched", False), dtype_name(ctx.generator(prep.model_spec)))
+    return replay.find_race(key, ctx.page_races)
+
+
+def dtype_name(lm) -> str:
+    """'float32', 'bfloat16': the generator's dtype as a recording names it."""
+    return str(lm.dtype).replace("torch.", "")
 
 
 def too_long(fitted: pace.Fit, prep: Prepared) -> str:
@@ -327,8 +335,8 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
     meta = make_meta(prep.model_spec, reward_label(ctx, request.reward, request.preference), settings,
                      prompt=c.prompt, arms=[{"id": a.id, "spec": a.spec} for a in prep.arms],
                      step_cost={"rows": list(cost.rows), "seconds": list(cost.seconds)},
-                     dtype=str(lm.dtype).replace("torch.", ""), request=page_fields(request),
+                     dtype=dtype_name(lm), request=page_fields(request),
                      race=replay.race_key(prep.model_spec, prep.reward_spec, c, prep.arms,
-                                          bool(prep.race_kw.get("stop_when_matched"))))
+                                          bool(prep.race_kw.get("stop_when_matched")), dtype_name(lm)))
     recorder.recording(meta).save(path)
     return path
