@@ -335,7 +335,7 @@ def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
     opened = dataclasses.replace(ctx, policy=dataclasses.replace(ctx.policy, allow_remote_code=True), active=set())
     race_frames(opened, request(opened))
     race_frames(ctx, request(ctx))
-    assert seen == [{"trust_remote_code": True}, {"trust_remote_code": False}]
+    assert [kw["trust_remote_code"] for kw in seen] == [True, False] and all(kw["dtype"] == ctx.dtype for kw in seen)
 
 
 # ---------------------------------------------------------------- fuzzing frames in-process
