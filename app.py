@@ -18,7 +18,7 @@ import gradio as gr
 from components import charts, links, panels, ui
 from components.autospec_tab import build_autospec_tab
 from components.deploy.guard import ApiGate, Guard, forwarded_headers_ignored
-from components.frames import Frame, drawn, error_frame, final_frame, step_frame
+from components.frames import Frame, drawn, error_frame, final_frame, race_label, step_frame
 from components.panels import STOPPED
 from components.deploy import memory
 from components.session import paper
@@ -266,7 +266,8 @@ def rerender_race(view, x_axis):
     if view is None:
         return gr.skip()
     view.x_axis = x_axis  # the run in flight (same object) follows the choice from its next frame
-    return charts.as_plot(charts.race_chart(view, x_axis))
+    # the label follows the axis: a verdict on FLOPs is not "against its time"
+    return gr.Plot(value=charts.as_plot(charts.race_chart(view, x_axis)), label=race_label(view, x_axis))
 
 
 def launch(demo: gr.Blocks, **kwargs):

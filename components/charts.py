@@ -15,19 +15,26 @@ text snippet in ``customdata`` for the hover; a constant ``uirevision`` so a vie
 survives updates; fixed axis ranges, and every arm chart on the same axes. Backgrounds are white
 in both the light and the dark theme (a chart is a white card there), so the dark text stays
 readable.
+
+For slides: a log axis is labelled with round values chosen from its range (``log_axis``), never
+plotly's mantissa-only minor labels; every spec carries in ``layout.meta`` its title, the prompt and
+the run's settings (``export_meta``), which the PNG and SVG buttons (``ui._DOWNLOAD_JS``) put around
+the exported copy; a dotted "now" line says which token it marks.
 """
 from __future__ import annotations
 
+import html
 import json
 import math
 
 from specrej import Candidate
+from specrej.config import AUTO
 from specrej.rewards import scale_of
 from specrej.verdict import SAME_TIME
 
 from .looks import colour as arm_colour
 from .looks import look
-from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text
+from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text, snippet
 from .state.view import ArmView, RunView, unit_step
 
 HEIGHT = 430
@@ -62,6 +69,124 @@ def reward_title(view: RunView, what: str = "reward") -> str:
     return f"{what} ({scale.name})<br><span style='font-size:12px'>{scale.unit}</span>"
 
 
+# ---------------------------------------------------------------- what an exported image carries
+
+ARM_TITLES = {"pruning": "reward of each candidate as it is written",
+              "final": "reward of each candidate when complete"}
+EXPORT_FONT = "Arial, 'Liberation Sans', Helvetica, sans-serif"   # a system font: no web font in an image
+
+
+def _plain(text: str, limit: int) -> str:
+    """Text shown as itself inside a plotly annotation or title (which reads a little HTML), on one line."""
+    return html.escape(snippet(str(text), limit), quote=False)
+
+
+def export_meta(view: RunView, title: str) -> dict:
+    """What the download buttons put around a chart (``layout.meta``, read by ``ui._DOWNLOAD_JS``): its
+    title, the prompt and the settings of the run shown."""
+    return {"title": _plain(title, 160), "prompt": _plain(view.cfg.prompt, 320), "settings": _plain(settings_text(view), 700)}
+
+
+def _arm_config(view: RunView, arm: ArmView):
+    try:
+        return arm.spec.config(view.cfg)
+    except ValueError:
+        return view.cfg
+
+
+def _arm_words(view: RunView, arm: ArmView) -> str:
+    """One arm's settings as it ran: its N (the rows it opened, for n=auto) and, when it prunes, its alpha
+    and when it decides."""
+    cfg = _arm_config(view, arm)
+    n = len(arm.candidates) if arm.candidates else cfg.n
+    if not arm.prunes:
+        return f"{arm.spec.kind.name}: N = {n}"
+    start = (f"{n} answers at once, filling memory at token {cfg.first_decision}" if cfg.n == AUTO
+             else f"{n} answers at once")
+    when = ("decides when memory is full" if cfg.decision == "budget"
+            else f"decides every {cfg.interval} tokens and when memory is full")
+    rule = "" if cfg.rule == "paper" else f", rule {cfg.rule}"
+    return f"{arm.spec.kind.name}: {start}, alpha {cfg.alpha:g}, {when}{rule}"
+
+
+def settings_text(view: RunView) -> str:
+    """The settings of the run shown, in one line for an exported chart: every arm's own settings, the
+    length and memory they share, the models and, for a recording, where and when it was recorded."""
+    budgets = [a.ledger.budget for a in view.arms.values() if a.ledger.budget]
+    budget = max(budgets) if budgets else view.cfg.budget
+    parts = [_arm_words(view, a) for a in view.display_order()]
+    parts.append(f"up to {view.cfg.max_new_tokens} new tokens, memory "
+                 + (f"{budget} tokens" if budget else "automatic"))
+    parts.append(", ".join(x for x in (view.model_label, f"reward {view.reward_label}" if view.reward_label else "")
+                           if x))
+    if view.recording is not None:
+        rec = view.recording
+        parts.append(f"seed {view.cfg.seed}; recorded on {rec.get('hardware', '?')}, {rec.get('date', '?')}")
+    else:
+        parts.append(f"temperature {view.cfg.temperature:g}, top-p {view.cfg.top_p:g}, seed {view.cfg.seed}")
+    return " · ".join(p for p in parts if p)
+
+
+# ---------------------------------------------------------------- log axes
+
+# The values a log axis labels, coarsest first: one per decade, then 1-3, 1-2-5, ... Plotly's own log
+# ticks label a range under a decade "6 7 8 9 1 2" (mantissas only) and pile long labels on each other.
+_MANTISSAS = ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5), (1, 2, 3, 4, 5, 6, 8), (1, 2, 3, 4, 5, 6, 7, 8, 9))
+MOST_TICKS = 6
+
+
+def _nice(v: float) -> float:
+    return float(f"{v:.3g}")
+
+
+def fmt_number(v: float) -> str:
+    """A tick of seconds or steps: the number itself ("0.6", "2", "150")."""
+    return f"{_nice(v):g}"
+
+
+def fmt_si(v: float) -> str:
+    """A tick of FLOPs: "300G", "1.5T"."""
+    for exp, prefix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k")):
+        if abs(v) >= 10 ** exp * 0.9995:
+            return f"{_nice(v / 10 ** exp):g}{prefix}"
+    return f"{_nice(v):g}"
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[float]]:
+    """(range in log10 units, tick values) for a log axis showing ``lo`` .. ``hi`` (> 0): round values,
+    the coarsest set of ``_MANTISSAS`` that gives 4 to ``MOST_TICKS`` of them (else the one that gives
+    the most up to that, at least 3); a range too short for those gets evenly spaced round values."""
+    lo, hi = (lo, hi) if hi > lo else (lo / 1.5, hi * 1.5)
+    a, b = math.log10(lo), math.log10(hi)
+    pad = max(0.05 * (b - a), 0.015)
+    a, b = a - pad, b + pad
+    sets = []
+    for ms in _MANTISSAS:
+        ticks = [_nice(m * 10.0 ** e) for e in range(math.floor(a), math.ceil(b) + 1) for m in ms]
+        sets.append(sorted({t for t in ticks if a <= math.log10(t) <= b}))
+    fits = [t for t in sets if len(t) <= MOST_TICKS]
+    if not fits:   # many decades: every other decade (or every third, ...)
+        fits = [sets[0][::math.ceil(len(sets[0]) / MOST_TICKS)]]
+    chosen = next((t for t in fits if len(t) >= 4), max(fits, key=len))
+    if len(chosen) < 3:   # under one step of 1..9: evenly spaced round values
+        span = 10 ** b - 10 ** a
+        step = 10 ** math.floor(math.log10(span / 3))
+        step *= next(m for m in (1, 2, 5, 10) if span / (step * m) <= MOST_TICKS - 1)
+        start = math.ceil(10 ** a / step)
+        chosen = [_nice(k * step) for k in range(start, start + MOST_TICKS + 1) if k * step <= 10 ** b]
+    return [round(a, 6), round(b, 6)], chosen
+
+
+def log_axis(values, fmt=fmt_number) -> dict:
+    """A log axis over ``values`` with round, readable labels (``log_ticks``), drawn as given."""
+    xs = [float(v) for v in values if v is not None and v > 0]
+    if not xs:
+        return {"type": "log", "autorange": True}
+    rng, ticks = log_ticks(min(xs), max(xs))
+    return {"type": "log", "range": rng, "autorange": False, "tickmode": "array", "tickvals": ticks,
+            "ticktext": [fmt(t) for t in ticks], "rangemode": None}
+
+
 def _note(text: str) -> dict:
     """A grey hint in the middle of an empty chart."""
     return {"text": text, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
@@ -69,10 +194,21 @@ def _note(text: str) -> dict:
 
 
 def _cursor(x: float | None, y_range: list, colour: str, name: str) -> dict:
-    """A dotted vertical line at ``x``: where this arm is now."""
+    """A dotted vertical line at ``x``: where this arm is now (``_cursor_label`` names it on the chart)."""
     xs = [] if x is None else [x, x]
     return {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": [y_range[0], y_range[1]][: len(xs)],
             "line": {"color": colour, "width": 1.5, "dash": "dot"}, "hoverinfo": "skip", "showlegend": False}
+
+
+def _cursor_label(x: float | None, x_max: float, colour: str) -> list[dict]:
+    """The words at the top of the dotted line: the token the arm's rows are writing now (left of the
+    line once it is past the middle, so the words stay inside the chart)."""
+    if x is None or x <= 0:
+        return []
+    left = x > 0.55 * x_max
+    return [{"text": f"writing token {x:g}", "x": x, "xref": "x", "y": 1, "yref": "paper",
+             "xanchor": "right" if left else "left", "xshift": -3 if left else 3, "yanchor": "top",
+             "showarrow": False, "font": {"size": 12, "color": colour}, "bgcolor": "rgba(255,255,255,0.8)"}]
 
 
 def _r(v: float | None) -> float | None:
@@ -183,6 +319,8 @@ def pruning_chart(view: RunView, arm_id: str) -> dict:
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
     layout = _layout("tokens generated", reward_title(view), [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
+    layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
+    layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['pruning']}")
     for m in arm.rounds:  # the decision tokens, as faint vertical lines
         layout["shapes"].append({"type": "line", "xref": "x", "yref": "paper", "x0": m.position, "x1": m.position,
                                  "y0": 0, "y1": 1, "line": {"color": "#C8C8C8", "width": 1}, "layer": "below"})
@@ -192,11 +330,16 @@ def pruning_chart(view: RunView, arm_id: str) -> dict:
     return _spec(arm_id, data, layout)
 
 
+# plotly's toolbar: no logo, no box or lasso select (nothing to select), and no camera (the PNG and SVG
+# buttons under each chart export it with its title, prompt and settings); assets/style.css hides it on a phone
+CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["toImage", "select2d", "lasso2d"]}
+
+
 def _spec(chart: str, data: list[dict], layout: dict) -> dict:
     """Stable ``uid``s: plotly matches traces across updates by them (legend toggles survive)."""
     for i, trace in enumerate(data):
         trace["uid"] = f"{chart}-{i}"
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": layout, "config": CONFIG}
 
 
 def _star(c: Candidate | None, name: str, *, partial: bool) -> dict:
@@ -244,6 +387,8 @@ def final_chart(view: RunView, arm_id: str) -> dict:
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
     layout = _layout("tokens generated", reward_title(view), [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
+    layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
+    layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['final']}")
     if not done:
         layout["annotations"].append(_note("each answer is scored once, when it is complete"))
     return _spec(arm_id, data, layout)
@@ -301,6 +446,8 @@ def work_chart(view: RunView) -> dict:
     title = "decoding time on this machine (s)" if unit == "s" else "decoding steps"
     layout = _layout(title, "rows decoding at each step", [0, max(end, 1e-3) * 1.04], [0, peak * 1.1 + 1],
                      revision="work")
+    layout["meta"] = export_meta(view, "While racing: rows decoding at each step against "
+                                 + ("decoding time" if unit == "s" else "decoding steps"))
     if end == 0:
         layout["annotations"].append(_note("each method's rows appear here as it decodes"))
     return _spec("work", data, layout)
@@ -324,16 +471,17 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
              "hovertemplate": "Best-of-%{customdata}: expected best reward %{y:.3f}<br>%{x:.3s} " + x_word
                               + "<extra></extra>"}]
     layout = _layout(X_AXES[x_axis] if unit == "s" or x_axis != "time" else "decoding steps",
-                     reward_title(view, "reward of the winner"), None, None, revision="verdict")
-    layout["xaxis"].update(type="log", rangemode=None, autorange=True)
+                     reward_title(view, "reward of the winner"), None, None, revision=f"verdict-{x_axis}")
+    points = {arm_id: (v.seconds, v.bon_seconds) if x_axis == "time" else (v.flops, v.bon_flops)
+              for arm_id, v in verdicts.items()}
     layout["xaxis"].pop("range", None)
-    if x_axis == "flops":
-        layout["xaxis"].update(tickformat=".2s", exponentformat="SI")
+    layout["xaxis"].update(log_axis(xs + [x for pair in points.values() for x in pair],
+                                    fmt_si if x_axis == "flops" else fmt_number))
+    layout["meta"] = export_meta(view, verdict_title(x_axis, unit))
     for k, (arm_id, v) in enumerate(verdicts.items()):
         arm = view.arms[arm_id]
         c = arm_colour(arm.spec)
-        x_sr = v.seconds if x_axis == "time" else v.flops
-        x_bon = v.bon_seconds if x_axis == "time" else v.bon_flops
+        x_sr, x_bon = points[arm_id]
         data.append({"type": "scatter", "mode": "markers", "name": arm.spec.label, "x": [_r6(x_sr)],
                      "y": [_r(v.reward)],
                      "marker": {"symbol": "diamond", "size": 16, "color": c, "line": {"width": 1.5, "color": "#1B1B1B"}},
@@ -348,6 +496,13 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
                                       "font": {"size": 13, "color": c}, "bgcolor": "rgba(255,255,255,0.85)",
                                       "xanchor": "right"})
     return _spec("verdict", data, layout)
+
+
+def verdict_title(x_axis: str, unit: str = "s") -> str:
+    """An exported verdict chart's title: what its x-axis is."""
+    against = ("its compute (FLOPs)" if x_axis == "flops" else
+               "its decoding time" if unit == "s" else "its decoding steps")
+    return f"Best-of-N's reward for every k against {against}, and Speculative Rejection's point"
 
 
 def verdict_short(v, x_axis: str = "time") -> str:
@@ -447,6 +602,8 @@ def pool_chart(view: RunView, checkpoint) -> dict:
                      reward_title(view, "partial reward"), [0.4, len(pool) + 0.6], [floor, round(hi + pad, 4)],
                      revision=f"pool-{checkpoint.arm}")
     layout.update(bargap=0.15, barmode="overlay")
+    layout["meta"] = export_meta(view, f"{arm.spec.label}, decision at token {r.position}: every candidate ranked by "
+                                       "its partial reward")
     if r.threshold is not None:
         layout["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": r.threshold,
                                  "y1": r.threshold, "line": {"color": THRESHOLD, "width": 2, "dash": "dash"}})

@@ -41,9 +41,18 @@ class Frame:
 
 
 RACE_LABELS = {"work": "While racing: rows decoding at each step against time (a wide, short race and a narrow, long one)",
-               "verdict": "Result: Best-of-N's reward for every k against its time here, and Speculative Rejection's point"}
+               "verdict": "Result: Best-of-N's reward for every k against its time here, and Speculative Rejection's point",
+               "verdict-flops": "Result: Best-of-N's reward for every k against its compute (FLOPs), and Speculative "
+                                "Rejection's point"}
 CHART_LABELS = {"pruning": "reward of each candidate as it is written",
                 "final": "reward of each candidate when complete"}
+
+
+def race_label(view: RunView, x_axis: str | None = None) -> str:
+    """The race chart's label: the work while racing, then the verdict against the x-axis it is drawn on."""
+    if not view.verdicts():
+        return RACE_LABELS["work"]
+    return RACE_LABELS["verdict-flops" if (x_axis or view.x_axis) == "flops" else "verdict"]
 
 
 def slots(view: RunView) -> list[tuple[str, str, str]]:
@@ -106,7 +115,7 @@ def final_frame(view: RunView) -> Frame:
     f.summary, f.table = panels.summary_markdown(view), table_value(view)
     f.trace_path, f.summary_json, f.view = view.trace_path, summary_dict(view), view
     f.results_visible, f.step = True, None
-    f.race_label = RACE_LABELS["verdict" if view.verdicts() else "work"]
+    f.race_label = race_label(view)
     return f
 
 

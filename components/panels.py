@@ -569,20 +569,21 @@ def partial_markdown(view: RunView) -> str:
 def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], list[list]]:
     """(headers, datatypes, column widths, rows): one row per candidate id; for each arm with a
     pruning chart what it did with the candidate, for each arm with a final chart the final
-    score and rank; the answer as the baseline (else the first final arm) finished it."""
+    score and rank; the answer as the baseline (else the first final arm) finished it. A narrow
+    column is as wide as its longest header word (headers break between words only) and its longest
+    cell, the answer takes the rest."""
     arms = view.display_order()
     finals = [a for a in arms if not a.prunes]
     base = view.arms[view.baseline]
     answer_from = base if not base.prunes else (finals[0] if finals else base)
-    headers, types, widths, cols = ["id"], ["number"], [5], []
+    headers, types, cols = ["id"], ["number"], []
     for a in arms:
-        s = _column_name(a, arms)
+        s = _column_name(a, arms, view.cfg)
         by_id = {c.id: c for c in a.candidates}
         if a.prunes:
             win = a.finished.winner.id if a.finished else None
             headers += [s, f"round pruned ({s})", f"partial / final score ({s})", f"tokens ({s})"]
             types += ["str", "number", "number", "number"]
-            widths += [10, 8, 9, 7]
             cols.append(lambda i, by_id=by_id, win=win: _pruning_cells(by_id.get(i), i == win))
         else:
             ranked = sorted((c for c in by_id.values() if c.status == "finished" and c.score is not None),
@@ -590,11 +591,9 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
             rank = {c.id: k + 1 for k, c in enumerate(ranked)}
             headers += [f"final score had it continued ({s})", f"{s} rank"]
             types += ["number", "number"]
-            widths += [10, 6]
             cols.append(lambda i, by_id=by_id, rank=rank: _final_cells(by_id.get(i), rank.get(i)))
     headers.append(f"answer (as {answer_from.spec.label} finished it)")
     types.append("str")
-    widths.append(max(25, 100 - sum(widths)))
     ans = {c.id: c for c in answer_from.candidates}
     fallback = {c.id: c for a in arms for c in a.candidates}
     winner = answer_from.finished.winner.id if answer_from.finished else None
@@ -608,16 +607,43 @@ def candidate_table(view: RunView) -> tuple[list[str], list[str], list[str], lis
         text = a.text if a is not None and a.status == "finished" else (fallback[i].text if i in fallback else "")
         row.append(snippet(("★ " if i == winner else "") + text, 220))
         rows.append(row)
+
+    # Widths as shares of the table, sized in pixels for the table on a 1280-px screen (~1180 px): a bold
+    # header character ~8.5 px, a cell's ~8 px, plus the cell's padding and the header's sort button.
+    table_px = 1180
+
+    def px(j: int, header: str) -> float:
+        word = max(len(w) for w in header.split())
+        cell = max((len(str(r[j])) for r in rows if r[j] is not None), default=1)
+        return max(8.5 * word + 40, 8 * cell + 24, 44)
+
+    widths = [px(j, h) for j, h in enumerate(headers[:-1])]
+    widths.append(max(0.25 * table_px, table_px - sum(widths)))
     total = sum(widths)
-    return headers, types, [f"{100 * w / total:.0f}%" for w in widths], rows
+    return headers, types, [f"{100 * w / total:.1f}%" for w in widths], rows
 
 
-def _column_name(arm: ArmView, arms: list[ArmView]) -> str:
-    """An arm in a narrow table header: its kind's short name ("SR", "BoN"), with its settings only when
-    another arm of the same kind needs telling apart ("SR alpha=0.8")."""
+def _column_name(arm: ArmView, arms: list[ArmView], base=None) -> str:
+    """An arm in a narrow table header: its kind's short name ("SR", "BoN"), with the settings that tell it
+    apart when another arm is of the same kind ("SR α=0.8"; a setting the arm leaves at the base config's
+    ``base`` shows that value), in words short enough for a narrow column."""
     kind = arm.spec.kind
-    alone = sum(a.spec.kind is kind for a in arms) == 1
-    return (kind.short or kind.name) if alone else arm.spec.short
+    same = [a for a in arms if a.spec.kind is kind]
+    name = kind.short or kind.name
+    if len(same) == 1:
+        return name
+
+    def value(a: ArmView, k: str):
+        return dict(a.spec.overrides).get(k, getattr(base, k, None))
+
+    def show(v) -> str:
+        return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+    keys = dict.fromkeys(k for a in same for k, _ in a.spec.overrides)
+    differ = [k for k in keys if len({show(value(a, k)) for a in same}) > 1]
+    words = [f"α={show(value(arm, k))}" if k == "alpha" else f"{k}={show(value(arm, k))}" for k in differ
+             if value(arm, k) is not None]
+    return " ".join([name] + (words or [f"#{same.index(arm) + 1}"]))
 
 
 def _pruning_cells(c: Candidate | None, won: bool) -> list:

@@ -6,6 +6,7 @@ leader each; a run shows one slot per arm, in ``RunView.display_order``, and hid
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -324,24 +325,91 @@ def _colour_class(colour: str) -> str:
     return "arm-c-" + colour.lstrip("#").lower()
 
 
-# Plotly's own export, from the chart on the page (window.Plotly is set once plotly.js has loaded): a PNG at
-# twice the pixels for slides, or an SVG that scales.
-_DOWNLOAD_JS = """() => {{
-  const el = document.querySelector('#{elem} .js-plotly-plot');
-  if (!el || !window.Plotly) {{ return; }}
-  window.Plotly.downloadImage(el, {{format: '{fmt}', filename: '{name}', width: el.clientWidth || 1000,
-                                   height: el.clientHeight || 450, scale: {scale}}});
-}}"""
+# The PNG and SVG buttons: plotly's export of a copy of the chart on the page (window.Plotly is set once
+# plotly.js has loaded), laid out for a slide: the chart's title, the prompt and the settings of the run shown
+# above it (``layout.meta``, from charts.export_meta), the legend below it with room for every entry, at least
+# EXPORT_MIN_WIDTH px wide, a PNG at twice the pixels. The copy is drawn off screen in a system font (a web
+# font is not available inside an image: text measured in one font and drawn in another was cut), measured,
+# grown until the legend fits, exported and removed; the page's chart is left as it is.
+EXPORT_MIN_WIDTH = 900
+_DOWNLOAD_JS = """async () => {
+  const P = window.Plotly, el = document.querySelector('#__ELEM__ .js-plotly-plot');
+  if (!el || !P || !el.data || !el.layout) { return; }
+  const W = Math.max(el.clientWidth || 0, __MIN_WIDTH__), font = __FONT__;
+  const meta = el.layout.meta || {};
+  const wrap = (text, size) => {
+    const most = Math.max(20, Math.floor((W - 32) / (0.5 * size))), lines = [];
+    let line = '';
+    for (const w of String(text || '').split(' ')) {
+      if (line && (line + ' ' + w).length > most) { lines.push(line); line = w; } else { line = line ? line + ' ' + w : w; }
+    }
+    if (line) { lines.push(line); }
+    return lines;
+  };
+  const title = wrap(meta.title, 18), sub = [...wrap(meta.prompt ? 'Prompt: \u201c' + meta.prompt + '\u201d' : '', 13),
+                                             ...wrap(meta.settings, 13)];
+  const layout = JSON.parse(JSON.stringify(el.layout)), data = JSON.parse(JSON.stringify(el.data));
+  const m = Object.assign({l: 84, r: 18, t: 20, b: 96}, layout.margin || {});
+  const plotH = Math.max(300, (el.clientHeight || 430) - m.t - m.b);
+  const top = 18 + 24 * title.length + 18 * sub.length + 16;
+  const plotW = W - m.l - m.r, left = -(m.l - 16) / plotW;
+  Object.assign(layout, {width: W, autosize: false, font: Object.assign({}, layout.font, {family: font}),
+                         paper_bgcolor: 'white', plot_bgcolor: 'white'});
+  layout.margin = Object.assign({}, m, {t: top, b: 96, autoexpand: true});
+  layout.annotations = (layout.annotations || []).concat([
+    {text: title.map(l => '<b>' + l + '</b>').join('<br>'), xref: 'paper', yref: 'paper', x: left, y: 1,
+     xanchor: 'left', yanchor: 'bottom', yshift: 18 * sub.length + 14, align: 'left', showarrow: false,
+     font: {size: 18, color: '#1F2328'}},
+    {text: sub.join('<br>'), xref: 'paper', yref: 'paper', x: left, y: 1, xanchor: 'left', yanchor: 'bottom',
+     yshift: 10, align: 'left', showarrow: false, font: {size: 13, color: '#3D444D'}}]);
+  layout.legend = Object.assign({}, layout.legend, {orientation: 'h', x: left, xanchor: 'left', y: -64 / plotH,
+                                                    yanchor: 'top', bgcolor: 'rgba(255,255,255,0)'});
+  const div = document.createElement('div');
+  div.style.cssText = 'position:fixed;left:-20000px;top:0;';
+  document.body.appendChild(div);
+  try {
+    let H = top + plotH + 96;
+    layout.height = H;
+    await P.newPlot(div, data, layout, {displayModeBar: false, staticPlot: true});
+    for (let i = 0; i < 4; i++) {   // grow the image until the legend, every entry whole, fits inside it
+      const box = div.getBoundingClientRect(), lg = div.querySelector('.legend .bg');
+      if (!lg) { break; }
+      const r = lg.getBoundingClientRect();
+      if (r.right > box.left + W - 4 && layout.legend.orientation === 'h') {   // an entry wider than a row
+        layout.legend.orientation = 'v';
+      } else if (r.bottom > box.top + H - 10) {
+        H = Math.ceil(r.bottom - box.top + 14);
+      } else { break; }
+      layout.height = H;
+      layout.margin.b = H - top - plotH;
+      layout.legend.y = -64 / plotH;
+      await P.react(div, data, layout, {displayModeBar: false, staticPlot: true});
+    }
+    await P.downloadImage(div, {format: '__FMT__', filename: '__NAME__', width: W, height: H, scale: __SCALE__});
+  } finally {
+    P.purge(div);
+    div.remove();
+  }
+}"""
+
+
+def download_js(elem: str, fmt: str, name: str, scale: int) -> str:
+    """The click handler of one download button (``_DOWNLOAD_JS`` for this chart and format)."""
+    js = _DOWNLOAD_JS
+    for key, value in (("__ELEM__", elem), ("__FMT__", fmt), ("__NAME__", name), ("__SCALE__", str(scale)),
+                       ("__MIN_WIDTH__", str(EXPORT_MIN_WIDTH)), ("__FONT__", json.dumps(charts.EXPORT_FONT))):
+        js = js.replace(key, value)
+    return js
 
 
 def download_buttons(elem: str, name: str) -> None:
-    """"PNG" and "SVG" under a chart: the chart as the page shows it, for a slide."""
+    """"PNG" and "SVG" under a chart: the chart as the page shows it, with its title, prompt and settings,
+    for a slide."""
     with gr.Row(elem_classes=["downloads"]):
         for fmt, scale in (("png", 2), ("svg", 1)):
             b = gr.Button(f"⬇ {fmt.upper()}", size="sm", variant="secondary", scale=0, min_width=70,
                           elem_classes=["download"], elem_id=f"{elem}-{fmt}")
-            b.click(None, None, None, js=_DOWNLOAD_JS.format(elem=elem, fmt=fmt, name=name, scale=scale),
-                    api_visibility="private", queue=False)
+            b.click(None, None, None, js=download_js(elem, fmt, name, scale), api_visibility="private", queue=False)
 
 
 RACE_LABEL = RACE_LABELS["work"]

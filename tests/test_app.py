@@ -168,11 +168,12 @@ def test_switching_the_compute_axis_rerenders_from_the_session_view(raced):
     import app
 
     view = raced[-1].view
-    plot = app.rerender_race(view, "flops")
-    fig = json.loads(plot.plot)
-    assert "FLOPs" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "flops"
-    fig = json.loads(app.rerender_race(view, "time").plot)
-    assert "time" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "time"
+    plot = app.rerender_race(view, "flops")   # the chart and its label (a verdict on FLOPs is not "against time")
+    fig = json.loads(plot.value["plot"])
+    assert "FLOPs" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "flops" and "FLOPs" in plot.label
+    plot = app.rerender_race(view, "time")
+    fig = json.loads(plot.value["plot"])
+    assert "time" in fig["layout"]["xaxis"]["title"]["text"] and view.x_axis == "time" and "time" in plot.label
     assert app.rerender_race(None, "flops") is not None  # nothing to redraw: a skip, not an error
 
 

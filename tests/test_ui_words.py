@@ -77,7 +77,8 @@ def test_table_headers_name_an_arm_shortly_unless_two_arms_share_a_kind(replayed
     assert not any("first_decision" in h or "n=auto" in h for h in headers), headers
     two = RunView(RunConfig(prompt="-", n=2), specs=("bon", "sr", "sr:alpha=0.8"))
     headers = panels.candidate_table(two)[0]
-    assert "round pruned (SR)" in headers and "round pruned (SR alpha=0.8)" in headers and "BoN rank" in headers
+    # the two settings told apart by what differs, the plain one at the base config's alpha
+    assert "round pruned (SR α=0.5)" in headers and "round pruned (SR α=0.8)" in headers and "BoN rank" in headers
 
 
 def test_verdict_labels_never_stack_on_each_other():
