@@ -443,7 +443,7 @@ def work_chart(view: RunView) -> dict:
                      "hovertemplate": "%{fullData.name}<br>%{y} rows decoding<br>after %{x:.2f} "
                                       + time_unit(view) + "<extra></extra>"})
     unit = time_unit(view)
-    title = "decoding time on this machine (s)" if unit == "s" else "decoding steps"
+    title = f"decoding time on {machine(view)} (s)" if unit == "s" else "decoding steps"
     layout = _layout(title, "rows decoding at each step", [0, max(end, 1e-3) * 1.04], [0, peak * 1.1 + 1],
                      revision="work")
     layout["meta"] = export_meta(view, "While racing: rows decoding at each step against "
@@ -451,6 +451,11 @@ def work_chart(view: RunView) -> dict:
     if end == 0:
         layout["annotations"].append(_note("each method's rows appear here as it decodes"))
     return _spec("work", data, layout)
+
+
+def machine(view: RunView) -> str:
+    """Whose decoding time a chart shows: this machine's, or a replay's recording machine's."""
+    return "the recording's machine" if view.recording is not None else "this machine"
 
 
 def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
@@ -470,8 +475,9 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
              "line": {"color": colour, "width": 3}, "marker": {"size": 5, "color": colour},
              "hovertemplate": "Best-of-%{customdata}: expected best reward %{y:.3f}<br>%{x:.3s} " + x_word
                               + "<extra></extra>"}]
-    layout = _layout(X_AXES[x_axis] if unit == "s" or x_axis != "time" else "decoding steps",
-                     reward_title(view, "reward of the winner"), None, None, revision=f"verdict-{x_axis}")
+    x_title = (X_AXES[x_axis].replace("this machine", machine(view)) if unit == "s" or x_axis != "time"
+               else "decoding steps")
+    layout = _layout(x_title, reward_title(view, "reward of the winner"), None, None, revision=f"verdict-{x_axis}")
     points = {arm_id: (v.seconds, v.bon_seconds) if x_axis == "time" else (v.flops, v.bon_flops)
               for arm_id, v in verdicts.items()}
     layout["xaxis"].pop("range", None)
@@ -486,9 +492,12 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
                      "y": [_r(v.reward)],
                      "marker": {"symbol": "diamond", "size": 16, "color": c, "line": {"width": 1.5, "color": "#1B1B1B"}},
                      "hovertemplate": f"{arm.spec.label}<br>reward %{{y:.3f}}<br>%{{x:.3s}} {x_word}<extra></extra>"})
-        data.append({"type": "scatter", "mode": "lines+markers", "name": "equal reward", "showlegend": k == 0,
-                     "x": [_r6(x_sr), _r6(x_bon)], "y": [_r(v.reward)] * 2, "hoverinfo": "skip",
-                     "line": {"color": c, "width": 2, "dash": "dot"},
+        # the dotted line to where Best-of-N's curve has the same reward: only where it has it (not below
+        # Best-of-1's reward, nor on a flat curve); the trace stays (fixed traces), empty
+        on_curve = v.kind in ("reached", "beyond")
+        data.append({"type": "scatter", "mode": "lines+markers", "name": "equal reward", "showlegend": k == 0 and on_curve,
+                     "x": [_r6(x_sr), _r6(x_bon)] if on_curve else [], "y": [_r(v.reward)] * 2 if on_curve else [],
+                     "hoverinfo": "skip", "line": {"color": c, "width": 2, "dash": "dot"},
                      "marker": {"size": [0, 11], "symbol": "circle-open", "color": c, "line": {"width": 2}}})
         word = verdict_short(v, x_axis)
         layout["annotations"].append({"x": math.log10(max(x_bon, 1e-12)), "y": v.reward, "xref": "x", "yref": "y",

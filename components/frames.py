@@ -52,7 +52,8 @@ def race_label(view: RunView, x_axis: str | None = None) -> str:
     """The race chart's label: the work while racing, then the verdict against the x-axis it is drawn on."""
     if not view.verdicts():
         return RACE_LABELS["work"]
-    return RACE_LABELS["verdict-flops" if (x_axis or view.x_axis) == "flops" else "verdict"]
+    label = RACE_LABELS["verdict-flops" if (x_axis or view.x_axis) == "flops" else "verdict"]
+    return label.replace("its time here", "its time on the recording's machine") if view.recording else label
 
 
 def slots(view: RunView) -> list[tuple[str, str, str]]:

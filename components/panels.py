@@ -185,7 +185,13 @@ def _ledger_rows(view: RunView) -> list[str]:
                  look(arm.spec.method).rounds(f.rounds)]
         for (_, col), cell in zip(rows, cells):
             col.append(cell)
-    out = ["| | " + " | ".join(md_escape(a.spec.label) for a in arms) + " |", "|---|" + "---:|" * len(arms)]
+    def head(a: ArmView) -> str:   # what the column counts: a baseline wrote every one of its answers
+        n = len(a.finished.candidates)
+        return md_escape(a.spec.label) + (f" (all {n} answers)" if not a.prunes else "")
+
+    out = ["*What each method spent in this race. Best-of-N's column is all of its answers; the verdict above "
+           "compares with Best-of-k, the k answers it needs to match.*", "",
+           "| | " + " | ".join(head(a) for a in arms) + " |", "|---|" + "---:|" * len(arms)]
     out += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows]
     return out
 
