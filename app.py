@@ -184,12 +184,12 @@ def wire_steps(page: ui.Page) -> None:
             if view is None or not getattr(view, "checkpoints", None):
                 return page.updates(Frame(status="**Nothing to step through:** run a race (or replay one) with "
                                                  "'Step through the decisions' on.", status_kind="idle"))
-            if delta is None:
+            k = None if delta is None else int(k or 0) + delta
+            if k is None or k >= len(view.checkpoints):
+                view.step_shown = None   # the result is shown: the x-axis switch redraws the verdict again
                 return page.updates(final_frame(view))
-            k = int(k or 0) + delta
-            if k >= len(view.checkpoints):
-                return page.updates(final_frame(view))
-            return page.updates(step_frame(view, max(0, k)))
+            view.step_shown = max(0, k)
+            return page.updates(step_frame(view, view.step_shown))
         return show
 
     for button, delta in ((s.prev, -1), (s.next, 1), (s.end, None)):
@@ -266,6 +266,8 @@ def rerender_race(view, x_axis):
     if view is None:
         return gr.skip()
     view.x_axis = x_axis  # the run in flight (same object) follows the choice from its next frame
+    if view.stepping and view.checkpoints and view.step_shown is not None:
+        return gr.skip()   # stepping: the chart shows the race at a decision; the verdict stays hidden until the end
     # the label follows the axis: a verdict on FLOPs is not "against its time"
     return gr.Plot(value=charts.as_plot(charts.race_chart(view, x_axis)), label=race_label(view, x_axis))
 

@@ -177,6 +177,21 @@ def test_switching_the_compute_axis_rerenders_from_the_session_view(raced):
     assert app.rerender_race(None, "flops") is not None  # nothing to redraw: a skip, not an error
 
 
+def test_while_stepping_the_axis_switch_keeps_the_verdict_hidden(ctx):
+    """Step mode hides the result until "Run to the end": switching the x axis at a decision redraws nothing
+    (the axis is kept for the result); once the result is shown it redraws the verdict."""
+    import gradio as gr
+
+    import app
+
+    view = race_frames(ctx, request(ctx, step=True))[-1].view
+    assert view.stepping and view.checkpoints and view.step_shown == 0
+    skipped = app.rerender_race(view, "flops")
+    assert not isinstance(skipped, gr.Plot) and view.x_axis == "flops"
+    view.step_shown = None   # "Run to the end" (wire_steps) shows the result
+    assert "FLOPs" in app.rerender_race(view, "flops").label
+
+
 def test_app_imports_without_loading_models_and_gpu_is_a_noop_here():
     import app
     from components.session import gpu

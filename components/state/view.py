@@ -117,6 +117,7 @@ class RunView:
     recording: dict | None = None    # a replay: what was recorded (model, hardware, date, recorded seconds)
     checkpoints: list = field(default_factory=list)   # a snapshot at each decision (``Checkpoint``)
     stepping: bool = False           # the page steps through the decisions once the race is over
+    step_shown: int | None = 0       # stepping: the decision the page shows (None once the result is shown)
     verdict_error: str = ""          # why a finished race has no verdict (a score the verdict refuses)
     fallback: dict | None = None     # a Run that plays the recording of its race instead of racing live: why
                                      # ({"reason": "too_long" | "behind", "estimate_s", "limit_s", "load", ...})
