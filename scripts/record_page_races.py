@@ -50,7 +50,9 @@ def main() -> None:
             continue
         for prompt in ctx.examples:
             t = time.perf_counter()
-            path = stream.record(ctx, RunRequest(prompt=prompt, **preset), args.out / f"{slug(prompt)}-{name}.json.gz")
+            req = RunRequest(prompt=prompt, model=ctx.default_model, reward=ctx.default_reward,   # as the page sends
+                             preference=ctx.default_preference, **preset)
+            path = stream.record(ctx, req, args.out / f"{slug(prompt)}-{name}.json.gz")
             print(f"{path}: {time.perf_counter() - t:.1f} s, {path.stat().st_size / 1024:.0f} KiB", flush=True)
 
 
