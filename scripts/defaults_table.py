@@ -5,7 +5,7 @@ improvement score.
     python scripts/defaults_table.py --set n=16 --prompts 1
 
 Each race runs as the page runs it (``components.session.stream.updates``: this machine's decoding step
-measured first, the race fitted to it, the verdict priced at the step times measured then), on the
+measured first, the race as set, the verdict priced at the step times measured then), on the
 embedded models and the default reward, without a browser. Prints one markdown row per prompt and the
 CPU it ran on; run it on a quiet machine.
 """

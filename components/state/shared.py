@@ -15,10 +15,11 @@ PACES = [("real pace", "1"), ("4×", "4"), ("16×", "16"), ("instant", "inf")]
 PAPER_SCALE = dict(n=128, sr_start="auto", first_decision=16, max_new_tokens=256, budget=2048, alpha=0.5,
                    decision="budget", stop_when_matched=False, second=False, rule="paper")
 PAPER_REWARD = "self-certainty"
-# A race for a class: small enough to end in well under half a minute on a 2-core CPU, N equal to the rows
-# Speculative Rejection opens with (so its result always falls on Best-of-N's curve: every answer it could
-# pick is one Best-of-N writes too), two decisions to step through, and step mode on.
-CLASSROOM = dict(n=16, alpha=0.5, max_new_tokens=48, budget=224, first_decision=14, sr_start="auto",
+# A race for a class: N equal to the rows Speculative Rejection opens with (16 on every example prompt, so its
+# result always falls on Best-of-N's curve: every answer it could pick is one Best-of-N writes too), two
+# decisions to step through (near tokens 19 and 38, well before the 48th), step mode on, and few of Best-of-N's
+# steps: 336 slots hold 6 rows of 48 tokens, 3 passes (144 steps; a 224-slot budget held 3: 6 passes, 288).
+CLASSROOM = dict(n=16, alpha=0.5, max_new_tokens=48, budget=336, first_decision=18, sr_start="auto",
                  decision="budget", rule="paper", seed=0, second=False, stop_when_matched=False, fit=True, step=True)
 
 
