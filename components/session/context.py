@@ -102,7 +102,10 @@ class AppContext:
     dtype: str = "fp32"              # the generator's dtype (SPECREJ_DTYPE): fp32 by default, where coupling is exact
                                      # and the recorded page races (fp32) are the races the page runs
     page_races: Path | None = PAGE_RACES   # recordings of the page's own races (None: live only; ``stream.py``)
-    overhead: float = 1.0            # races here took this times their decode-time bound (learnt, ``pace.learn``)
+    # races here take this times their decode-time bound (reward scoring, sampling, frames, the browser's drawing):
+    # learnt after every race (``pace.learn``); it starts at what the default Run took in Chromium on a quiet
+    # 2-core Xeon (36.1 s against an 18.3 s bound: 1.97), so the first Run's "expected" is not half its time
+    overhead: float = 1.8
     threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
     last_load: float | None = None   # the last probe's load factor (``pace.fit``)
 
