@@ -187,7 +187,7 @@ def _ledger_rows(view: RunView) -> list[str]:
             col.append(cell)
     def head(a: ArmView) -> str:   # what the column counts: a baseline wrote every one of its answers
         n = len(a.finished.candidates)
-        return md_escape(a.spec.label) + (f" (all {n} answers)" if not a.prunes else "")
+        return md_escape(a.spec.label) + (f" · all {n} answers" if not a.prunes else "")
 
     out = ["*What each method spent in this race. Best-of-N's column is all of its answers; the verdict above "
            "compares with Best-of-k, the k answers it needs to match.*", "",
