@@ -171,7 +171,8 @@ def wire_stop(page: ui.Page, guard: Guard, events: list) -> None:
         return stopped() if found else gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
 
     c.stop.click(stop, None, [a.status], cancels=events, queue=False, api_name="stop") \
-        .then(stopped, None, [a.status], queue=False, api_visibility="private")
+        .then(lambda shown: gr.skip() if NOTHING_TO_STOP in str(shown) else stopped(), [a.status], [a.status],
+              queue=False, api_visibility="private")
 
 
 def wire_steps(page: ui.Page) -> None:
