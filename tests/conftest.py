@@ -109,6 +109,22 @@ def length_reward():
     return CallableReward(lambda prompt, rs: [len(set(r)) + 0.01 * len(r) for r in rs], name="variety")
 
 
+# Debian's chromium, driven by the playwright pip package (never `playwright install`)
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for a browser-test module (skipped without the playwright package)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
 def launch_local(demo) -> str:
     """Launch an app (``app.build_demo``) in-process on a free loopback port; return its URL."""
     import app

@@ -16,11 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import launch_local
+from conftest import ARGS, CHROMIUM, launch_local  # noqa: F401  (ARGS: the other browser modules import it here)
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 VIEWPORT = {"width": 1400, "height": 900}
 
@@ -30,8 +27,8 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+def serve_tiny(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    """Yield (url, context) of the app on the tiny models, served in-process; close it after."""
     import app
     from components.session.context import AppContext
 
@@ -45,12 +42,8 @@ def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
+def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    yield from serve_tiny(tiny_lm_dir, tiny_reward_dir, tmp_path_factory)
 
 
 def open_page(browser, url):

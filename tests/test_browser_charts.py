@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_browser import ARGS, ARTIFACTS, CHROMIUM, three_arms  # noqa: E402
+from test_browser import ARTIFACTS, CHROMIUM, serve_tiny, three_arms  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium"),
@@ -27,26 +27,8 @@ HANG_GUARD_MS = 120_000   # only against a hang: nothing here asserts a speed
 
 @pytest.fixture(scope="module")
 def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
-    from conftest import launch_local
-
-    import app
-    from components.session.context import AppContext
-
-    env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}"}
-    ctx = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")))
-    ctx.warm()
-    demo = app.build_demo(ctx)
-    yield launch_local(demo)
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
+    for url, _ in serve_tiny(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+        yield url
 
 
 def replayed(browser, url, width, *, phone=False):

@@ -127,16 +127,6 @@ def test_the_default_first_run_decides_and_states_the_time_to_equal_reward(brows
     assert "Improvement score" in out["summary"] and "FLOPs:" in out["summary"]
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
-
-
 def replayed(browser, url, *, step: bool, viewport=VIEWPORT, dark: bool = False):
     """The first example's recorded paper-scale race, replayed instantly (optionally in step mode)."""
     page = browser.new_page(viewport=viewport, color_scheme="dark" if dark else "light")
