@@ -40,7 +40,9 @@ def cache_slots(rows) -> int:
 
     if rows.cache is None or not len(rows):
         return 0
-    if isinstance(rows.cache, SharedPrefixCache):
+    from specrej.compiled import StaticRows
+
+    if isinstance(rows.cache, (SharedPrefixCache, StaticRows)):
         return rows.cache.prefix_len + len(rows) * rows.cache.own_length()
     return len(rows) * rows.cache.get_seq_length()
 

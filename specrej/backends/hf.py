@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from .. import compiled
 from ..config import RunConfig
 from ..core.budget import cpu_budget
 from ..kvcache import grow_in_place
@@ -156,6 +157,13 @@ class Engine:
         self.prompt_logits, self.prompt_cache = next_logits(lm, ids, None)   # [1, vocab]
         self.log_vocab = math.log(self.prompt_logits.shape[-1])
         self._stop_tail = max((len(s) for s in stop), default=0) + 2
+        # the compiled step (``compiled.py``) where the prompt is stored once and the model allows it
+        self.step = compiled.step_for(lm.model) if self.share_prefix else None
+
+    @property
+    def step_kind(self) -> str:
+        """How the rows decode: "compiled" (``compiled.Step``) or "eager" (transformers' forward)."""
+        return "compiled" if self.step is not None else "eager"
 
     @property
     def kv_sharing(self) -> str:
@@ -166,7 +174,9 @@ class Engine:
         """Rows for these candidates. ``feed``: how the rows' sampled tokens go into the model (default
         ``feed_tokens``; the bench's reference engine feeds left-padded rows with a mask)."""
         # 2. share the prompt's cache with every row of this pass (or copy it to each)
-        if self.share_prefix:
+        if self.step is not None and feed is None:   # the compiled step's own static buffers
+            cache, feed = compiled.StaticRows(self.step, self.prompt_cache, len(cand_ids)), feed_static
+        elif self.share_prefix:
             cache = SharedPrefixCache(self.prompt_cache, len(cand_ids))
         else:
             cache = copy.deepcopy(self.prompt_cache)
@@ -185,6 +195,11 @@ def feed_tokens(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
     """The engine's feed: one token per row (tok: [rows]) into the rows' cache; returns the next-token
     logits [rows, vocab] and the cache."""
     return next_logits(rows.engine.lm, tok[:, None], rows.cache)
+
+
+def feed_static(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
+    """The compiled step's feed: one token per row into its ``compiled.StaticRows``."""
+    return rows.cache.feed(tok), rows.cache
 
 
 Feed = Callable[["Rows", torch.Tensor], tuple[torch.Tensor, object]]

@@ -1,0 +1,303 @@
+"""A decoding step written as one function that ``torch.compile`` can capture (Llama-family models).
+
+Why: an eager decoding step of the embedded 135M model issues ~1,000 small ops (30 layers of norms,
+rotary, attention pieces, copies) from Python; at 1-32 rows that, not the matmuls, is most of the
+step (docs/performance.md). Here the step is a plain function of tensors: the prompt's keys and
+values stored once (``[layers, kv_heads, P, d]``, as ``shared_prefix`` does), each row's own tokens
+in preallocated buffers (``[layers, rows, kv_heads, T, d]``, grown by ``CHUNK``), the write position
+a tensor, so one compiled graph serves every row count, prompt length and position (dynamic shapes;
+inductor's C++ kernels on a CPU, CUDA graphs per bucket on a GPU).
+
+What it keeps exact (fp32): every op is row-wise. The linears are the prepacked oneDNN kernels of
+``packed.py`` (an opaque op to the compiler, so its rows are computed with one blocking whatever the
+row count), and a lone row is never run alone: the cache keeps a second, duplicate row (CPU kernels
+take another path for one row). So candidate c writes the same tokens in every arm and batch size,
+as on the eager path; the tokens differ from the eager path's in the last bits of some logits (other
+fused reductions), so recordings say which step made them (``Engine.step_kind``).
+
+Off with ``SPECREJ_COMPILE=0`` (or ``eager``); ``SPECREJ_COMPILE=1`` forces it where it would
+otherwise be skipped. Where it cannot be used (another family, sliding windows, biasless checks
+failing, no compiler toolchain), the engine logs one line saying why and decodes eagerly.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+
+import torch
+
+from .packed import lone_row_padded
+
+log = logging.getLogger("specrej.compiled")
+COMPILE_ENV = "SPECREJ_COMPILE"
+CHUNK = 32            # own-token buffers grow by this many positions
+FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
+
+_WEIGHTS: dict[int, tuple] = {}   # key -> (packed weight or None, weight, bias): read by the custom op
+
+
+@torch.library.custom_op("specrej::linear", mutates_args=())
+def _linear(x: torch.Tensor, key: torch.Tensor, out: int) -> torch.Tensor:
+    """One linear layer (``out`` features) on the weight registered under ``key`` (a 0-d tensor, so
+    one compiled layer serves every layer): its prepacked oneDNN form (``packed.py``), opaque to
+    the compiler, or a plain ``F.linear`` where nothing was packed (CUDA)."""
+    pw, w, b = _WEIGHTS[int(key)]
+    if pw is None:
+        return torch.nn.functional.linear(x, w, b)
+    return lone_row_padded(lambda x2: torch.ops.mkldnn._linear_pointwise(x2, pw, b, "none", [], ""), x)
+
+
+@_linear.register_fake
+def _(x, key, out):
+    return x.new_empty(*x.shape[:-1], out)
+
+
+def mode() -> str:
+    """``SPECREJ_COMPILE``: "auto" (default), "on" or "off"."""
+    v = os.environ.get(COMPILE_ENV, "auto").strip().lower()
+    return "off" if v in ("0", "false", "no", "off", "eager") else "on" if v in ("1", "true", "yes", "on") else "auto"
+
+
+def unsupported(model) -> str | None:
+    """Why this model's step cannot be compiled here (None: it can)."""
+    c = model.config
+    if getattr(c, "model_type", None) not in FAMILIES:
+        return f"model type {getattr(c, 'model_type', None)!r} is not Llama/Mistral/Qwen2/Qwen3"
+    if getattr(c, "hidden_act", "silu") != "silu":
+        return f"activation {c.hidden_act!r}"
+    rope = getattr(c, "rope_scaling", None) or getattr(c, "rope_parameters", None) or {}
+    if (rope.get("rope_type") or rope.get("type") or "default") != "default":
+        return f"rope type {rope.get('rope_type') or rope.get('type')!r}"
+    if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or ())):
+        return "sliding-window layers"
+    if getattr(c, "sliding_window", None) is not None and getattr(c, "use_sliding_window", True):
+        return "a sliding window"
+    if model.device.type == "cpu" and model.dtype in (torch.float32, torch.bfloat16) and not (
+            torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return "oneDNN is missing from this torch"
+    if model.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"dtype {model.dtype}"
+    return None
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+_next_key = [0]
+
+
+class Step:
+    """The model's decoding step as tensors: ``step(tok, pos, g, own, pre)``.
+
+    Compiled as two graphs: one layer (called once per layer with that layer's weights, so a 30-layer
+    model compiles one layer, not thirty) and the ends (embedding, rotary, mask; final norm, head)."""
+
+    def __init__(self, model, compile_: bool = True, mode: str | None = None):
+        """``mode``: torch.compile's (``"reduce-overhead"``: CUDA graphs on a GPU; default inductor's kernels)."""
+        c = model.config
+        self.device, self.dtype = model.device, model.dtype
+        self.layers_n = c.num_hidden_layers
+        self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.eps = float(c.rms_norm_eps)
+        self.scaling = self.head_dim ** -0.5
+        rot = model.model.rotary_emb
+        self.inv_freq = rot.inv_freq.float().to(self.device)
+        self.rot_scale = float(getattr(rot, "attention_scaling", 1.0))
+        self.embed = model.get_input_embeddings().weight
+        pack = self.device.type == "cpu"
+        self._keys: list[int] = []
+
+        def linear(*mods) -> tuple[torch.Tensor, int]:
+            w = torch.cat([m.weight.detach() for m in mods]) if len(mods) > 1 else mods[0].weight.detach()
+            bs = [m.bias for m in mods]
+            b = None if all(x is None for x in bs) else torch.cat(
+                [x.detach() if x is not None else w.new_zeros(m.out_features) for x, m in zip(bs, mods)])
+            if not pack:   # CUDA: the weights themselves (the compiler's own matmuls; CUDA graphs need no CPU input)
+                return (w, b), w.shape[0]
+            _next_key[0] += 1
+            k = _next_key[0]
+            _WEIGHTS[k] = (torch.ops.mkldnn._reorder_linear_weight(w, 128), w, b)
+            self._keys.append(k)
+            return torch.tensor(k), w.shape[0]
+
+        self.packed = pack
+        self.layer_w = []
+        for layer in model.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+            (kqkv, _), (ko, _), (kgu, n_gu), (kdown, _) = (linear(a.q_proj, a.k_proj, a.v_proj), linear(a.o_proj),
+                                                          linear(m.gate_proj, m.up_proj), linear(m.down_proj))
+            self.layer_w.append((layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
+                                 kqkv, ko, kgu, kdown,
+                                 None if qn is None else qn.weight, None if kn is None else kn.weight))
+        self.inter = n_gu // 2
+        self.hidden = c.hidden_size
+        self.norm = model.model.norm.weight
+        self.head, self.vocab = linear(model.get_output_embeddings())
+        self.compiled = compile_
+        # each Step (each model) is one more compiled variant of the same three functions
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        wrap = (lambda f: torch.compile(f, fullgraph=True, mode=mode)) if compile_ else (lambda f: f)
+        self._start, self._layer, self._end = wrap(self._start_fn), wrap(self._layer_fn), wrap(self._end_fn)
+
+    def release(self) -> None:
+        for k in self._keys:
+            _WEIGHTS.pop(k, None)
+
+    def __call__(self, tok, pos, g, own, pre) -> torch.Tensor:
+        """tok [R] ids; pos, g: 0-d int64 (position of tok, rows' own tokens before it); own: keys and
+        values [L, 2, R, kvh, T, d] (position g is written here); pre: the prompt's [L, 2, kvh, P, d].
+        Returns logits [R, V] fp32."""
+        mark = torch._dynamo.mark_dynamic if self.compiled else (lambda t, dims: None)
+        mark(tok, 0)
+        x, cos, sin, mask = self._start(tok, pos, g, own[0, 0, 0, 0, :, 0])
+        mark(x, 0)
+        mark(mask, 0)
+        g1 = g.view(1)
+        for li, (ln1, ln2, kqkv, ko, kgu, kdown, qn, kn) in enumerate(self.layer_w):
+            o, p = own[li], pre[li]
+            mark(o, (1, 3))
+            mark(p, 2)
+            x = self._layer(x, cos, sin, mask, g1, o, p, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn)
+        return self._end(x)
+
+    def _start_fn(self, tok, pos, g, t_axis):
+        x = self.embed[tok]                                                # [R, hidden]
+        freqs = pos.float() * self.inv_freq                                # [d/2]
+        emb = torch.cat((freqs, freqs))
+        cos = (emb.cos() * self.rot_scale).to(x.dtype)
+        sin = (emb.sin() * self.rot_scale).to(x.dtype)
+        t = torch.arange(t_axis.shape[0], device=tok.device)
+        mask = torch.where(t <= g, 0.0, float("-inf"))                    # [T]: the own tokens written so far
+        return x, cos, sin, mask
+
+    def _layer_fn(self, x, cos, sin, mask, g1, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
+        R = x.shape[0]
+        h, kvh, d = self.heads, self.kv_heads, self.head_dim
+        grp, qd, kd = h // kvh, h * d, kvh * d
+        hs = _rms(x, ln1, self.eps)
+        qkv = self._lin(hs, kqkv, qd + 2 * kd)
+        q = qkv[:, :qd].view(R, h, d)
+        k = qkv[:, qd:qd + kd].view(R, kvh, d)
+        v = qkv[:, qd + kd:].view(R, kvh, d)
+        if qn is not None:
+            q, k = _rms(q, qn, self.eps), _rms(k, kn, self.eps)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        own[0].index_copy_(2, g1, k[:, :, None, :])                       # this token's key and value, in place
+        own[1].index_copy_(2, g1, v[:, :, None, :])
+        qg = q.view(R, kvh, grp, d).float()
+        # scores as broadcast products summed over d: each row its own loop, whatever the row count
+        s_p = (qg[:, :, :, None, :] * pre[0][None, :, None].float()).sum(-1) * self.scaling
+        s_o = (qg[:, :, :, None, :] * own[0][:, :, None].float()).sum(-1) * self.scaling + mask
+        P = pre.shape[2]
+        s = torch.cat((s_p, s_o), dim=-1).softmax(-1)                      # [R, kvh, grp, P + T]
+        att = ((s[..., :P, None] * pre[1][None, :, None].float()).sum(-2)
+               + (s[..., P:, None] * own[1][:, :, None].float()).sum(-2))   # [R, kvh, grp, d]
+        x = x + self._lin(att.to(x.dtype).reshape(R, qd), ko, self.hidden)
+        hs = _rms(x, ln2, self.eps)
+        gu = self._lin(hs, kgu, 2 * self.inter)
+        return x + self._lin(torch.nn.functional.silu(gu[:, :self.inter]) * gu[:, self.inter:], kdown, self.hidden)
+
+    def _end_fn(self, x):
+        return self._lin(_rms(x, self.norm, self.eps), self.head, self.vocab).float()
+
+    def _lin(self, x, w, out: int):
+        """A linear layer: the packed oneDNN op by key on a CPU, ``F.linear`` on (weight, bias) elsewhere."""
+        if self.packed:
+            return torch.ops.specrej.linear(x, w, out)
+        return torch.nn.functional.linear(x, w[0], w[1])
+
+
+class StaticRows:
+    """The rows' cache for ``Step``: the prompt once, each row's tokens in buffers grown by ``CHUNK``.
+
+    A lone row is kept as two (the second a copy) so no kernel ever runs on one row."""
+
+    def __init__(self, step: Step, prompt_cache, rows: int):
+        self.step = step
+        self.pre = torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in prompt_cache.layers])
+        L, _, kvh, self.prefix_len, d = self.pre.shape                  # [L, 2, kvh, P, d]
+        self.n = rows
+        self.own = self.pre.new_zeros(L, 2, max(rows, 2), kvh, CHUNK, d)
+        self.g = 0
+
+    def own_length(self) -> int:
+        return self.g
+
+    def feed(self, tok: torch.Tensor) -> torch.Tensor:
+        """One token per row (tok: [rows]) -> next-token logits [rows, vocab] fp32."""
+        if self.g >= self.own.shape[4]:
+            self._grow()
+        dev, phys = self.own.device, self.own.shape[2]
+        tok = tok.to(dev)
+        if tok.shape[0] < phys:
+            tok = torch.cat([tok, tok[:1].expand(phys - tok.shape[0])])
+        pos = torch.tensor(self.prefix_len + self.g, device=dev)
+        logits = self.step(tok, pos, torch.tensor(self.g, device=dev), self.own, self.pre)
+        self.g += 1
+        return logits[:self.n]
+
+    def _grow(self) -> None:
+        old = self.own
+        self.own = old.new_zeros(*old.shape[:4], old.shape[4] + CHUNK, old.shape[5])
+        self.own[..., :old.shape[4], :] = old
+
+    def batch_select_indices(self, idx: torch.Tensor) -> None:
+        self.n = len(idx)
+        if self.n == 1:
+            idx = idx.repeat(2)
+        self.own = self.own[:, :, idx.to(self.own.device)]
+
+
+_steps: "weakref.WeakKeyDictionary[torch.nn.Module, Step | None]" = weakref.WeakKeyDictionary()
+
+
+def step_for(model) -> Step | None:
+    """The model's ``Step`` (built once per model; compiled where ``mode()`` allows); None where it cannot
+    be used, with one log line saying why."""
+    if model in _steps:
+        return _steps[model]
+    m = mode()
+    why = "SPECREJ_COMPILE=0" if m == "off" else unsupported(model)
+    st = None
+    if why is None:
+        try:
+            st = Step(model, compile_=True)
+            warm(st)
+        except Exception as e:   # no C++ toolchain, an inductor failure: decode eagerly
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            st = None
+    if why is not None:
+        log.warning("specrej: decoding eagerly (no compiled step): %s", why)
+    _steps[model] = st
+    return st
+
+
+def use(model, step: "Step | None") -> None:
+    """Make ``step`` the one engines of ``model`` decode with (None: the eager forward): for measuring both."""
+    _steps[model] = step
+
+
+def warm(step: Step, rows: tuple[int, ...] = (2, 3)) -> float:
+    """Compile the step now on dummy inputs (first call), so no race pays for it; returns seconds."""
+    t0 = time.perf_counter()
+    L, kvh, d = step.layers_n, step.kv_heads, step.head_dim
+    with torch.inference_mode():
+        for r in rows:
+            pre = torch.zeros(L, 2, kvh, 5, d, dtype=step.dtype, device=step.device)
+            own = torch.zeros(L, 2, r, kvh, CHUNK, d, dtype=step.dtype, device=step.device)
+            tok = torch.zeros(r, dtype=torch.long, device=step.device)
+            step(tok, torch.tensor(5, device=step.device), torch.tensor(0, device=step.device), own, pre)
+    return time.perf_counter() - t0

@@ -1,0 +1,108 @@
+"""The compiled decoding step (specrej/compiled.py): the same model as the eager forward, row-wise exact,
+switchable, and the GPU check's CPU dry run (scripts/gpu_check.sh with DRY=1)."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specrej import compiled, load_generator
+from specrej.backends.hf import Engine, Sampling, next_logits
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLED = Sampling(0.9, 0.95, 40)
+
+
+@pytest.fixture(scope="module")
+def lm32(tiny_lm_dir):
+    return load_generator(tiny_lm_dir, dtype="fp32")
+
+
+def decode(lm, ids, *, n_total=12, max_new=40, prune_at=0, keep=None, prompt="Explain how a rainbow forms."):
+    eng = Engine(lm, lm.render(prompt), sampling=SAMPLED, seed=1, n_total=n_total, max_new_tokens=max_new)
+    rows, out, steps = eng.start(ids), {}, 0
+    while len(rows):
+        out.update({d.cand: d.tokens for d in rows.step()})
+        steps += 1
+        if steps == prune_at:
+            rows.keep(keep)
+    return out, eng.step_kind
+
+
+def test_the_compiled_step_computes_the_models_logits(lm32):
+    """Logits of several steps (past one buffer chunk, so the buffers grow) against transformers' own forward."""
+    ids = lm32.render("Give me three tips for staying healthy.")
+    eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=100)
+    assert eng.step_kind == "compiled"
+    rows = eng.start([0, 1, 2])
+    toks = torch.tensor([[5, 9, 17]] * (compiled.CHUNK + 3)).t()            # [rows, steps]
+    with torch.inference_mode():
+        got = torch.stack([rows.cache.feed(toks[:, i]) for i in range(toks.shape[1])], 1)
+        full = torch.cat([torch.tensor([ids] * 3), toks], 1)
+        ref = lm32.model(input_ids=full).logits[:, len(ids):].float()
+    assert rows.cache.own.shape[4] == 2 * compiled.CHUNK
+    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_candidate_writes_the_same_tokens_in_any_batch_when_compiled(tiny_lm_dir, dtype):
+    """Coupling on the compiled step: the same tokens whatever the batch, after a prune, and alone."""
+    lm = load_generator(tiny_lm_dir, dtype=dtype)
+    everyone, kind = decode(lm, list(range(12)))
+    assert kind == "compiled"
+    for batch in ([0, 1, 2, 3], list(range(4, 12)), [10], [2, 11, 6]):
+        assert decode(lm, batch)[0] == {c: everyone[c] for c in batch}, (dtype, batch)
+    pruned, _ = decode(lm, list(range(12)), prune_at=6, keep=[1, 4, 9])
+    assert pruned == {c: everyone[c] for c in (1, 4, 9)}
+    alone, _ = decode(lm, list(range(12)), prune_at=3, keep=[7])      # a lone row is never run alone
+    assert alone == {7: everyone[7]}
+
+
+def test_switched_off_or_unsupported_the_engine_decodes_eagerly_and_says_why(tiny_lm_dir, monkeypatch, caplog):
+    monkeypatch.setenv(compiled.COMPILE_ENV, "0")
+    lm = load_generator(tiny_lm_dir, dtype="fp32")
+    model = type(lm.model)(copy.deepcopy(lm.model.config))   # a fresh model object: its step is not decided yet
+    with caplog.at_level(logging.WARNING, "specrej.compiled"):
+        assert compiled.step_for(model) is None
+    assert "decoding eagerly" in caplog.text and "SPECREJ_COMPILE=0" in caplog.text
+    monkeypatch.delenv(compiled.COMPILE_ENV)
+    model.config.model_type = "gpt2"
+    assert compiled.unsupported(model) and "gpt2" in compiled.unsupported(model)
+    eng = Engine(lm, lm.render("hi"), sampling=SAMPLED, seed=0, n_total=2, max_new_tokens=3, share_prefix=False)
+    assert eng.step_kind == "eager"                        # the prompt copied per row: the eager path
+
+
+def test_the_eager_fallback_writes_what_the_compiled_step_writes_on_the_tiny_model(lm32):
+    """Both paths run the same model; on the tiny model (fp32) no token differs (on larger models the last
+    bits of some logits may, which is why recordings name their step)."""
+    compiled_out, _ = decode(lm32, list(range(6)))
+    compiled.use(lm32.model, None)
+    try:
+        eager_out, kind = decode(lm32, list(range(6)))
+    finally:
+        compiled._steps.pop(lm32.model, None)
+    assert kind == "eager" and eager_out == compiled_out
+
+
+def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path):
+    """scripts/gpu_check.sh with DRY=1: tiny versions of both configs on the CPU, eager and compiled, and a
+    coupled race whose Speculative Rejection pruned and never diverged from Best-of-N."""
+    env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((tmp_path / "gpu_steps.json").read_text())
+    assert report["tiny"] and not report["errors"], report["errors"]
+    for name in ("smollm2-135m", "llama-3-8b"):
+        for variant in ("eager", "compiled"):
+            assert [r["rows"] for r in report["steps"][name]["variants"][variant]] == [1, 8, 32]
+    for kind in ("eager", "compiled"):
+        race = report["race"][kind]
+        assert race["pruned"] > 0 and race["compared"] == race["n"] and race["diverged"] == 0
+    assert "done in" in (tmp_path / "summary.txt").read_text()
