@@ -9,7 +9,13 @@ import torch
 
 from specrej import RunConfig, load_generator
 from specrej.arms import race_arms
-from specrej.backends.hf import Engine, Sampling, coe_features, next_logits, next_logits_hidden
+from specrej.backends.hf import (
+    Engine,
+    Sampling,
+    coe_features,
+    next_logits,
+    next_logits_hidden,
+)
 from specrej.core.events import Finished
 from specrej.methods import METHODS, run_to_completion
 
@@ -46,7 +52,7 @@ def test_coe_feature_by_hand():
     assert float(coe_features(h)[0]) == pytest.approx(1 / math.sqrt(2) - 0.5, rel=1e-5)
 
 
-@pytest.mark.parametrize("method,extra", [("deepconf", dict(warmup=2, window=4)), ("stbon", {})])
+@pytest.mark.parametrize("method,extra", [("deepconf", {"warmup": 2, "window": 4}), ("stbon", {})])
 def test_a_rival_writes_best_of_ns_tokens_for_every_candidate_it_writes(lm32, length_reward, method, extra):
     base = RunConfig(prompt=PROMPT, n=6, max_new_tokens=16, budget=12 + 6 * 20, progress_every=0, **extra)
     bon = run_to_completion(METHODS["bon"](lm32, length_reward, base))

@@ -3,16 +3,19 @@ consistency ranking below is worked out by hand from the script (a replay backen
 from __future__ import annotations
 
 import pytest
+from test_replay import ByteLM, LastLetter
 
 from specrej.backends.replay import MemoReward, Replay, Script
 from specrej.core.config import RunConfig
 from specrej.core.events import Finished, Round
 from specrej.methods import METHODS, run_to_completion
-from specrej.methods.deepconf import group_confidence, lowest_group_confidence, percentile
+from specrej.methods.deepconf import (
+    group_confidence,
+    lowest_group_confidence,
+    percentile,
+)
 from specrej.methods.stbon import inconsistency, most_consistent, vote
 from specrej.verdict import verdict
-
-from test_replay import ByteLM, LastLetter
 
 
 def events(method: str, script: Script, cfg: RunConfig, *, refills: bool = True):

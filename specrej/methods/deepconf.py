@@ -41,7 +41,7 @@ Where this project's setting makes a choice (docs/library.md, "The rivals"):
 from __future__ import annotations
 
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from ..core.events import Event, Round
 from .run import _Run, _timed

@@ -36,7 +36,7 @@ Where this project's setting makes a choice (docs/library.md, "The rivals"):
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from ..core.events import Event
 from .deepconf import signal_every
