@@ -32,8 +32,8 @@ from specrej.config import AUTO
 from specrej.rewards import scale_of
 from specrej.verdict import SAME_TIME
 
+from .looks import SIGNAL_AXES, look
 from .looks import colour as arm_colour
-from .looks import look
 from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text, snippet
 from .state.view import ArmView, RunView, unit_step
 
@@ -72,7 +72,8 @@ def reward_title(view: RunView, what: str = "reward") -> str:
 # ---------------------------------------------------------------- what an exported image carries
 
 ARM_TITLES = {"pruning": "reward of each candidate as it is written",
-              "final": "reward of each candidate when complete"}
+              "final": "reward of each candidate when complete",
+              "signal": "its own signal for each candidate as it is written, its stops and truncation"}
 EXPORT_FONT = "Arial, 'Liberation Sans', Helvetica, sans-serif"   # a system font: no web font in an image
 
 
@@ -220,6 +221,8 @@ def _r(v: float | None) -> float | None:
 def arm_chart(view: RunView, arm_id: str) -> dict:
     """The chart an arm's registry entry asks for."""
     chart = look(view.arms[arm_id].spec.method).chart
+    if chart == "signal":
+        return signal_chart(view, arm_id)
     return pruning_chart(view, arm_id) if chart == "pruning" else final_chart(view, arm_id)
 
 
@@ -327,6 +330,95 @@ def pruning_chart(view: RunView, arm_id: str) -> dict:
     if not any(c.history for c in cands):
         layout["annotations"].append(_note("partial answers are scored when memory fills<br>"
                                            "(the decision token), then the lowest are pruned"))
+    return _spec(arm_id, data, layout)
+
+
+# ---------------------------------------------------------------- signal (the rivals: DeepConf, ST-BoN)
+
+def _signal_lines(cands: list[Candidate]) -> tuple[list, list, list]:
+    xs, ys, cd = [], [], []
+    for c in cands:
+        if not c.signal:
+            continue
+        tip = hover_text(c.text)
+        for t, v in c.signal:
+            xs.append(t), ys.append(_r(v)), cd.append([c.id, tip])
+        xs.append(None), ys.append(None), cd.append([None, None])
+    return xs, ys, cd
+
+
+def signal_chart(view: RunView, arm_id: str) -> dict:
+    """A rival's own signal for each candidate over the tokens it wrote (DeepConf: its group confidence;
+    ST-BoN: its consistency with the others), on the arm's own y axis (the signal is not the reward): going on
+    in colour, stopped or truncated grey ending in an x, written to the end with a circle; DeepConf's
+    threshold dashed from where its warm-up set it; each decision's marks (threshold set, stopped, diverged,
+    truncated) as faint vertical lines named at the top. The reward of what it finished is in the leader and
+    the table."""
+    arm = view.arms[arm_id]
+    colour = arm_colour(arm.spec)
+    cands = list(arm.candidates)
+    ys = [v for c in cands for _, v in c.signal] + [m.signal_threshold for m in arm.round_events
+                                                    if m.signal_threshold is not None]
+    lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
+    pad = max(0.08 * (hi - lo), 0.02 * max(abs(lo), abs(hi)), 0.01)
+    y_range = [round(lo - pad, 4), round(hi + pad, 4)]
+    alive = [c for c in cands if c.status != "pruned"]
+    pruned = [c for c in cands if c.status == "pruned" and c.signal]
+    finished = [c for c in cands if c.status == "finished" and c.signal]
+    hover = "<b>#%{customdata[0]}</b> · %{y:.3f} at token %{x}<br>%{customdata[1]}<extra>%{fullData.name}</extra>"
+    kx, ky, kcd = _signal_lines(alive)
+    px, py, pcd = _signal_lines(pruned)
+    thr_x, thr_y = [], []
+    for r in arm.round_events:
+        if r.signal_threshold is not None and r.index == 0:
+            thr_x += [r.position, view.cfg.max_new_tokens, None]
+            thr_y += [_r(r.signal_threshold)] * 2 + [None]
+    won = arm.finished is not None
+    word = "stopped" if arm.spec.method == "deepconf" else "truncated"
+    data = [
+        {"type": "scatter", "mode": "lines+markers", "name": "going on", "x": kx, "y": ky, "customdata": kcd,
+         "line": {"color": colour, "width": 2}, "marker": {"size": 4, "color": colour}, "opacity": 0.9,
+         "hovertemplate": hover, "connectgaps": False},
+        {"type": "scatter", "mode": "lines+markers", "name": word, "x": px, "y": py, "customdata": pcd,
+         "line": {"color": PRUNED, "width": 1.5}, "marker": {"size": 3, "color": PRUNED}, "opacity": 0.85,
+         "hovertemplate": hover, "connectgaps": False},
+        {"type": "scatter", "mode": "markers", "name": f"{word} here", "showlegend": False,
+         "x": [c.signal[-1][0] for c in pruned], "y": [_r(c.signal[-1][1]) for c in pruned],
+         "customdata": [[c.id, hover_text(c.text)] for c in pruned],
+         "marker": {"symbol": "x-thin", "size": 10, "line": {"width": 2.5, "color": PRUNED_MARK}},
+         "hovertemplate": f"<b>#%{{customdata[0]}}</b> {word} · %{{y:.3f}} at token %{{x}}"
+                          "<br>%{customdata[1]}<extra></extra>"},
+        {"type": "scatter", "mode": "markers", "name": "written to the end",
+         "x": [c.signal[-1][0] for c in finished], "y": [_r(c.signal[-1][1]) for c in finished],
+         "customdata": [[c.id, hover_text(c.text), _r(c.score)] for c in finished],
+         "marker": {"symbol": "circle", "size": 9, "color": colour, "line": {"width": 1.5, "color": "white"}},
+         "hovertemplate": "<b>#%{customdata[0]}</b> finished · reward %{customdata[2]}<br>%{customdata[1]}"
+                          "<extra></extra>"},
+        {"type": "scatter", "mode": "lines", "name": "threshold", "x": thr_x, "y": thr_y,
+         "line": {"color": THRESHOLD, "width": 2.5, "dash": "dash"},
+         "hovertemplate": "threshold %{y:.3f} (set by the warm-up)<extra></extra>"},
+        _cursor(None if won else arm.position, y_range, colour, "now"),
+    ]
+    layout = _layout("tokens generated", SIGNAL_AXES.get(arm.spec.method, "the method's own signal"),
+                     [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
+    layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
+    layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['signal']}")
+    seen = set()
+    for r in arm.round_events:
+        for what, t in r.marks:
+            if (what, t) in seen or (what == "stopped" and len(seen) > 12):
+                continue
+            seen.add((what, t))
+            layout["shapes"].append({"type": "line", "xref": "x", "yref": "paper", "x0": t, "x1": t, "y0": 0, "y1": 1,
+                                     "line": {"color": "#C8C8C8", "width": 1}, "layer": "below"})
+            if what != "stopped":
+                layout["annotations"].append({"text": what, "x": t, "xref": "x", "y": 0.02, "yref": "paper",
+                                              "showarrow": False, "xanchor": "left", "xshift": 2,
+                                              "font": {"size": 11, "color": "#777"}})
+    if not any(c.signal for c in cands):
+        layout["annotations"].append(_note("no reward while it writes: its own signal<br>"
+                                           + ("(the model's confidence) decides who stops" if arm.spec.method == "deepconf"
+                                              else "(its hidden states' consistency) decides who goes on")))
     return _spec(arm_id, data, layout)
 
 

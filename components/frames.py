@@ -45,7 +45,8 @@ RACE_LABELS = {"work": "While racing: rows decoding at each step against time (a
                "verdict-flops": "Result: Best-of-N's reward for every k against its compute (FLOPs), and Speculative "
                                 "Rejection's point"}
 CHART_LABELS = {"pruning": "reward of each candidate as it is written",
-                "final": "reward of each candidate when complete"}
+                "final": "reward of each candidate when complete",
+                "signal": "its own signal for each candidate as it is written (no reward), its stops and truncation"}
 
 
 def race_label(view: RunView, x_axis: str | None = None) -> str:

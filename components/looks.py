@@ -5,20 +5,21 @@ Presentation only (the library's ``specrej.arms.REGISTRY`` says what a method is
 (a final-reward chart in neutral colours), so registering a new method in the library is enough to
 see it in the app, and adding a ``Look`` here gives it its own colours and words.
 
-Chart kinds: "pruning" (reward over tokens with the prunes) and "final" (final reward when complete).
+Chart kinds: "pruning" (reward over tokens with the prunes), "final" (final reward when complete) and
+"signal" (a rival's own signal over tokens, with its stops or its truncation: DeepConf, ST-BoN).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-CHART_KINDS = ("pruning", "final")
+CHART_KINDS = ("pruning", "final", "signal")
 
 
 @dataclass(frozen=True)
 class Look:
     colours: tuple[str, ...]    # hex colours: the first arm of this method gets the first, and so on
-    chart: str                  # "pruning" | "final"
+    chart: str                  # "pruning" | "final" | "signal"
     round_word: str = "round"   # what one of its Round events is: "decision", "pass"
 
     def __post_init__(self) -> None:
@@ -37,7 +38,14 @@ class Look:
 LOOKS: dict[str, Look] = {
     "bon": Look(("#0072B2", "#56B4E9"), "final", "pass"),
     "sr": Look(("#D55E00", "#CC79A7", "#E69F00"), "pruning", "decision"),
+    "deepconf": Look(("#009E73",), "signal", "stop"),
+    "stbon": Look(("#000000",), "signal", "truncation"),
 }
+# what a rival's signal chart's y axis shows (higher is better for both)
+SIGNAL_AXES = {"deepconf": "group confidence<br><span style='font-size:12px'>mean over the window of minus the mean "
+                           "top-k log-probability; higher = surer</span>",
+               "stbon": "consistency<br><span style='font-size:12px'>minus the mean squared distance of its "
+                        "hidden-state chain to the others'; higher = more consistent</span>"}
 DEFAULT = Look(("#009E73", "#999999"), "final", "round")
 
 

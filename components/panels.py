@@ -413,13 +413,22 @@ def _cap(s: str) -> str:
     return s[:1].upper() + s[1:]
 
 
-def _room_words(w: Why, sr: str) -> str:
+def _room_words(w: Why, sr: str, method: str = "sr") -> str:
     """Best-of-N's passes against Speculative Rejection's one: the most its steps can shrink, and how far they did."""
     where = f"in the {w.budget:,}-slot budget" if w.budget else "in the memory budget"
     if w.shared is not None:
         where += " (the prompt stored once)" if w.shared else " (a copy of the prompt in every row)"
     rows = _count(w.rows_per_pass, "row", "rows")
-    if w.passes == 1:
+    if method == "deepconf":
+        head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} writes its "
+                f"traces in passes of at most {_count(w.opening_rows, 'row', 'rows')} too (any trace may reach full "
+                "length), so its steps shrink only where its stops end a pass early or, on an engine that refills, "
+                "free a slot for the next trace")
+    elif method == "stbon":
+        head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} opens with "
+                f"{_count(w.opening_rows, 'row', 'rows')} in one pass and writes one answer on after it truncates, so "
+                f"its decoding steps can shrink at most {w.bound}x")
+    elif w.passes == 1:
         head = (f"Best-of-{w.n} at {w.length} tokens fits in one pass of {rows} {where}, so {sr}'s one pass "
                 "cannot shrink its decoding steps")
     else:
@@ -455,15 +464,20 @@ def _fate_words(w: Why, sr: str) -> str:
     return "was kept to the end"
 
 
-def _signal_words(w: Why, sr: str) -> str:
+def _signal_words(w: Why, sr: str, method: str = "sr") -> str:
     """The partial reward's rank correlation at the first decision and the fate of Best-of-N's winner."""
+    if w.first_decision is None and method in ("deepconf", "stbon"):
+        did = ("stopped no trace (no group confidence fell below the threshold its warm-up set)" if method == "deepconf"
+               else "never truncated (every answer ended before the step it would have)")
+        return f"{sr} {did}, and Best-of-N's winner #{w.bon_winner} {_fate_words(w, sr)}."
     if w.first_decision is None:
         return (f"{sr} never had to decide (every answer fit the budget to the end), and Best-of-N's winner "
                 f"#{w.bon_winner} {_fate_words(w, sr)}.")
+    what = f"its own {w.signal} (no reward model)" if w.signal else "the partial reward"
     if w.rho is None:
-        rho = "the partial rewards' rank correlation with the final ones is undefined (too few answers, or all tied)"
+        rho = f"{what}'s rank correlation with the final rewards is undefined (too few answers, or all tied)"
     else:
-        rho = (f"the partial reward ranked {w.rho_live} answers with Spearman ρ = {w.rho:.2f} ({w.strength} "
+        rho = (f"{what} ranked {w.rho_live} answers with Spearman ρ = {w.rho:.2f} ({w.strength} "
                "agreement) against their final rewards (Best-of-N wrote each to the end)")
     return (f"At the first decision (token {w.first_decision}) {rho}, and Best-of-N's winner #{w.bon_winner} "
             f"{_fate_words(w, sr)}.")
@@ -532,12 +546,18 @@ def why_markdown(view: RunView, verdicts: dict | None = None) -> str:
         if fmt_times(w.speedup if w.speedup >= 1 else 1 / w.speedup) == "1":
             title = "Why there is no speed-up here"
         elif w.outcome == "lost":
-            title = f"Why Speculative Rejection lost here ({_x(1 / w.speedup)} more time)"
+            title = f"Why {md_escape(arm.spec.kind.name)} lost here ({_x(1 / w.speedup)} more time)"
         else:
             title = f"Why this speed-up ({_x(w.speedup)}{', at least' if w.beyond else ''})"
         if len(verdicts) > 1:
             title += f": {sr}"
-        body = [f"#### {title}", "", " ".join([_room_words(w, sr), _price_words(w, machine), _signal_words(w, sr)])]
+        body = [f"#### {title}", "", " ".join([_room_words(w, sr, arm.spec.method), _price_words(w, machine),
+                                              _signal_words(w, sr, arm.spec.method)])]
+        if arm.spec.method in ("deepconf", "stbon"):
+            pick = arm.finished.picked_by if arm.finished is not None else "reward"
+            by = ("the race's reward among the answers it wrote to the end" if pick == "reward"
+                  else "its paper's own rule, without the reward")
+            body += ["", f"*{sr}'s winner was named by {by} (pick={pick}).*"]
         if w.causes:
             body += ["", _cause_words(w, sr)]
         body += ["", _paper_words(w, machine)]

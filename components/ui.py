@@ -106,6 +106,8 @@ class Controls:
     classroom: gr.Button
     link: gr.Button
     link_box: gr.Textbox
+    deepconf: gr.Checkbox
+    stbon: gr.Checkbox
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -196,6 +198,16 @@ def build_controls(ctx: AppContext) -> Controls:
                                          info="The rejection rate of the second setting.", elem_id="second_alpha")
                 second_decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="second setting decides",
                                            elem_id="second_decision")
+        with gr.Row(elem_id="rivals-row"):
+            deepconf = gr.Checkbox(value=False, label="Also race DeepConf",
+                                   info="A rival that needs no reward model while writing: it stops a trace when the "
+                                        "model's own confidence drops below a threshold set by a few warm-up traces. "
+                                        "Same engine, memory and coupled answers; its winner is picked by the reward.",
+                                   elem_id="deepconf")
+            stbon = gr.Checkbox(value=False, label="Also race ST-BoN",
+                                info="A rival that needs no reward model while writing: all answers run until they "
+                                     "differ, then it keeps the one whose hidden states agree most with the others'. "
+                                     "Its winner is picked by the reward among what it finished.", elem_id="stbon")
         with gr.Row():
             max_new_tokens = gr.Slider(1, ctx.limits.max_new_tokens, step=1, label="Max new tokens",
                                        value=min(DEFAULTS["max_new_tokens"], ctx.limits.max_new_tokens),
@@ -214,7 +226,7 @@ def build_controls(ctx: AppContext) -> Controls:
                     second_decision=second_decision, second_group=second_group, sr_start=sr_start,
                     first_decision=first_decision, stop_when_matched=stop_when_matched, paper=paper, replay=replay,
                     pace=pace, settings=settings, paper_note=paper_note, rule=rule, fit=fit, step=step,
-                    classroom=classroom, link=link, link_box=link_box)
+                    classroom=classroom, link=link, link_box=link_box, deepconf=deepconf, stbon=stbon)
 
 
 def paper_outputs(page: "Page") -> list:

@@ -1,7 +1,7 @@
 """Arms: which methods race, and with which settings.
 
 An arm spec is ``method[:key=value,...]``: ``bon``, ``sr:alpha=0.5``,
-``sr:alpha=0.9,decision=interval,interval=16``. The keys are ``RunConfig`` fields the method
+``sr:alpha=0.9,decision=interval,interval=16``, ``deepconf:warmup=8``, ``stbon:buffer=0.5``. The keys are ``RunConfig`` fields the method
 accepts (its registry entry's ``options``); an arm's config is ``replace(base, **overrides)``,
 validated by ``RunConfig``. Parse errors name the bad key or value.
 
@@ -64,6 +64,10 @@ register(ArmKind("bon", "Best-of-N", ("n",), "BoN"))
 register(ArmKind("bonc", "Best-of-N, continuous batching", ("n",), "BoN-c"))   # vLLM backend only
 register(ArmKind("sr", "Speculative Rejection", ("n", "alpha", "decision", "interval", "keep_finished",
                                                  "first_decision", "rule"), "SR", prunes=True))
+
+register(ArmKind("deepconf", "DeepConf", ("n", "warmup", "conf_percentile", "window", "conf_topk", "pick"),
+                 "DeepConf", prunes=True))
+register(ArmKind("stbon", "ST-BoN", ("n", "buffer", "pick"), "ST-BoN", prunes=True))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 

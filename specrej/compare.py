@@ -90,7 +90,14 @@ class DecisionRank:
 
 
 def decision_rank(r: Round, final: Mapping[int, float]) -> DecisionRank:
-    """Spearman of the partial rewards at decision ``r`` against the same candidates' final rewards."""
+    """Spearman of the partial rewards at decision ``r`` against the same candidates' final rewards; for a
+    decision on the method's own signal (``Round.signals``: DeepConf's group confidence, ST-BoN's consistency)
+    that signal's ranking instead: how well what it read predicts the final reward."""
+    signal = dict(r.signals) if r.signal else None
+    if signal is not None:
+        live = [c for c in live_at_decision(r) if c.id in final and c.id in signal]
+        rho = spearman([signal[c.id] for c in live], [final[c.id] for c in live]) if len(live) > 1 else None
+        return DecisionRank(r.index, r.position, len(live), r.n_kept, r.forced, rho)
     live = [c for c in live_at_decision(r) if c.id in final and c.score is not None]
     rho = spearman([c.score for c in live], [final[c.id] for c in live]) if len(live) > 1 else None
     return DecisionRank(r.index, r.position, len(live), r.n_kept, r.forced, rho)

@@ -156,22 +156,30 @@ class Step:
         for k in self._keys:
             _WEIGHTS.pop(k, None)
 
-    def __call__(self, tok, pos, g, own, pre) -> torch.Tensor:
+    def __call__(self, tok, pos, g, own, pre, hidden: bool = False):
         """tok [R] ids; pos, g: 0-d int64 (position of tok, rows' own tokens before it); own: keys and
         values [L, 2, R, kvh, T, d] (position g is written here); pre: the prompt's [L, 2, kvh, P, d].
-        Returns logits [R, V] fp32."""
+        Returns logits [R, V] fp32; with ``hidden``, (logits, every layer's hidden state [R, L + 1, hidden]
+        fp32: the embeddings, each layer's output, the last one normed, as transformers'
+        ``output_hidden_states`` gives them)."""
         mark = torch._dynamo.mark_dynamic if self.compiled else (lambda t, dims: None)
         mark(tok, 0)
         x, cos, sin, mask = self._start(tok, pos, g, own[0, 0, 0, 0, :, 0])
         mark(x, 0)
         mark(mask, 0)
         g1 = g.view(1)
+        states = [x] if hidden else None
         for li, (ln1, ln2, kqkv, ko, kgu, kdown, qn, kn) in enumerate(self.layer_w):
             o, p = own[li], pre[li]
             mark(o, (1, 3))
             mark(p, 2)
             x = self._layer(x, cos, sin, mask, g1, o, p, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn)
-        return self._end(x)
+            if hidden and li < self.layers_n - 1:
+                states.append(x)
+        logits, normed = self._end(x)
+        if not hidden:
+            return logits
+        return logits, torch.stack(states + [normed], dim=1).float()
 
     def _start_fn(self, tok, pos, g, t_axis):
         x = self.embed[tok]                                                # [R, hidden]
@@ -211,7 +219,8 @@ class Step:
         return x + self._lin(torch.nn.functional.silu(gu[:, :self.inter]) * gu[:, self.inter:], kdown, self.hidden)
 
     def _end_fn(self, x):
-        return self._lin(_rms(x, self.norm, self.eps), self.head, self.vocab).float()
+        normed = _rms(x, self.norm, self.eps)
+        return self._lin(normed, self.head, self.vocab).float(), normed
 
     def _lin(self, x, w, out: int):
         """A linear layer: the packed oneDNN op by key on a CPU, ``F.linear`` on (weight, bias) elsewhere."""
@@ -236,8 +245,9 @@ class StaticRows:
     def own_length(self) -> int:
         return self.g
 
-    def feed(self, tok: torch.Tensor) -> torch.Tensor:
-        """One token per row (tok: [rows]) -> next-token logits [rows, vocab] fp32."""
+    def feed(self, tok: torch.Tensor, hidden: bool = False):
+        """One token per row (tok: [rows]) -> next-token logits [rows, vocab] fp32 (and, with ``hidden``,
+        every layer's hidden state [rows, layers + 1, hidden_size])."""
         if self.g >= self.own.shape[4]:
             self._grow()
         dev, phys = self.own.device, self.own.shape[2]
@@ -245,9 +255,9 @@ class StaticRows:
         if tok.shape[0] < phys:
             tok = torch.cat([tok, tok[:1].expand(phys - tok.shape[0])])
         pos = torch.tensor(self.prefix_len + self.g, device=dev)
-        logits = self.step(tok, pos, torch.tensor(self.g, device=dev), self.own, self.pre)
+        out = self.step(tok, pos, torch.tensor(self.g, device=dev), self.own, self.pre, hidden=hidden)
         self.g += 1
-        return logits[:self.n]
+        return (out[0][:self.n], out[1][:self.n]) if hidden else out[:self.n]
 
     def _grow(self) -> None:
         old = self.own

@@ -188,16 +188,28 @@ def place(curve: Sequence[Point], target: float, spread: float) -> tuple[float |
 
 def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per_pass: int, sr_reward: float,
             sr_lengths: Sequence[int], sr_flops: float, step: StepTime, flops_per_token: float = 0.0,
-            prompt_flops: float = 0.0, bon_reward_flops: float = 0.0) -> Verdict:
+            prompt_flops: float = 0.0, bon_reward_flops: float = 0.0,
+            sr_profile: Sequence[int] | None = None) -> Verdict:
     """Speculative Rejection's result (its winner's reward, every candidate's length as written, its
     FLOPs) placed on Best-of-N's curve (its N final scores and lengths, its rows per pass). Refuses
     (``ValueError``) a score or reward that is NaN or infinite, no answers, and lengths that are
-    negative or all 0 (nothing decoded: no time to compare)."""
+    negative or all 0 (nothing decoded: no time to compare).
+
+    ``sr_profile``: the challenger's rows at each of its decoding steps (``Finished.rows_per_step``), priced
+    step by step: the rule for any arm (a rival that runs passes or refills slots, ``methods.deepconf``).
+    Without it the challenger is priced as one pass of its candidates from their lengths (``decode_cost``),
+    which is the same number for Speculative Rejection (all its rows start together; a row leaves when it is
+    pruned or its answer ends) and what an older trace allows."""
     _finite("Speculative Rejection's reward", [sr_reward])
     _lengths("Speculative Rejection's lengths", sr_lengths)
     curve = bon_curve(bon_scores, bon_lengths, rows_per_pass, step, flops_per_token=flops_per_token,
                       prompt_flops=prompt_flops, reward_flops=bon_reward_flops)
-    steps, seconds = decode_cost(sr_lengths, step)
+    if sr_profile:
+        steps, seconds = len(sr_profile), 0.0
+        for rows in sr_profile:
+            seconds += step(rows)
+    else:
+        steps, seconds = decode_cost(sr_lengths, step)
     top, low = max(bon_scores), min(bon_scores)
     spread = top - low
     one, last = curve[0], curve[-1]
@@ -209,7 +221,8 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
     else:
         k, bon_seconds, bon_flops = place(curve, sr_reward, spread)
         kind = REACHED if k is not None else BEYOND
-    widest = max(min(rows_per_pass, len(bon_scores)), sum(x > 0 for x in sr_lengths))
+    widest = max(min(rows_per_pass, len(bon_scores)),
+                 max(sr_profile) if sr_profile else sum(x > 0 for x in sr_lengths))
     return Verdict(reward=sr_reward, steps=steps, seconds=seconds, flops=sr_flops, n=len(bon_scores),
                    curve=tuple(curve), kind=kind, k=k, bon_seconds=bon_seconds, bon_flops=bon_flops,
                    improvement=None if kind == DEGENERATE else improvement_score([sr_reward], [top], [top], [low]),
@@ -230,4 +243,4 @@ def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime) -
                    rows_per_pass=max(r.n_kept for r in baseline_rounds), sr_reward=challenger.winner.score,
                    sr_lengths=[c.tokens for c in challenger.candidates], sr_flops=challenger.ledger.flops,
                    step=step, flops_per_token=per_token, prompt_flops=per_token * led.prompt_tokens,
-                   bon_reward_flops=led.reward_flops)
+                   bon_reward_flops=led.reward_flops, sr_profile=getattr(challenger, "rows_per_step", ()) or None)

@@ -26,6 +26,10 @@ When Speculative Rejection loses (speed-up below 1) or gains little (below ``LIT
 names which of the three made it: ``"bound"`` (the room is small), ``"signal"`` (Best-of-N matched its
 winner with a small share of its run), ``"price"`` (its wider steps ate the steps it saved).
 
+The rivals (DeepConf, ST-BoN) factor the same way: their widest step is the opening (DeepConf: a pass of the
+rows that fit at full length, as Best-of-N's; ST-BoN: all N), the signal is their own (``Why.signal``: group
+confidence, consistency) ranked against the final rewards at their first decision with answers in progress.
+
 ``paper_setting`` applies the same room arithmetic to the paper's own setting, every number from a
 cited constant below.
 """
@@ -83,6 +87,8 @@ class Why:
     speedup: float                # the verdict's speed-up (a lower bound when k is None)
     outcome: str                  # "won" | "little" | "lost"
     causes: tuple[str, ...]       # what made it lose or gain little, in CAUSES' order; () when it won
+    signal: str = ""              # what the first decision ranked by: "" the partial reward; a rival's own signal
+                                  # ("group confidence": DeepConf, "consistency": ST-BoN)
 
     @property
     def bound(self) -> int:
@@ -186,7 +192,10 @@ def explain(*, baseline: Finished, baseline_rounds: Sequence[Round], challenger:
         price = (verdict.seconds / sr_steps) / (verdict.bon_seconds / bon_steps)
     else:
         price = 1.0
-    opening = len(challenger.candidates)
+    # its widest step: Speculative Rejection's opening batch; a rival's widest pass (DeepConf decodes in passes
+    # of the rows that fit at full length, ST-BoN opens with all N)
+    profile = getattr(challenger, "rows_per_step", ())
+    opening = max(profile) if profile else len(challenger.candidates)
     opening_price = step.step(opening) / step.step(rows) if measured else None
     first = next((r for r in rounds if live_at_decision(r)), None)
     rank = decision_rank(first, final_scores(baseline)) if first is not None else None
@@ -205,7 +214,8 @@ def explain(*, baseline: Finished, baseline_rounds: Sequence[Round], challenger:
                rho_live=rank.n_live if rank is not None else 0, fate=fate, bon_winner=baseline.winner.id,
                k=verdict.k if verdict.k is not None else 1.0 if verdict.kind == "below" else float(verdict.n),
                speedup=speedup, outcome=outcome,
-               causes=causes_of(outcome, room=room, use=use, step_ratio=step_ratio, price=price, measured=measured))
+               causes=causes_of(outcome, room=room, use=use, step_ratio=step_ratio, price=price, measured=measured),
+               signal=first.signal if first is not None else "")
 
 
 def from_race(challenger: Finished, rounds: Sequence[Round], baseline: Finished, baseline_rounds: Sequence[Round],

@@ -106,3 +106,23 @@ def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path)
         race = report["race"][kind]
         assert race["pruned"] > 0 and race["compared"] == race["n"] and race["diverged"] == 0
     assert "done in" in (tmp_path / "summary.txt").read_text()
+
+
+def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32):
+    """Every layer's hidden state (ST-BoN's chain of embeddings) from the compiled step == the eager forward's."""
+    from specrej.backends.hf import next_logits_hidden
+    from specrej.shared_prefix import SharedPrefixCache
+
+    ids = lm32.render("Write a haiku about the sea.")
+    eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=8, hidden=True)
+    assert eng.step_kind == "compiled"
+    rows = eng.start([0, 1, 2])
+    shared = SharedPrefixCache(eng.prompt_cache, 3)
+    tok = torch.tensor([5, 9, 17])
+    with torch.inference_mode():
+        for _ in range(3):
+            got_logits, got = rows.cache.feed(tok, hidden=True)
+            ref_logits, _, ref = next_logits_hidden(lm32, tok[:, None], shared)
+            assert got.shape == ref.shape == (3, lm32.model.config.num_hidden_layers + 1, lm32.model.config.hidden_size)
+            assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4) and torch.allclose(got_logits, ref_logits, atol=1e-4)
+            tok = ref_logits.argmax(-1)

@@ -17,7 +17,8 @@ from specrej.config import AUTO
 from specrej.core.config import DEFAULT_CPU_BUDGET
 
 MAX_SEED = 2**63 - 1
-MAX_ARMS = 3   # arm slots on the page
+MAX_ARMS = 5   # arm slots on the page: Best-of-N, two Speculative Rejection settings, the two rivals
+RIVALS = ("deepconf", "stbon")   # the request's checkboxes: each races that rival (plain booleans, as the guard wants)
 X_AXIS_CHOICES = ("time", "flops")   # the verdict chart's x axis
 
 
@@ -61,6 +62,10 @@ class _Request:
             else:
                 arms[k] = first
             arms.append(other)
+        for r in RIVALS:
+            if getattr(self, r) not in (True, False, None, 0, 1):
+                raise ValueError(f"{r}={getattr(self, r)!r}: true or false (race that rival too, or not).")
+        arms += [ArmSpec(r) for r in RIVALS if getattr(self, r) and not any(a.method == r for a in arms)]
         if self.sr_start not in SR_STARTS:
             raise ValueError(f"sr_start={self.sr_start!r}: choose 'same' (Best-of-N's N) or 'auto' (fills memory at "
                              "the first decision).")
@@ -83,7 +88,8 @@ RunRequest = make_dataclass(
        ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="time")),
        ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False)),
        ("rule", Any, field(default=_DEFAULTS["rule"])), ("fit", Any, field(default=True)),
-       ("step", Any, field(default=False))],
+       ("step", Any, field(default=False)), ("deepconf", Any, field(default=False)),
+       ("stbon", Any, field(default=False))],
     bases=(_Request,), frozen=True)
 RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
                       "settings the page offers, the model and reward choices, a second Speculative Rejection "
@@ -93,5 +99,6 @@ RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends i
                       "candidates a decision keeps (specrej.core.rules); whether a race too long for this machine as it "
                       "is now plays the labelled recording of the same race instead (fit; session/pace.py: load "
                       "never changes the settings) and whether the page "
-                      "steps through the decisions at the end (step).")
+                      "steps through the decisions at the end (step), and which rivals race too (deepconf, stbon: "
+                      "each with its library defaults and Best-of-N's N; their winners picked by the reward).")
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))

@@ -45,6 +45,8 @@ class Done:
     reason: str  # "eos" | "stop" | "length"
     mean_logprob: float
     mean_self_certainty: float
+    confidences: tuple[float, ...] = ()   # its token confidences, one per token (an engine built with conf_topk)
+    coe: tuple[float, ...] = ()           # its hidden-state chain's feature after each token (built with hidden)
 
 
 class Batch(Protocol):
@@ -78,6 +80,17 @@ class Batch(Protocol):
     def stats(self, i: int) -> tuple[float, float]:
         """Row i's mean log-probability and mean self-certainty so far (NaN when not kept)."""
 
+    def confidences(self, i: int) -> Sequence[float]:
+        """Row i's token confidence for every token it wrote (DeepConf's): minus the mean of the k highest
+        log-probabilities of the untempered distribution it sampled that token from, k = the factory's
+        ``conf_topk``. Only from a backend built with ``conf_topk`` > 0 (else empty)."""
+
+    def coe(self, i: int) -> Sequence[float]:
+        """Row i's Chain-of-Embedding feature after every token it wrote (ST-BoN's consistency reads it): after
+        t tokens, the hidden states of every layer averaged over the t positions fed so far (the prompt's last
+        and the row's first t - 1 tokens), then the mean over layers l of |h_l - h_l+1| / |h_0 - h_L| minus
+        angle(h_l, h_l+1) / angle(h_0, h_L). Only from a backend built with ``hidden=True`` (else empty)."""
+
 
 class Backend(Protocol):
     """One prompt, prefilled once. Built by a ``BackendFactory``."""
@@ -107,11 +120,14 @@ class BackendFactory(Protocol):
 
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,
                  max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
-                 stats: bool = True) -> Backend: ...
+                 stats: bool = True, conf_topk: int = 0, hidden: bool = False) -> Backend: ...
 
     def from_config(self, lm, prompt_ids: list[int], cfg, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True) -> Backend:
-        """The backend for a ``RunConfig``'s sampling, seed, length and stop strings."""
+                    share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0,
+                    hidden: bool = False) -> Backend:
+        """The backend for a ``RunConfig``'s sampling, seed, length and stop strings. ``conf_topk`` > 0: its
+        rows report token confidences (``Batch.confidences``, DeepConf); ``hidden``: their hidden-state
+        chain's feature (``Batch.coe``, ST-BoN). A backend that cannot raises ValueError saying so."""
 
     def default_budget(self, lm) -> int:
         """KV slots a run gets when its config names no budget."""

@@ -99,6 +99,48 @@ def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, o
     return out.logits[:, -1].float(), out.past_key_values
 
 
+def next_logits_hidden(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, object, torch.Tensor]:
+    """``next_logits`` that also returns every layer's hidden state at the last position, [rows, layers + 1,
+    hidden] fp32 (the embeddings first, the final normed state last), for ST-BoN's consistency, on the
+    eager path (the compiled step returns the same states: ``compiled.Step(..., hidden=True)``). Only for an
+    engine built with ``hidden=True``: the logits are computed as ``next_logits`` computes them (the same head,
+    the same kernel), so the sampled tokens stay those of every other arm."""
+    model = lm.model
+    head = model.get_output_embeddings()
+    extra = {"shared_prefix": cache} if isinstance(cache, SharedPrefixCache) else {}
+    if (lm.device.type == "cpu" and type(model).__name__ in _PLAIN_HEAD
+            and isinstance(head, (torch.nn.Linear, PackedLinear)) and head.bias is None):
+        out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True,
+                                  output_hidden_states=True, **extra)
+        h = out.last_hidden_state[:, -1]                          # [rows, hidden]
+        logits = head(h).float() if isinstance(head, PackedLinear) else torch.mm(head.weight, h.t()).t().float()
+    else:
+        out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
+                    output_hidden_states=True, **extra)
+        logits = out.logits[:, -1].float()
+    layers = torch.stack([x[:, -1] for x in out.hidden_states], dim=1).float()   # [rows, layers + 1, hidden]
+    return logits, out.past_key_values, layers
+
+
+def coe_features(mean_states: torch.Tensor) -> torch.Tensor:
+    """Chain-of-Embedding feature of each row (ST-BoN, following its paper's code): ``mean_states`` [rows,
+    layers + 1, hidden] -> [rows]: the mean over layers of |h_l - h_l+1| / |h_0 - h_L| minus
+    angle(h_l, h_l+1) / angle(h_0, h_L)."""
+    h = mean_states.float()
+    eps = 1e-8
+    h0, hl = h[:, 0], h[:, -1]
+
+    def angle(a, b):
+        cos = (a * b).sum(-1) / (a.norm(dim=-1).clamp_min(eps) * b.norm(dim=-1).clamp_min(eps))
+        return torch.acos(cos.clamp(-1.0 + 1e-7, 1.0 - 1e-7))
+
+    scale_m = (h0 - hl).norm(dim=-1).clamp_min(eps)               # [rows]
+    scale_a = angle(h0, hl).clamp_min(eps)
+    step_m = (h[:, :-1] - h[:, 1:]).norm(dim=-1)                  # [rows, layers]
+    step_a = angle(h[:, :-1], h[:, 1:])
+    return (step_m / scale_m[:, None] - step_a / scale_a[:, None]).mean(-1)
+
+
 class Engine:
     """One prompt, prefilled once; hands out batches of rows (``Rows``).
 
@@ -115,9 +157,11 @@ class Engine:
 
     @classmethod
     def from_config(cls, lm: LM, prompt_ids: list[int], cfg: RunConfig, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True) -> "Engine":
+                    share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0,
+                    hidden: bool = False) -> "Engine":
         """The engine for ``cfg``'s sampling, seed, length and stop strings."""
-        return cls(lm, prompt_ids, **cls.settings(cfg, n_total=n_total), share_prefix=share_prefix, stats=stats)
+        return cls(lm, prompt_ids, **cls.settings(cfg, n_total=n_total), share_prefix=share_prefix, stats=stats,
+                   conf_topk=conf_topk, hidden=hidden)
 
     @staticmethod
     def settings(cfg: RunConfig, *, n_total: int | None = None) -> dict:
@@ -141,20 +185,26 @@ class Engine:
     @torch.inference_mode()
     def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
                  n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (),
-                 share_prefix: bool | None = None, stats: bool = True):
+                 share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0, hidden: bool = False):
         """``share_prefix``: store the prompt's cache once (default: whenever ``lm.shares_prefix``).
         ``stats``: keep the per-row token statistics (mean log-probability, self-certainty) that
-        the confidence rewards read; off, ``Done`` and ``Rows.stats`` report NaN."""
+        the confidence rewards read; off, ``Done`` and ``Rows.stats`` report NaN. ``conf_topk`` > 0: keep
+        every row's token confidences (DeepConf's, ``Rows.confidences``); ``hidden``: keep every row's
+        hidden-state chain feature (ST-BoN's, ``Rows.coe``; the forward then runs ``next_logits_hidden``)."""
         self.lm, self.sampling, self.seed = lm, sampling, seed
         self.n_total, self.max_new_tokens, self.stop = n_total, max_new_tokens, stop
         self.share_prefix = lm.shares_prefix if share_prefix is None else bool(share_prefix)
         if self.share_prefix and not lm.shares_prefix:
             raise ValueError(f"model {lm.name!r} cannot share the prompt's cache across rows")
-        self.stats = stats
+        self.stats, self.conf_topk, self.hidden = stats, int(conf_topk), bool(hidden)
         self.prompt_len = len(prompt_ids)
         # 1. prefill once, batch size 1
         ids = torch.tensor([prompt_ids], device=lm.device)
-        self.prompt_logits, self.prompt_cache = next_logits(lm, ids, None)   # [1, vocab]
+        self.prompt_hidden = None
+        if self.hidden:
+            self.prompt_logits, self.prompt_cache, self.prompt_hidden = next_logits_hidden(lm, ids, None)
+        else:
+            self.prompt_logits, self.prompt_cache = next_logits(lm, ids, None)   # [1, vocab]
         self.log_vocab = math.log(self.prompt_logits.shape[-1])
         self._stop_tail = max((len(s) for s in stop), default=0) + 2
         # the compiled step (``compiled.py``) where the prompt is stored once and the model allows it
@@ -175,7 +225,8 @@ class Engine:
         ``feed_tokens``; the bench's reference engine feeds left-padded rows with a mask)."""
         # 2. share the prompt's cache with every row of this pass (or copy it to each)
         if self.step is not None and feed is None:   # the compiled step's own static buffers
-            cache, feed = compiled.StaticRows(self.step, self.prompt_cache, len(cand_ids)), feed_static
+            cache = compiled.StaticRows(self.step, self.prompt_cache, len(cand_ids))
+            feed = feed_static_hidden if self.hidden else feed_static
         elif self.share_prefix:
             cache = SharedPrefixCache(self.prompt_cache, len(cand_ids))
         else:
@@ -183,10 +234,10 @@ class Engine:
             cache.batch_repeat_interleave(len(cand_ids))
             grow_in_place(cache)
         logits = self.prompt_logits.expand(len(cand_ids), -1).clone()
-        return Rows(self, list(cand_ids), cache, logits, feed or feed_tokens)
+        return Rows(self, list(cand_ids), cache, logits, feed or (feed_hidden if self.hidden else feed_tokens))
 
     def release(self) -> None:
-        self.prompt_cache = self.prompt_logits = None
+        self.prompt_cache = self.prompt_logits = self.prompt_hidden = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
@@ -200,6 +251,21 @@ def feed_tokens(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
 def feed_static(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
     """The compiled step's feed: one token per row into its ``compiled.StaticRows``."""
     return rows.cache.feed(tok), rows.cache
+
+
+def feed_static_hidden(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
+    """``feed_static`` for an engine built with ``hidden=True`` (as ``feed_hidden``)."""
+    logits, layers = rows.cache.feed(tok, hidden=True)
+    rows.hidden_sum += layers.double()
+    return logits, rows.cache
+
+
+def feed_hidden(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
+    """``feed_tokens`` for an engine built with ``hidden=True``: the fed tokens' hidden states of every layer
+    join the rows' running sum (``Rows.coe`` reads its mean)."""
+    logits, cache, layers = next_logits_hidden(rows.engine.lm, tok[:, None], rows.cache)
+    rows.hidden_sum += layers.double()
+    return logits, cache
 
 
 Feed = Callable[["Rows", torch.Tensor], tuple[torch.Tensor, object]]
@@ -217,6 +283,10 @@ class Rows:
         n = len(cand_ids)
         self.lp_sum = torch.zeros(n, dtype=torch.float64)
         self.sc_sum = torch.zeros(n, dtype=torch.float64)
+        self.conf: list[list[float]] = [[] for _ in cand_ids]     # token confidences (engine.conf_topk > 0)
+        self.coe_: list[list[float]] = [[] for _ in cand_ids]     # chain features (engine.hidden)
+        # the sum of every layer's hidden states over the positions fed so far: the prompt's last, then each row's
+        self.hidden_sum = (engine.prompt_hidden.double().expand(n, -1, -1).clone() if engine.hidden else None)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -231,6 +301,12 @@ class Rows:
         g = max(self.generated, 1)
         return float(self.lp_sum[i]) / g, float(self.sc_sum[i]) / g
 
+    def confidences(self, i: int) -> list[float]:
+        return self.conf[i]
+
+    def coe(self, i: int) -> list[float]:
+        return self.coe_[i]
+
     @torch.inference_mode()
     def step(self) -> list[Done]:
         """3. sample one token for every row, retire rows that end, forward the rest."""
@@ -241,6 +317,11 @@ class Rows:
         tok = sample(self.logits, u, e.sampling)                  # [rows]
         if e.stats:
             self._accumulate_stats(tok)
+        if e.conf_topk:
+            self._accumulate_confidence()
+        if e.hidden:   # positions 0 .. generated - 1 fed so far: their mean chain, before this token is fed
+            for i, f in enumerate(coe_features(self.hidden_sum / (self.generated + 1)).tolist()):
+                self.coe_[i].append(f)
         self.generated += 1
         e.engine_steps += 1
         tok_list = tok.tolist()
@@ -257,7 +338,8 @@ class Rows:
                 reason = "length"
             if reason:
                 lp, sc = self.stats(i)
-                done.append(Done(self.ids[i], self.tokens[i], reason, lp, sc))
+                done.append(Done(self.ids[i], self.tokens[i], reason, lp, sc, tuple(self.conf[i]),
+                                 tuple(self.coe_[i])))
             else:
                 alive.append(i)
         if len(alive) < n:
@@ -276,6 +358,15 @@ class Rows:
         self.lp_sum += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double().cpu()
         self.sc_sum += (lse - mean - self.engine.log_vocab).double().cpu()
 
+    def _accumulate_confidence(self) -> None:
+        """DeepConf's token confidence of the distribution each row samples from now: minus the mean of its k
+        highest log-probabilities (untempered), as logsumexp minus the mean of the k highest logits."""
+        logits = self.logits                                      # [rows, vocab] fp32
+        k = min(self.engine.conf_topk, logits.shape[-1])
+        conf = lone_row_padded(lambda x: x.logsumexp(-1) - x.topk(k, dim=-1).values.mean(-1), logits).tolist()
+        for i, c in enumerate(conf):
+            self.conf[i].append(c)
+
     @torch.inference_mode()
     def keep(self, indices: list[int]) -> None:
         """4. prune: keep only these rows (positions in the batch), in this order."""
@@ -292,9 +383,14 @@ class Rows:
         self.tokens = [self.tokens[i] for i in indices]
         cpu_idx = idx.cpu()
         self.lp_sum, self.sc_sum = self.lp_sum[cpu_idx], self.sc_sum[cpu_idx]
+        self.conf = [self.conf[i] for i in indices]
+        self.coe_ = [self.coe_[i] for i in indices]
+        if self.hidden_sum is not None:
+            self.hidden_sum = self.hidden_sum[idx.to(self.hidden_sum.device)]
 
     def release(self) -> None:
         self.ids, self.tokens = [], []
         self.cache = None
         self.logits = torch.empty(0, 0)
         self.lp_sum = self.sc_sum = torch.zeros(0, dtype=torch.float64)
+        self.conf, self.coe_, self.hidden_sum = [], [], None

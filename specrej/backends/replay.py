@@ -44,6 +44,11 @@ class Recording(Protocol):
     cum_lp: Sequence[Sequence[float]] | None  # sums of log-probability over its first t + 1 tokens
     cum_sc: Sequence[Sequence[float]] | None  # the same for self-certainty
     finish: Sequence[str]                     # why it ended: "eos" | "stop" | "length"
+    # optional (a recording made with them): DeepConf's token confidences at ``conf_topk``, ST-BoN's chain
+    # feature after each token (``Batch.confidences``, ``Batch.coe``); None where it kept none
+    conf: Sequence[Sequence[float]] | None
+    conf_topk: int
+    coe: Sequence[Sequence[float]] | None
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,9 @@ class Script:
     finish: Sequence[str] = ()
     cum_lp: Sequence[Sequence[float]] | None = None
     cum_sc: Sequence[Sequence[float]] | None = None
+    conf: Sequence[Sequence[float]] | None = None   # token confidences (DeepConf's), one per token
+    conf_topk: int = 0                               # the k they were taken at (0: none kept)
+    coe: Sequence[Sequence[float]] | None = None    # chain features (ST-BoN's), one per token
 
     def __post_init__(self) -> None:
         if not self.finish:
@@ -64,6 +72,10 @@ class Script:
             raise ValueError(f"a script needs one ending per candidate, each one of {ENDINGS}.")
         if any(len(t) < 1 for t in self.tokens):
             raise ValueError("every scripted candidate writes at least one token.")
+        for name in ("conf", "coe"):
+            per = getattr(self, name)
+            if per is not None and [len(x) for x in per] != [len(t) for t in self.tokens]:
+                raise ValueError(f"a script's {name} needs one value per token of every candidate.")
 
 
 def recorded_stats(rec: Recording, c: int, t: int) -> TokenStats:
@@ -90,14 +102,25 @@ class Replay:
 
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling = Sampling(), seed: int = 0,
                  n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
-                 stats: bool = True) -> "ReplayEngine":
-        return ReplayEngine(self.recording, lm, prompt_ids, n_total=n_total, max_new_tokens=max_new_tokens,
-                            stats=stats)
+                 stats: bool = True, conf_topk: int = 0, hidden: bool = False) -> "ReplayEngine":
+        rec = self.recording
+        if conf_topk and (getattr(rec, "conf", None) is None or getattr(rec, "conf_topk", 0) != conf_topk):
+            held = getattr(rec, "conf_topk", 0) if getattr(rec, "conf", None) is not None else 0
+            raise ValueError(f"this recording holds no token confidences at top-{conf_topk}"
+                             + (f" (it holds them at top-{held})" if held else "") + ": record it with "
+                             f"conf_topk={conf_topk} (bench.coupled.collect) to replay DeepConf.")
+        if hidden and getattr(rec, "coe", None) is None:
+            raise ValueError("this recording holds no hidden-state chain features: record it with hidden=True "
+                             "(bench.coupled.collect) to replay ST-BoN.")
+        return ReplayEngine(rec, lm, prompt_ids, n_total=n_total, max_new_tokens=max_new_tokens, stats=stats,
+                            conf=bool(conf_topk), hidden=hidden)
 
     def from_config(self, lm, prompt_ids: list[int], cfg, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True) -> "ReplayEngine":
+                    share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0,
+                    hidden: bool = False) -> "ReplayEngine":
         return self(lm, prompt_ids, n_total=cfg.n if n_total is None else n_total,
-                    max_new_tokens=cfg.max_new_tokens, share_prefix=share_prefix, stats=stats)
+                    max_new_tokens=cfg.max_new_tokens, share_prefix=share_prefix, stats=stats,
+                    conf_topk=conf_topk, hidden=hidden)
 
     def default_budget(self, lm) -> int:
         if self.budget is None:
@@ -113,7 +136,7 @@ class ReplayEngine:
     engine_steps = 0     # steps its rows took
 
     def __init__(self, recording: Recording, lm, prompt_ids: list[int], *, n_total: int, max_new_tokens: int,
-                 stats: bool):
+                 stats: bool, conf: bool = False, hidden: bool = False):
         if len(prompt_ids) != recording.prompt_tokens:
             raise ValueError(f"the recording's prompt has {recording.prompt_tokens} tokens, this one "
                              f"{len(prompt_ids)}: replay the prompt it recorded.")
@@ -121,6 +144,7 @@ class ReplayEngine:
             raise ValueError(f"the recording holds {len(recording.tokens)} candidates; a run of {n_total} "
                              "cannot be replayed from it.")
         self.recording, self.lm, self.max_new_tokens, self.stats = recording, lm, max_new_tokens, stats
+        self.conf, self.hidden = conf, hidden
 
     def start(self, cand_ids: list[int]) -> "ReplayRows":
         return ReplayRows(self, cand_ids)
@@ -162,6 +186,16 @@ class ReplayRows:
         st = recorded_stats(self.engine.recording, self.ids[i], len(self.tokens[i]))
         return st.mean_logprob, st.mean_self_certainty
 
+    def confidences(self, i: int) -> Sequence[float]:
+        if not self.engine.conf:
+            return ()
+        return self.engine.recording.conf[self.ids[i]][:len(self.tokens[i])]
+
+    def coe(self, i: int) -> Sequence[float]:
+        if not self.engine.hidden:
+            return ()
+        return self.engine.recording.coe[self.ids[i]][:len(self.tokens[i])]
+
     def step(self) -> list[Done]:
         e, rec = self.engine, self.engine.recording
         assert self.ids, "step() on an empty batch"
@@ -183,7 +217,7 @@ class ReplayRows:
                                  f"max_new_tokens <= {t}.")
             if reason:
                 lp, sc = self.stats(i)
-                done.append(Done(c, self.tokens[i], reason, lp, sc))
+                done.append(Done(c, self.tokens[i], reason, lp, sc, tuple(self.confidences(i)), tuple(self.coe(i))))
             else:
                 alive.append(i)
         self.generated += 1

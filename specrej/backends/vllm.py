@@ -207,7 +207,13 @@ class VllmEngine:
 
     @classmethod
     def from_config(cls, lm: VllmLM, prompt_ids: list[int], cfg, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True) -> "VllmEngine":
+                    share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0,
+                    hidden: bool = False) -> "VllmEngine":
+        if conf_topk or hidden:
+            raise ValueError("the vLLM backend does not report " + ("hidden states (ST-BoN's consistency reads every "
+                             "layer's)" if hidden else "top-k log-probabilities per token to this loop (DeepConf's "
+                             "token confidence)") + " here: race deepconf and stbon on the transformers backend "
+                             "(--backend transformers).")
         return cls(lm, prompt_ids, sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
                    n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop,
                    share_prefix=share_prefix, stats=stats)

@@ -41,6 +41,9 @@ class CoupledRun:
     cum_lp: list[list[float]]
     cum_sc: list[list[float]]
     finish: list[str]
+    conf: list[list[float]] | None = None   # DeepConf's token confidence of every token (collected at conf_topk)
+    conf_topk: int = 0
+    coe: list[list[float]] | None = None    # ST-BoN's chain feature after every token (collected with hidden)
 
     @property
     def n(self) -> int:
@@ -57,23 +60,30 @@ class CoupledRun:
         return {"prompt": self.prompt, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens,
                 # full precision: a rounded statistic can break a rule's near-tie the other way, and the
                 # saved runs must replay the bench's table exactly (fit_rule evaluate)
-                "cum_lp": self.cum_lp, "cum_sc": self.cum_sc, "finish": self.finish}
+                "cum_lp": self.cum_lp, "cum_sc": self.cum_sc, "finish": self.finish,
+                **({"conf": self.conf, "conf_topk": self.conf_topk} if self.conf is not None else {}),
+                **({"coe": self.coe} if self.coe is not None else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CoupledRun":
-        return cls(d["prompt"], d["prompt_tokens"], d["tokens"], d["cum_lp"], d["cum_sc"], d["finish"])
+        return cls(d["prompt"], d["prompt_tokens"], d["tokens"], d["cum_lp"], d["cum_sc"], d["finish"],
+                   d.get("conf"), d.get("conf_topk", 0), d.get("coe"))
 
 
 @torch.inference_mode()
-def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
-    """Decode candidates 0..cfg.n-1 of cfg.prompt to the end, in one batch, keeping the statistics."""
+def collect(lm: LM, cfg: RunConfig, *, conf_topk: int = 0, hidden: bool = False) -> CoupledRun:
+    """Decode candidates 0..cfg.n-1 of cfg.prompt to the end, in one batch, keeping the statistics; with
+    ``conf_topk`` > 0 every token's confidence too, with ``hidden`` every token's chain feature (what DeepConf
+    and ST-BoN read, so the simulator can replay them)."""
     ids = lm.render(cfg.prompt)
-    engine = lm.backend.from_config(lm, ids, cfg)
+    engine = lm.backend.from_config(lm, ids, cfg, conf_topk=conf_topk, hidden=hidden)
     n = cfg.n
     tokens: list[list[int]] = [[] for _ in range(n)]
     cum_lp: list[list[float]] = [[] for _ in range(n)]
     cum_sc: list[list[float]] = [[] for _ in range(n)]
     finish = [""] * n
+    conf: list[list[float]] = [[] for _ in range(n)]
+    coe: list[list[float]] = [[] for _ in range(n)]
     rows = engine.start(list(range(n)))
     try:
         while len(rows):
@@ -84,6 +94,7 @@ def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
                 cum_lp[d.cand].append(d.mean_logprob * g)
                 cum_sc[d.cand].append(d.mean_self_certainty * g)
                 finish[d.cand] = d.reason
+                conf[d.cand], coe[d.cand] = list(d.confidences), list(d.coe)
             for i, c in enumerate(rows.ids):
                 lp, sc = rows.stats(i)   # means so far: back to sums
                 cum_lp[c].append(lp * rows.generated)
@@ -93,7 +104,8 @@ def collect(lm: LM, cfg: RunConfig) -> CoupledRun:
         engine.release()
     for c in range(n):
         assert len(cum_lp[c]) == len(tokens[c]), (c, len(cum_lp[c]), len(tokens[c]))
-    return CoupledRun(cfg.prompt, len(ids), tokens, cum_lp, cum_sc, finish)
+    return CoupledRun(cfg.prompt, len(ids), tokens, cum_lp, cum_sc, finish, conf if conf_topk else None,
+                      conf_topk, coe if hidden else None)
 
 
 class PrefixScorer:

@@ -74,7 +74,8 @@ def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
 def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: list[tuple[float, int]],
                budget: int, rules: tuple = ("paper",), live: tuple[tuple[float, int], ...] | None = None,
                tick: Callable[[str], None] = lambda label: None, runs_out: list | None = None,
-               coupled: CoupledRun | None = None) -> dict:
+               coupled: CoupledRun | None = None, rivals: tuple[str, ...] = (),
+               rivals_live: tuple[str, ...] = ()) -> dict:
     """One prompt: the coupled reference Best-of-N_ref (one batch) and Speculative Rejection with each
     rule at each (alpha, first decision) under ``budget``; a JSON-ready record.
 
@@ -84,11 +85,18 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     the reference (``drift``: candidates whose text or score differ, bf16 rounding). ``coupled``: a
     coupled run collected before (``reward_study collect``) instead of collecting one here; it may hold
     more than ``n_ref`` candidates (Best-of-N_ref is its first ``n_ref``; coupling makes them the same
-    answers), so a first batch larger than N_ref is replayed too."""
+    answers), so a first batch larger than N_ref is replayed too.
+
+    ``rivals``: arm specs of DeepConf and ST-BoN (``specrej.arms``), each run on Best-of-N_ref's N candidates,
+    replayed from the coupled run (which then records every token's confidence and chain feature): DeepConf
+    once with its freed slots refilled (``refill``: a continuous-batching engine, vLLM's) and once in passes
+    (``passes``: the transformers engine, which takes no rows into a running batch); those in ``rivals_live``
+    also run for real (ST-BoN's run is cheap: N rows to the truncation, then one). ``rival_settings``."""
     P = len(lm.render(row["prompt"]))
     shared = sharing(lm, lm.backend)
     t0 = time.perf_counter()
-    run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0))
+    reads = dict(conf_topk=base.conf_topk, hidden=True) if rivals else {}
+    run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0), **reads)
     if run.n < n_ref:
         raise ValueError(f"the coupled run holds {run.n} candidates, fewer than n_ref={n_ref}.")
     wall = None if coupled else time.perf_counter() - t0
@@ -136,7 +144,84 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
                                                  and sim.generated_tokens == entry["generated_tokens"])
             record["sr"].append(entry)
             tick(f"{name} a={alpha:g} T={first}")
+    for spec in rivals:
+        for entry in _rivals(lm, reward, run, scorer, row, base, spec, n_ref=n_ref, budget=budget, shared=shared,
+                             live=spec in rivals_live, texts=texts, winner=winner):
+            record["sr"].append(entry)
+        tick(spec)
     return record
+
+
+def rival_settings(base: RunConfig, n_ref: int) -> RunConfig:
+    """The rivals' settings in the bench unless their spec names them: the paper's proportions. DeepConf warms
+    up on 1/16 of its traces (the paper: 16 of 256) and groups 1/8 of the longest answer (the paper: 2048
+    tokens of answers up to 16k-64k long; this window is proportionally longer, so a stop reads more tokens)."""
+    return replace(base, n=n_ref, warmup=max(1, n_ref // 16), window=max(1, base.max_new_tokens // 8))
+
+
+def _rivals(lm, reward, run: CoupledRun, scorer: PrefixScorer, row: dict, base: RunConfig, spec: str, *, n_ref: int,
+            budget: int, shared: bool, live: bool, texts: list[str], winner: int) -> list[dict]:
+    """One rival arm spec's entries: replayed from the coupled run (DeepConf refilled and in passes), and run
+    for real when ``live`` (on the transformers engine: in passes), with the simulator checked against it."""
+    from ..arms import parse_arm
+    from ..methods import METHODS
+    from ..backends.replay import Replay
+    from .simulate import replay
+
+    arm = parse_arm(spec)
+    cfg = arm.config(replace(rival_settings(base, n_ref), prompt=row["prompt"], budget=budget, progress_every=0))
+    final = scorer.final()
+    finals = dict(enumerate(final[:n_ref]))
+    ways = [("refill", True), ("passes", False)] if arm.method == "deepconf" else [("", True)]
+    out = []
+    for way, refills in ways:
+        engine = Replay(run, allow_sharing=shared)
+        engine.refills = refills
+        fin, rounds = _drain(replay(METHODS[arm.method], run, scorer, cfg, shared=shared, engine=engine))
+        entry = _rival_entry(arm.spec, way, fin, rounds, finals, winner, lm, reward, run.prompt_tokens, texts)
+        entry["source"] = "simulated"
+        if live and not refills or live and arm.method != "deepconf":
+            real, real_rounds = _drain(METHODS[arm.method](lm, reward, cfg))
+            sim = entry
+            entry = _rival_entry(arm.spec, way, real, real_rounds, finals, winner, lm, reward, run.prompt_tokens,
+                                 texts)
+            entry.update(source="run", wall_s=real.ledger.wall_s, ledger=real.ledger.to_dict(),
+                         drift=drift(real, final, texts, lambda c, t: lm.decode(run.tokens[c][:t])),
+                         simulated={k: sim[k] for k in ("winner", "score", "steps", "generated_tokens")},
+                         simulator_agrees=(sim["winner"] == entry["winner"] and sim["steps"] == entry["steps"]
+                                           and sim["generated_tokens"] == entry["generated_tokens"]))
+        out.append(entry)
+    return out
+
+
+def _drain(events) -> tuple[Finished, list[Round]]:
+    rounds, fin = [], None
+    for ev in events:
+        if isinstance(ev, Round):
+            rounds.append(ev)
+        elif isinstance(ev, Finished):
+            fin = ev
+    return fin, rounds
+
+
+def _rival_entry(spec: str, way: str, fin: Finished, rounds: list[Round], finals: dict, bon_winner: int, lm, reward,
+                 prompt_tokens: int, texts: list[str]) -> dict:
+    """A rival's record, in the keys Speculative Rejection's points use. Its oracle ceiling is Best-of-N_ref's
+    own winner: it starts all N_ref candidates, so a signal that saw the future would keep that one."""
+    led = fin.ledger
+    scored = sum(t for c in fin.candidates for t, _ in c.history)
+    best = max(finals.values())
+    return {"method": spec.split(":")[0], "rule": None, "alpha": None, "first_decision": None,
+            "label": spec + (f" ({way})" if way else ""), "n": len(fin.candidates), "winner": fin.winner.id,
+            "score": fin.winner.score, "winner_text": fin.winner.text, "rounds": fin.rounds, "steps": led.steps,
+            "generated_tokens": led.generated_tokens,
+            "flops": flops(lm.n_params, prompt_tokens + led.generated_tokens) + flops(reward.n_params, scored),
+            "wall_s": None, "kept_bon_winner": any(c.id == bon_winner and c.status == "finished" for c in fin.candidates),
+            "winner_fate": winner_fate(bon_winner, fin, rounds).to_dict(),
+            "oracle": {"score": best, "winner": bon_winner, "steps": led.steps, "rounds": fin.rounds,
+                       "winner_fate": {"fate": "kept", "decision": None, "position": None}},
+            "decisions": [{"position": d.position, "spearman": d.spearman}
+                          for d in (decision_rank(r, finals) for r in rounds if live_at_decision(r))]}
 
 
 def _oracle(run: CoupledRun, scorer: PrefixScorer, n0: int, alpha: float, budget: int, base: RunConfig,
@@ -242,7 +327,8 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
         imp_ci = _ci(improvement_gains(bests, runs))
         sources = {s.get("source", "run") for s in runs_j}
         point = {
-            "method": "sr", "rule": first.get("rule", "paper"), "alpha": first["alpha"],
+            "method": first.get("method", "sr"), "label": first.get("label"), "rule": first.get("rule", "paper"),
+            "alpha": first["alpha"],
             "first_decision": first["first_decision"], "source": sources.pop() if len(sources) == 1 else "mixed",
             "n": sum(s["n"] for s in runs_j) / len(runs_j), "improvement": imp,
             "improvement_ci90": imp_ci,
@@ -322,7 +408,7 @@ def _by_decision(runs: list[dict]) -> list[dict]:
     return out
 
 
-SUMMARY_KEYS = ("method", "rule", "alpha", "first_decision", "source", "improvement", "improvement_ci90",
+SUMMARY_KEYS = ("method", "label", "rule", "alpha", "first_decision", "source", "improvement", "improvement_ci90",
                 "improvement_capped", "improvement_capped_ci90", "rel_flops", "rel_wall", "speedup_flops",
                 "speedup_steps", "speedup_steps_refill", "speedup_steps_paged", "speedup_wall", "kept_bon_winner",
                 "oracle_improvement", "gap_to_oracle", "winner_fate_counts")

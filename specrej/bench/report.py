@@ -90,15 +90,16 @@ def paper_table(agg: dict, meta: dict) -> str:
         "Best-of-N wall time is MODELLED from step times measured at the budgeted batch "
         f"({_step_model_text(agg)}); Speculative Rejection's is measured where it ran ('run'). Wall: {wall_note}.",
         "",
-        f"{'method':<30}{'src':>5}{'improv':>7}{'90% CI':>14}{'capped':>7}{'90% CI':>14}"
+        f"{'method':<44}{'src':>5}{'improv':>7}{'90% CI':>14}{'capped':>7}{'90% CI':>14}"
         f"{'x steps':>9}{'x refill':>9}{'x paged':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}",
     ]
     for b in agg["bon"]:
         if b["k"] & (b["k"] - 1) == 0 or b["k"] == n_ref:
-            lines.append(f"{'Best-of-%d' % b['k']:<30}{'':>5}{b['improvement']:>7.1f}")
+            lines.append(f"{'Best-of-%d' % b['k']:<44}{'':>5}{b['improvement']:>7.1f}")
     for s in agg["sr"]:
-        name = f"SR {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']} (N~{s['n']:.0f})"
-        lines.append(f"{name:<30}{s.get('source', 'run')[:3]:>5}{s['improvement']:>7.1f}"
+        name = (f"{s['label']} (N={s['n']:.0f})" if s.get("label") else
+                f"SR {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']} (N~{s['n']:.0f})")
+        lines.append(f"{name:<44}{s.get('source', 'run')[:3]:>5}{s['improvement']:>7.1f}"
                      f"{_ci(s.get('improvement_ci90')):>14}{s.get('improvement_capped', s['improvement']):>7.1f}"
                      f"{_ci(s.get('improvement_capped_ci90')):>14}{_speed(s.get('speedup_steps')):>9}"
                      f"{_speed(s.get('speedup_steps_refill')):>9}{_speed(s.get('speedup_steps_paged')):>9}"
@@ -117,7 +118,7 @@ def paper_table(agg: dict, meta: dict) -> str:
     for s in agg["sr"]:
         if "drift" in s:
             d = s["drift"]
-            lines.append(f"  {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']} ran for real: "
+            lines.append(f"  {_name(s)} ran for real: "
                          f"{d['text_differs']} of {d['compared']} candidates wrote another text than in the coupled "
                          f"reference, {d['score_differs']} another score; " + _agrees(s.get("simulator_agrees"), n_ref))
     lines += _ceiling_lines(agg)
@@ -126,9 +127,14 @@ def paper_table(agg: dict, meta: dict) -> str:
         parts = [f"d{d['decision']}@{d['mean_position']:.0f}tok: " +
                  (f"{d['mean_spearman']:.2f}" if d["mean_spearman"] is not None else "-")
                  for d in s["rank_correlation"]]
-        lines.append(f"  {s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']}: "
+        lines.append(f"  {_name(s)}: "
                      + ("  ".join(parts) or "no decision"))
     return "\n".join(lines)
+
+
+def _name(s: dict) -> str:
+    """A point's short name: a rival's spec (and how it ran), or SR's rule, alpha and first decision."""
+    return s["label"] if s.get("label") else f"{s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']}"
 
 
 def _speed_ci(s: dict | None, ci: dict | None) -> str:
@@ -158,9 +164,10 @@ def _ceiling_lines(agg: dict) -> list[str]:
     lines = ["", "Speed-up in decode steps against each Best-of-N baseline, [at the ends of the improvement's 90% "
              "interval]; the oracle ceiling (a rule keeping the best FINAL rewards through the same loop: the most "
              "any rule reaches at that point) and the gap to it; Best-of-N's winner: kept to the end, pruned at a "
-             "decision, or never drawn (outside SR's first batch):"]
+             "decision, or never drawn (outside SR's first batch). A rival (DeepConf, ST-BoN) starts all N_ref "
+             "candidates, so its oracle is Best-of-N_ref's own winner (100) and its gap is all it lost:"]
     for s in agg["sr"]:
-        name = f"{s.get('rule', 'paper')} a={s['alpha']:g} T={s['first_decision']}"
+        name = _name(s)
         oracle = (f"oracle {s['oracle_improvement']:.1f} {_ci(s.get('oracle_improvement_ci90'))} "
                   f"(gap {s['gap_to_oracle']:.1f})" if "oracle_improvement" in s else "oracle - (first batch > N_ref)")
         lines.append(f"  {name}: fixed {_speed_ci(s.get('speedup_steps'), s.get('speedup_steps_ci90'))}, refill "
@@ -200,7 +207,7 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
     fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.4 * rows + 1.0), squeeze=False)
     # one colour per rule (the paper's filled, the others hollow, so coinciding points stay visible) and one
     # marker per (alpha, first decision); the key sits under the panels, the speed-ups are in the table
-    rules = list(dict.fromkeys(s.get("rule", "paper") for s in agg["sr"]))
+    rules = list(dict.fromkeys(s.get("rule") or s["method"] for s in agg["sr"]))   # a rival: its method
     colour = {r: c for r, c in zip(rules, ("#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"))}
     settings = list(dict.fromkeys((s["alpha"], s["first_decision"]) for s in agg["sr"]))
     marker = {k: m for k, m in zip(settings, "*DP^vsXpho<>")}
@@ -216,7 +223,7 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
             x = s.get(f"rel_{m}")
             if x is None:
                 continue
-            rule = s.get("rule", "paper")
+            rule = s.get("rule") or s["method"]
             ax.plot([x], [s["improvement"]], linestyle="none", marker=marker[(s["alpha"], s["first_decision"])],
                     markersize=13 if rule == "paper" else 10, color=colour[rule],
                     markerfacecolor=colour[rule] if rule == "paper" else "none", markeredgewidth=1.6)
@@ -231,9 +238,11 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
                       f"{agg['n_ref']} (order statistics)")]
     handles += [Line2D([], [], linestyle="none", marker="o", markersize=9, color=colour[r],
                        markerfacecolor=colour[r] if r == "paper" else "none", markeredgewidth=1.6,
-                       label=f"Speculative Rejection, {r} rule") for r in rules]
+                       label=f"Speculative Rejection, {r} rule" if r not in ("deepconf", "stbon")
+                       else {"deepconf": "DeepConf", "stbon": "ST-BoN"}[r]) for r in rules]
     handles += [Line2D([], [], linestyle="none", marker=marker[k], markersize=10, color="#555555",
-                       label=f"α = {k[0]:g}, first decision T = {k[1]}") for k in settings]
+                       label=f"α = {k[0]:g}, first decision T = {k[1]}" if k[0] is not None else "a rival (its own "
+                       "settings)") for k in settings]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.1 if rows > 1 else 0.18, 1, 0.97))

@@ -21,13 +21,15 @@ MODES = {
     # candidates). The cost is the 12 coupled runs and 72 real SR runs.
     "quick": dict(prompts="quick", n_ref=128, max_new_tokens=256, budget=2048, reward="self-certainty",
                   points="0.5@16,0.7@16,0.9@16,0.5@8,0.5@32", rules="paper,calibrated,schedule", live="0.5@16",
-                  dtype="fp32", engine_rows=32, engine_length=32, sweep=[1, 8, 32, 128], repeats=2),
+                  dtype="fp32", engine_rows=32, engine_length=32, sweep=[1, 8, 32, 128], repeats=2,
+                  rivals="deepconf deepconf:conf_percentile=10 stbon", rivals_live="stbon"),
     # for a GPU (shard with `accelerate launch`): the paper's proportions. Budget = 120 rows at full length
     # (Best-of-120 fits one device, as in the paper), so Speculative Rejection opens with ~3800 rows at 16
     # tokens and Best-of-1024 needs 9 passes.
     "full": dict(prompts="default", n_ref=1024, max_new_tokens=512, budget=120 * 512 + 64, reward="self-certainty",
                  points="0.5@8,0.7@8,0.9@8,0.5@16,0.7@16,0.9@16,0.5@32,0.7@32,0.9@32,0.5@64,0.7@64,0.9@64",
-                 rules="paper,calibrated", live="all", dtype="fp32", engine_rows=64, engine_length=128, sweep=[1, 8, 32, 128, 512], repeats=2),
+                 rules="paper,calibrated", live="all", dtype="fp32", engine_rows=64, engine_length=128, sweep=[1, 8, 32, 128, 512], repeats=2,
+                 rivals="deepconf deepconf:conf_percentile=10 stbon", rivals_live="stbon"),
 }
 
 
@@ -82,6 +84,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
                                   "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
                                   "coupled run")
+    p.add_argument("--rivals", help="rival arms on Best-of-N_ref's candidates, space-separated arm specs (deepconf, "
+                                    "stbon, e.g. 'deepconf deepconf:conf_percentile=10 stbon'; 'none' for none): "
+                                    "replayed from the coupled run, DeepConf refilled and in passes")
+    p.add_argument("--rivals-live", help="rival specs that also run for real (space-separated; 'none')")
     p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="inference engine: transformers (default) or vllm (default: SPECREJ_BACKEND)")
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16"], default=None,
@@ -150,6 +156,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     unknown = [r for r in rules if r not in RULES]
     if unknown:
         raise SystemExit(f"--rules: {', '.join(unknown)} unknown; choose from {', '.join(RULES)}.")
+    rivals = tuple(x for x in (args.rivals or "").split() if x.lower() != "none")
+    rivals_live = tuple(x for x in (args.rivals_live or "").split() if x in rivals)
+    from ..arms import ArmSpecError, parse_arm
+    for spec in rivals:
+        try:
+            if parse_arm(spec).method not in ("deepconf", "stbon"):
+                raise SystemExit(f"--rivals: {spec!r} is not a rival (deepconf or stbon).")
+        except ArmSpecError as e:
+            raise SystemExit(f"--rivals: {e}")
     if args.n_ref < 2:
         raise SystemExit("--n-ref must be at least 2 (Best-of-N's curve runs from 1 to it).")
 
@@ -180,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     meta = {"mode": "quick" if args.quick else "full", "prompt_set": args.prompts, "model": args.model,
             "reward": args.reward, "n_ref": args.n_ref, "points": [list(p) for p in points],
             "rules": list(rules), "live_points": "all" if live is None else [list(p) for p in live],
+            "rivals": list(rivals), "rivals_live": list(rivals_live),
             "wall_note": args.wall_note or None,
             "max_new_tokens": args.max_new_tokens, "budget": budget, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
@@ -215,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             except BudgetError as e:
                 raise SystemExit(f"prompt {row['id']}: {e} (set --budget, or lower --max-new-tokens)")
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(mine) * (1 + len(rules) * len(points)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
+        bar = tqdm(total=len(mine) * (1 + len(rules) * len(points) + len(rivals)), desc=f"bench {rank + 1}/{world}" if world > 1 else "bench",
                    position=rank, file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -225,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                 bar.set_postfix_str(f"{row['id']} {label}")
                 bar.update(1)
             rec = run_prompt(lm, reward, row, base, n_ref=args.n_ref, points=points, budget=budget, rules=rules,
-                             live=live, tick=tick, runs_out=coupled_runs)
+                             live=live, tick=tick, runs_out=coupled_runs, rivals=rivals, rivals_live=rivals_live)
             records.append({"order": i, **rec})
             if not passes:   # step times at the budgeted batch and at 1 row, once, on this process's first prompt
                 cfg = replace(base, prompt=row["prompt"])

@@ -51,16 +51,17 @@ class SimResult:
 
 
 def replay(method: Callable[..., Iterator[Event]], run: CoupledRun, scorer: PrefixScorer, cfg: RunConfig, *,
-           shared: bool = True, **kw) -> Iterator[Event]:
+           shared: bool = True, engine: Replay | None = None, **kw) -> Iterator[Event]:
     """``method`` (a live method: ``speculative_rejection``, ``best_of_n``, ...) on ``cfg``, driving a replay
     of ``run`` whose rewards come from ``scorer``'s memo. ``shared``: the prompt's slots are held once
-    (the engine's shared prefix, vLLM's prefix cache) or once per row. ``kw``: the method's own (``policy``)."""
+    (the engine's shared prefix, vLLM's prefix cache) or once per row. ``engine``: a ``Replay`` of ``run`` set up
+    otherwise (e.g. one that does not refill, as the transformers engine). ``kw``: the method's own (``policy``)."""
     if cfg.prompt != run.prompt:
         raise ValueError("the coupled run recorded another prompt: replay the prompt it recorded.")
     if shared and not scorer.lm.shares_prefix:
         raise ValueError(f"model {getattr(scorer.lm, 'name', '?')!r} cannot share the prompt's slots across rows: "
                          "replay it with shared=False.")
-    return method(scorer.lm, scorer.memo, cfg, engine=Replay(run, allow_sharing=shared), **kw)
+    return method(scorer.lm, scorer.memo, cfg, engine=engine or Replay(run, allow_sharing=shared), **kw)
 
 
 def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: float, n0: int,

@@ -15,6 +15,7 @@ from typing import Mapping
 from .rules import RULES
 
 DECISIONS = ("budget", "interval")
+PICKS = ("reward", "paper")   # who names a rival arm's winner (deepconf, stbon): the race's reward or the paper's rule
 AUTO = "auto"
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
 DEFAULT_CPU_BUDGET = 448   # KV slots a run gets on a CPU: 8 full-length rows of 48 tokens, or ~50 rows at token 8
@@ -49,6 +50,20 @@ class RunConfig:
                    "rule) or a rule fitted on coupled runs, e.g. 'calibrated' (see specrej.core.rules).")
     keep_finished: bool = _f(False, "Finished candidates always stay in contention instead of competing "
                              "for kept slots (the reference code makes them compete).")
+    warmup: int = _f(4, "DeepConf: traces written to the end first; their lowest group confidence sets the stop "
+                     "threshold (the paper's online mode: 16 of 256 traces).")
+    conf_percentile: float = _f(90.0, "DeepConf: the percentage of warm-up traces whose lowest group confidence "
+                                "clears the threshold: 90 is DeepConf-high (threshold at the 10th percentile), 10 "
+                                "DeepConf-low.")
+    window: int = _f(8, "DeepConf: tokens in the sliding window whose mean token confidence is the group confidence "
+                     "(the paper: 2048 of answers thousands of tokens long).")
+    conf_topk: int = _f(20, "DeepConf: a token's confidence is minus the mean log-probability of the model's k most "
+                        "likely tokens at that step (the paper: 20).")
+    buffer: float = _f(1.0, "ST-BoN: after the earliest step c at which every pair of answers differs, decode "
+                       "max(1, int(buffer x c)) more tokens before truncating (the paper's tau = c).")
+    pick: str = _f("reward", "DeepConf, ST-BoN: who names the winner among the answers they finish: 'reward' (the "
+                   "race's reward, as Best-of-N picks) or 'paper' (the paper's own rule: DeepConf the highest "
+                   "lowest-group-confidence, ST-BoN the most consistent answer).")
     stop: tuple[str, ...] = _f((), "Stop strings that end a candidate.")
     progress_every: int = _f(8, "Emit a Progress event every this many decoding steps (0 = never).")
 
@@ -81,6 +96,17 @@ class RunConfig:
         _int(self, "interval", lo=1, hint="interval is a positive number of tokens")
         _int(self, "first_decision", lo=1, hint="first_decision is a positive number of generated tokens")
         _int(self, "progress_every", lo=0, hint="progress_every is 0 (off) or a positive step count")
+        _int(self, "warmup", lo=1, hint="warmup is a positive number of DeepConf warm-up traces")
+        if not _is_num(self.conf_percentile) or not 0.0 < self.conf_percentile <= 100.0:
+            raise ValueError(f"conf_percentile={self.conf_percentile!r} must be in (0, 100]: the share of warm-up "
+                             "traces whose confidence clears DeepConf's threshold (90 or 10 in the paper).")
+        _int(self, "window", lo=1, hint="window is a positive number of tokens (DeepConf's group)")
+        _int(self, "conf_topk", lo=1, hint="conf_topk is a positive number of tokens (DeepConf's token confidence)")
+        if not _is_num(self.buffer) or self.buffer < 0:
+            raise ValueError(f"buffer={self.buffer!r} must be a number >= 0: ST-BoN's buffer as a multiple of the "
+                             "divergence step (1 in the paper).")
+        if self.pick not in PICKS:
+            raise ValueError(f"pick={self.pick!r} is unknown; choose one of {', '.join(PICKS)}.")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings.")
         for s in self.stop:

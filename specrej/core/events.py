@@ -55,6 +55,8 @@ class Candidate:
     history: tuple[tuple[int, float], ...] = ()  # (tokens, score) at every scoring
     round_pruned: int | None = None  # index of the round that pruned it
     finish_reason: str | None = None  # "eos", "stop", "length"
+    signal: tuple[tuple[int, float], ...] = ()  # (tokens, the method's own signal) for a method that reads one
+                                                # (DeepConf: group confidence; ST-BoN: consistency); () otherwise
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,13 @@ class Progress:
 
 @dataclass(frozen=True, kw_only=True)
 class Round:
-    """One decision (Speculative Rejection) or one finished pass (Best-of-N)."""
+    """One decision (Speculative Rejection), one finished pass (Best-of-N), or a rival's decision: DeepConf's
+    threshold set by its warm-up and each step at which traces stop, ST-BoN's truncation.
+
+    A decision taken on the method's own signal instead of the reward names it (``signal``), gives its
+    threshold in that signal's units (``signal_threshold``; ``threshold`` stays on the reward's scale, None
+    there), the signal of every candidate it read (``signals``, higher is better) and the steps worth marking
+    on its chart (``marks``: ("diverged", c), ("truncated", t), ...)."""
 
     arm: Arm
     index: int
@@ -81,6 +89,10 @@ class Round:
     n_pruned: int
     forced: bool                      # memory forced more pruning than alpha asked for
     ledger: Ledger
+    signal: str = ""                  # the method's own signal ("group confidence", ...); "": the reward
+    signal_threshold: float | None = None
+    signals: tuple[tuple[int, float], ...] = ()   # (candidate id, its signal at this decision)
+    marks: tuple[tuple[str, int], ...] = ()       # (what, generated tokens) for the chart
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,9 @@ class Finished:
     rounds: int
     ledger: Ledger
     match: Match | None = None         # set on the baseline when the race stops it once it matches
+    rows_per_step: tuple[int, ...] = ()  # rows decoding at each of its decoding steps, in order (the verdict prices
+                                         # these; () from an older trace: one pass of its candidates is assumed)
+    picked_by: str = "reward"          # who named the winner: "reward" (the race's) or "paper" (a rival's own rule)
 
 
 Event = Union[Progress, Round, Finished]

@@ -19,6 +19,12 @@ schedule, ``keep_count``) and ask for the live rows to be scored between decisio
 the policy's ``probe``: rules that read earlier prefixes' scores); those scores are reward calls
 like any other, in each candidate's history and the ledger.
 
+Two rivals decide on the generator's own signals instead of a reward, on the same Backend, budget and
+coupled randomness: ``deepconf`` (DeepConf online: warm-up traces set a threshold on the group confidence,
+later traces stop below it; ``methods/deepconf.py``) and ``stbon`` (ST-BoN: all N to the earliest step every
+pair differs plus a buffer, then the answer with the most consistent hidden-state chain is kept;
+``methods/stbon.py``). Their docstrings say where this project's setting made them choose.
+
 The methods drive a ``specrej.backends.Backend`` through ``run._Run`` and take their scheduling
 from ``specrej.core`` (the KV budget; the decision rule, ``core.decisions.rule_for(cfg)``). Both
 take an optional ``engine`` (a ``BackendFactory``; default: the LM's own, ``lm.backend``): the seam
@@ -37,6 +43,8 @@ from ..core.decisions import DecisionRule, rule_for
 from ..core.events import Event, Finished, Round
 from ..core.scoring import Reward
 from .run import _Run, _timed
+from .deepconf import deepconf
+from .stbon import self_truncation
 
 
 
@@ -145,6 +153,8 @@ METHODS: dict[str, Callable[[LanguageModel, Reward, RunConfig], Iterator[Event]]
     "bon": best_of_n,
     "bonc": best_of_n_refill,
     "sr": speculative_rejection,
+    "deepconf": deepconf,          # the rivals (methods/deepconf.py, methods/stbon.py): their own signals
+    "stbon": self_truncation,
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
@@ -17,7 +17,7 @@ from ..core.budget import KVBudget, sharing
 from ..core.cost import flops
 from ..core.decisions import Moment
 from ..core.rules import Contender
-from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress
+from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
 from ..core.scoring import Reward, TokenStats, checked
 
 
@@ -33,10 +33,13 @@ class _Rec:
     round_pruned: int | None = None
     finish_reason: str | None = None
     stats: TokenStats | None = None   # the generator's statistics at its last score (what a rule may read)
+    signal: list[tuple[int, float]] = field(default_factory=list)   # a rival's own signal over its tokens
+    conf: Sequence[float] = ()        # its token confidences once it left the batch (DeepConf's)
+    coe: Sequence[float] = ()         # its chain features once it left the batch (ST-BoN's)
 
     def view(self) -> Candidate:
         return Candidate(self.id, self.text, len(self.tokens), self.status, self.score,
-                         tuple(self.history), self.round_pruned, self.finish_reason)
+                         tuple(self.history), self.round_pruned, self.finish_reason, tuple(self.signal))
 
     def contender(self) -> Contender:
         """What a decision's rejection rule sees of this candidate."""
@@ -79,6 +82,7 @@ class _Run:
         self.engine: Backend | None = None
         self.rows: Batch | None = None
         self.steps = 0
+        self.rows_per_step: list[int] = []   # rows decoding at each step (what the verdict prices)
 
     # -- clock: only time spent inside this arm counts, so two arms can be interleaved
     def resume(self) -> None:
@@ -107,13 +111,15 @@ class _Run:
         return tuple(r.view() for r in self.recs)
 
     # -- engine
-    def prefill(self, stats: bool = False) -> None:
+    def prefill(self, stats: bool = False, *, conf_topk: int = 0, hidden: bool = False) -> None:
         """Prefill the prompt. ``stats``: keep the token statistics even if the reward does not read
-        them (a rejection rule does)."""
+        them (a rejection rule does). ``conf_topk``, ``hidden``: the rows report token confidences
+        (DeepConf) or hidden-state chain features (ST-BoN) (``backends.Batch``)."""
         cfg = self.cfg
         self.stats = self.stats or stats
+        extra = {k: v for k, v in (("conf_topk", conf_topk), ("hidden", hidden)) if v}   # only what is asked for
         self.engine = self.engine_factory.from_config(self.lm, self.prompt_ids, cfg, share_prefix=self.shared,
-                                                      stats=self.stats)
+                                                      stats=self.stats, **extra)
         self.prompt_tokens += len(self.prompt_ids)
 
     def start(self, ids: list[int]) -> Batch:
@@ -134,6 +140,7 @@ class _Run:
         done = rows.step()
         self.generated += generated_before
         self.steps += 1
+        self.rows_per_step.append(generated_before)
         self.peak_slots = max(self.peak_slots, self.kv.held(rows.lengths()))
         if done:
             self._score(done_list=done)
@@ -165,6 +172,7 @@ class _Run:
             rec = self.recs[d.cand]
             rec.tokens, rec.text = list(d.tokens), self.lm.decode(d.tokens)
             rec.status, rec.finish_reason = "finished", d.reason
+            rec.conf, rec.coe = d.confidences, d.coe
             recs.append(rec)
         stats = [TokenStats(d.mean_logprob, d.mean_self_certainty) for d in done_list] if self.stats else None
         self._apply_scores(recs, stats)
@@ -178,6 +186,33 @@ class _Run:
             rec.history.append((len(rec.tokens), s))
         return out.scores
 
+    def cut(self, stopped: Sequence[int], index: int, *, signal: str, signals: Sequence[tuple[int, float]] = (),
+            signal_threshold: float | None = None, marks: Sequence[tuple[str, int]] = (),
+            forced: bool = False) -> Round:
+        """A rival's decision on its own signal: the live rows of candidates ``stopped`` leave the batch (their
+        memory is freed; they are pruned by round ``index``, never scored: they do not compete), the others
+        go on. Returns the Round, the survivors marked kept in it."""
+        rows = self.rows
+        self.refresh_texts()
+        gone = set(stopped)
+        for i, cid in enumerate(rows.ids):
+            rec = self.recs[cid]
+            if cid in gone:
+                rec.status, rec.round_pruned = "pruned", index
+                rec.conf, rec.coe = tuple(rows.confidences(i)), tuple(rows.coe(i))
+            else:
+                rec.status = "kept"
+        kept = [c for c in rows.ids if c not in gone]
+        rows.keep([i for i, c in enumerate(rows.ids) if c not in gone])
+        event = Round(arm=self.arm, index=index, position=max((len(self.recs[c].tokens) for c in (*kept, *gone)),
+                                                               default=0),
+                      candidates=self.candidates(), threshold=None, n_kept=len(kept), n_pruned=len(gone),
+                      forced=forced, ledger=self.ledger(), signal=signal, signal_threshold=signal_threshold,
+                      signals=tuple(signals), marks=tuple(marks))
+        for c in kept:
+            self.recs[c].status = "live"
+        return event
+
     def progress(self) -> Progress | None:
         every = self.cfg.progress_every
         if not every or self.steps % every or not self.rows or not len(self.rows):
@@ -185,10 +220,16 @@ class _Run:
         self.refresh_texts()
         return Progress(self.arm, self.rows.generated, len(self.rows), self.candidates(), self.ledger())
 
-    def finished(self, rounds: int) -> Finished:
-        contenders = [r for r in self.recs if r.status == "finished"]
-        winner = max(contenders, key=lambda r: (r.score, -r.id))
-        return Finished(self.arm, winner.view(), self.candidates(), rounds, self.ledger())
+    def finished(self, rounds: int, winner: int | None = None, picked_by: str = "reward") -> Finished:
+        """The Finished event: the winner is the best-scored finished candidate (lowest id on a tie), or
+        candidate ``winner`` where the method's own rule named it (``picked_by``)."""
+        if winner is None:
+            contenders = [r for r in self.recs if r.status == "finished"]
+            best = max(contenders, key=lambda r: (r.score, -r.id))
+        else:
+            best = self.recs[winner]
+        return Finished(self.arm, best.view(), self.candidates(), rounds, self.ledger(),
+                        rows_per_step=tuple(self.rows_per_step), picked_by=picked_by)
 
     def release(self) -> None:
         if self.rows is not None:

@@ -1,0 +1,82 @@
+"""The engine's reads for the rivals (token confidences, the hidden-state chain's feature) and coupling: in
+fp32, candidate i writes the same tokens in Best-of-N, DeepConf and ST-BoN, whatever rows decode beside it."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from specrej import RunConfig, load_generator
+from specrej.arms import race_arms
+from specrej.backends.hf import (
+    Engine,
+    Sampling,
+    coe_features,
+    next_logits,
+    next_logits_hidden,
+)
+from specrej.core.events import Finished
+from specrej.methods import METHODS, run_to_completion
+
+PROMPT = "Name three colours of the sea."
+
+
+@pytest.fixture(scope="module")
+def lm32(tiny_lm_dir):
+    return load_generator(tiny_lm_dir, dtype="fp32")
+
+
+def test_the_hidden_path_gives_the_plain_paths_logits_and_every_layer(lm32):
+    ids = torch.tensor([lm32.render(PROMPT)])
+    plain, _ = next_logits(lm32, ids, None)
+    logits, _, layers = next_logits_hidden(lm32, ids, None)
+    assert torch.equal(plain, logits)
+    assert layers.shape == (1, lm32.model.config.num_hidden_layers + 1, lm32.model.config.hidden_size)
+
+
+def test_token_confidence_is_minus_the_mean_top_k_log_probability(lm32):
+    eng = Engine(lm32, lm32.render(PROMPT), sampling=Sampling(), seed=0, n_total=2, max_new_tokens=3, conf_topk=5)
+    rows = eng.start([0, 1])
+    logits = rows.logits.clone()
+    rows.step()
+    want = -torch.log_softmax(logits[0].double(), -1).topk(5).values.mean()
+    assert rows.confidences(0)[0] == pytest.approx(float(want), rel=1e-5)
+    assert len(rows.confidences(1)) == 1 and rows.coe(0) == []
+
+
+def test_coe_feature_by_hand():
+    # two layers + embeddings: h0 = (1, 0), h1 = (1, 1), h2 = (0, 1); |h0 - h2| = sqrt 2, angle(h0, h2) = pi/2;
+    # steps: |(0, 1)| = 1, angle 45 deg; |(1, 0)| = 1, angle 45 deg -> mean of (1/sqrt2 - 1/2) twice
+    h = torch.tensor([[[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]])
+    assert float(coe_features(h)[0]) == pytest.approx(1 / math.sqrt(2) - 0.5, rel=1e-5)
+
+
+@pytest.mark.parametrize("method,extra", [("deepconf", {"warmup": 2, "window": 4}), ("stbon", {})])
+def test_a_rival_writes_best_of_ns_tokens_for_every_candidate_it_writes(lm32, length_reward, method, extra):
+    base = RunConfig(prompt=PROMPT, n=6, max_new_tokens=16, budget=12 + 6 * 20, progress_every=0, **extra)
+    bon = run_to_completion(METHODS["bon"](lm32, length_reward, base))
+    # Best-of-N above decodes all 6 in one pass; DeepConf here in passes of the 2 rows that fit at full length
+    # (15 own slots each beside the prompt held once), ST-BoN 6 rows then 1: other batches, the same tokens
+    small = RunConfig(**{**vars(base), "budget": len(lm32.render(PROMPT)) + 30})
+    fin = run_to_completion(METHODS[method](lm32, length_reward, small))
+    if method == "deepconf":
+        assert max(fin.rows_per_step) == 2
+    ref = {c.id: c for c in bon.candidates}
+    written = [c for c in fin.candidates if c.tokens]
+    assert written
+    for c in written:
+        assert ref[c.id].text.startswith(c.text) if c.status == "pruned" else ref[c.id].text == c.text
+        if c.status == "finished":
+            assert c.score == ref[c.id].score
+    assert fin.winner.status == "finished" and fin.rows_per_step and fin.ledger.steps == len(fin.rows_per_step)
+
+
+def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
+    cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0, warmup=2, window=4)
+    fins = {e.arm: e for e in race_arms(lm32, length_reward, cfg, ["bon", "sr", "deepconf", "stbon"])
+            if isinstance(e, Finished)}
+    assert set(fins) == {"bon", "sr", "deepconf", "stbon"}
+    bon = {c.id: c.score for c in fins["bon"].candidates}
+    for arm in ("sr", "deepconf", "stbon"):   # every winner is one of Best-of-N's answers, with its reward
+        assert fins[arm].winner.score == bon[fins[arm].winner.id]
