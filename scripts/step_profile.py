@@ -1,16 +1,17 @@
-"""Where a decoding step's time goes, against its roofline (the embedded model, fp32, this CPU).
+"""Where a decoding step's time goes, against its roofline: the embedded model, compiled and eager, fp32 and bf16.
 
-    python scripts/step_profile.py               # rows 1, 8, 32, 128; profile at 32 rows
-    python scripts/step_profile.py --rows 32 --steps 20
+    python scripts/step_profile.py               # rows 1, 8, 32, 128, both dtypes (bf16 where the CPU has it)
+    python scripts/step_profile.py --rows 32 --steps 20 --dtypes fp32
 
 Prints, from one process on one machine (run it quiet):
-1. the roofline: the larger of (weights / measured read bandwidth) and (2 x params x rows /
-   measured matmul FLOP/s), both measured here by the bench's probes;
-2. ms per step at each row count with the linears prepacked for oneDNN (``specrej/packed.py``)
-   and with the plain ``nn.Linear`` weights, alternating step by step on the same rows (paired);
-3. at the profile's row count, ``torch.profiler``'s ops grouped: the linears (30 layers x 7), the
-   head (timed alone on the same hidden states), sampling (top-k / top-p / inverse CDF, timed alone),
-   attention's matmuls, and the rest (per-layer Python, norms, rotary, small element-wise ops).
+1. per dtype, the roofline: the larger of (weights / measured read bandwidth) and (2 x params x rows /
+   measured matmul FLOP/s), both measured here in that dtype by the bench's probes;
+2. ms per step at each row count, the compiled step (``specrej/compiled.py``, the default) and the eager
+   forward (transformers' modules, prepacked linears in fp32), alternating step by step on rows of the same
+   size (paired), and each against the roofline;
+3. at the profile's row count (fp32), the compiled step's parts, timed alone on inputs of its shapes: the
+   linears (prepacked oneDNN, 4 fused ones a layer), the head, sampling; the rest by subtraction (inductor's
+   fused kernels: norms, rotary, attention, element-wise; the per-layer calls).
 """
 from __future__ import annotations
 
@@ -35,90 +36,94 @@ def _median_ms(f, n: int) -> float:
 
 
 def main(argv=None) -> int:
-    from specrej import load_generator
-    from specrej.bench.engine_speed import MatmulLimit, ReadBandwidth, weight_bytes
+    from specrej import compiled, load_generator, precision
     from specrej.backends.hf import Engine, Sampling, sample
-    from specrej.packed import PackedLinear
+    from specrej.bench.engine_speed import MatmulLimit, ReadBandwidth, weight_bytes
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 128])
-    p.add_argument("--profile-rows", type=int, default=32)
+    p.add_argument("--profile-rows", type=int, default=32, help="0: no profile")
     p.add_argument("--steps", type=int, default=12, help="timed steps per variant and row count")
+    p.add_argument("--dtypes", nargs="+", default=None, choices=("fp32", "bf16"),
+                   help="default: fp32, and bf16 where the CPU has bf16 matrix instructions")
     args = p.parse_args(argv)
-
-    lm = load_generator("embedded", dtype="fp32")
-    ids = lm.render("Give me three tips for staying healthy.")
-    lm.eos_ids = frozenset()   # rows never end here: every step keeps its row count
-    packed = [(m, name, c) for m in lm.model.modules() for name, c in m.named_children() if isinstance(c, PackedLinear)]
-    plain = {id(c): torch.nn.Linear(c.in_features, c.out_features, bias=c.bias is not None) for _, _, c in packed}
-    for _, _, c in packed:
-        plain[id(c)].weight, plain[id(c)].bias = c.weight, c.bias
-
-    def use(kind: str) -> None:
-        for m, name, c in packed:
-            setattr(m, name, c if kind == "packed" else plain[id(c)])
-
-    mm, bw = MatmulLimit(lm.device), ReadBandwidth(lm.device)
-    for _ in range(5):
-        mm.measure(2)
-        bw.measure(2)
-    flops_s, bytes_s = mm.summary()["flops_per_s"], bw.summary()["bytes_per_s"]
-    print(f"machine: matmul {flops_s / 1e9:.0f} GFLOP/s, read {bytes_s / 1e9:.1f} GB/s (medians), "
-          f"{torch.get_num_threads()} threads; model {lm.n_params / 1e6:.0f} M params, "
-          f"{weight_bytes(lm) / 2**20:.0f} MiB fp32, packed linears: {len(packed)}")
-    print("\n| rows | roofline ms | packed ms | plain ms | packed / roofline |\n|---:|---:|---:|---:|---:|")
-    rows_at = {}
-    for rows in args.rows:
-        eng = Engine(lm, ids, sampling=Sampling(), seed=0, n_total=rows, max_new_tokens=10**6, stats=False)
-        r = eng.start(list(range(rows)))
-        for _ in range(3):
-            r.step()
-        times = {"packed": [], "plain": []}
-        for _ in range(args.steps):
-            for kind in times:
-                use(kind)
-                t = time.perf_counter()
-                r.step()
-                times[kind].append(time.perf_counter() - t)
-        use("packed")
-        roof = max(weight_bytes(lm) / bytes_s, 2 * lm.n_params * rows / flops_s) * 1000
-        pk, pl = (1000 * statistics.median(times[k]) for k in ("packed", "plain"))
-        print(f"| {rows} | {roof:.1f} | {pk:.1f} | {pl:.1f} | {pk / roof:.2f}x |", flush=True)
-        rows_at[rows] = (r, roof, pk)
-        if rows != args.profile_rows:
-            r.release()
-            eng.release()
-
-    rows = args.profile_rows
-    r = rows_at[rows][0] if rows in rows_at else None
-    if r is None:
+    dtypes = args.dtypes or (["fp32", "bf16"] if precision.cpu_prefers_bf16() else ["fp32"])
+    ids = None
+    print("| dtype | rows | roofline ms | compiled ms | eager ms | compiled / roofline | eager / compiled |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    notes, profiled = [], None
+    for dt in dtypes:
+        lm = load_generator("embedded", dtype=dt)
+        ids = lm.render("Give me three tips for staying healthy.")
+        lm.eos_ids = frozenset()   # rows never end here: every step keeps its row count
+        t = time.perf_counter()
+        step = compiled.step_for(lm.model)
+        notes.append(f"{dt}: compiled step ready in {time.perf_counter() - t:.1f} s")
+        mm, bw = MatmulLimit(lm.device, lm.dtype), ReadBandwidth(lm.device, lm.dtype)
+        for _ in range(5):
+            mm.measure(2)
+            bw.measure(2)
+        flops_s, bytes_s = mm.summary()["flops_per_s"], bw.summary()["bytes_per_s"]
+        notes.append(f"{dt}: matmul {flops_s / 1e9:.0f} GFLOP/s, read {bytes_s / 1e9:.1f} GB/s (medians), "
+                     f"{torch.get_num_threads()} threads; weights {weight_bytes(lm) / 2**20:.0f} MiB")
+        for rows in args.rows:
+            rs = {}
+            for kind in ("compiled", "eager"):
+                compiled.use(lm.model, step if kind == "compiled" else None)
+                eng = Engine(lm, ids, sampling=Sampling(), seed=0, n_total=rows, max_new_tokens=10**6, stats=False)
+                rs[kind] = eng.start(list(range(rows)))
+                for _ in range(3):
+                    rs[kind].step()
+            compiled.use(lm.model, step)
+            times = {"compiled": [], "eager": []}
+            for _ in range(args.steps):
+                for kind in times:
+                    t = time.perf_counter()
+                    rs[kind].step()
+                    times[kind].append(time.perf_counter() - t)
+            roof = max(weight_bytes(lm) / bytes_s, 2 * lm.n_params * rows / flops_s) * 1000
+            c, e = (1000 * statistics.median(times[k]) for k in ("compiled", "eager"))
+            print(f"| {dt} | {rows} | {roof:.1f} | {c:.1f} | {e:.1f} | {c / roof:.2f}x | {e / c:.2f}x |", flush=True)
+            if dt == "fp32" and rows == args.profile_rows:
+                profiled = (lm, rs["compiled"], roof, c)
+            else:
+                rs["compiled"].release()
+            rs["eager"].release()
+    print("\n" + "\n".join(notes))
+    if profiled is None:
         return 0
-    from torch.profiler import ProfilerActivity, profile
+    lm, r, roof, ms = profiled
+    rows = args.profile_rows
+    step = compiled.step_for(lm.model)
+    # by subtraction, not torch.profiler (its per-op records of compiled code cost more than the step itself):
+    # the step's 4 x layers linears and the head replayed alone on hidden states of the step's shapes
+    c = lm.model.config
+    x = torch.randn(rows, c.hidden_size)
+    ins = {c.hidden_size: x, step.heads * step.head_dim: torch.randn(rows, step.heads * step.head_dim),
+           step.inter: torch.randn(rows, step.inter)}
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(args.steps):
-            r.step()
-    total = sum(e.self_cpu_time_total for e in prof.key_averages()) / args.steps / 1000
-    by = {e.key: e.self_cpu_time_total / args.steps / 1000 for e in prof.key_averages()}
-    h = torch.randn(rows, lm.model.config.hidden_size)
-    head = lm.model.get_output_embeddings()
-    head_ms = _median_ms(lambda: head(h), 20)
-    logits = torch.randn(rows, lm.vocab_size)
-    u = torch.rand(rows, dtype=torch.float64)
-    sample_ms = _median_ms(lambda: sample(logits, u, Sampling()), 20)
-    linear_ms = by.get("mkldnn::_linear_pointwise", 0.0) + by.get("aten::mm", 0.0) + by.get("aten::addmm", 0.0)
-    attn_ms = by.get("aten::bmm", 0.0) + by.get("aten::matmul", 0.0)
-    parts = [("linears of the 30 layers (matmuls)", linear_ms - head_ms), ("the head (49,152 x 576, timed alone)", head_ms),
-             ("attention's matmuls (prefix part and own part)", attn_ms),
-             ("sampling: top-k, top-p, inverse CDF (timed alone)", sample_ms)]
-    rest = total - sum(ms for _, ms in parts)
-    parts.append(("the rest: per-layer Python, norms, rotary, copies, element-wise ops", rest))
-    print(f"\nwhere a {rows}-row step goes (profiled: {total:.1f} ms a step; roofline {rows_at[rows][1]:.1f} ms)\n")
+    def linears():
+        for ln1, ln2, kqkv, ko, kgu, kdown, qn, kn in step.layer_w:
+            step._lin(ins[c.hidden_size], kqkv, 0)
+            step._lin(ins[step.heads * step.head_dim], ko, 0)
+            step._lin(ins[c.hidden_size], kgu, 0)
+            step._lin(ins[step.inter], kdown, 0)
+
+    with torch.inference_mode():
+        lin_ms = _median_ms(linears, 10)
+        head_ms = _median_ms(lambda: step._lin(x, step.head, 0), 20)
+        logits = torch.randn(rows, lm.vocab_size)
+        u = torch.rand(rows, dtype=torch.float64)
+        sample_ms = _median_ms(lambda: sample(logits, u, Sampling()), 20)
+    parts = [(f"linears of the {step.layers_n} layers (4 fused, prepacked oneDNN)", lin_ms),
+             ("the head (prepacked oneDNN)", head_ms), ("sampling: top-k, top-p, inverse CDF", sample_ms)]
+    parts.append(("the rest: inductor's fused kernels (norms, rotary, attention), calls, copies",
+                  ms - sum(v for _, v in parts)))
+    print(f"\nwhere a compiled {rows}-row fp32 step goes ({ms:.1f} ms; roofline {roof:.1f} ms), by parts timed "
+          "alone\n")
     print("| part | ms | share |\n|---|---:|---:|")
-    for name, ms in parts:
-        print(f"| {name} | {ms:.1f} | {ms / total:.0%} |")
-    top = sorted(by.items(), key=lambda kv: -kv[1])[:8]
-    print("\ntop ops: " + ", ".join(f"{k} {v:.1f} ms" for k, v in top))
+    for name, v in parts:
+        print(f"| {name} | {v:.1f} | {v / ms:.0%} |")
     return 0
 
 

@@ -149,6 +149,7 @@ class Step:
         self.compiled = compile_
         # each Step (each model) is one more compiled variant of the same three functions
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        torch._inductor.config.cpp.dynamic_threads = True   # one kernel for any thread count (see ``warm``)
         wrap = (lambda f: torch.compile(f, fullgraph=True, mode=mode)) if compile_ else (lambda f: f)
         self._start, self._layer, self._end = wrap(self._start_fn), wrap(self._layer_fn), wrap(self._end_fn)
 
@@ -301,13 +302,21 @@ def use(model, step: "Step | None") -> None:
 
 
 def warm(step: Step, rows: tuple[int, ...] = (2, 3)) -> float:
-    """Compile the step now on dummy inputs (first call), so no race pays for it; returns seconds."""
+    """Compile the step now on dummy inputs (first call), so no race pays for it; returns seconds.
+
+    A compiled graph is specialised to the torch thread count (dynamo guards on it), and the app races with
+    one thread on a busy machine (``components/session/pace.py``): both counts are compiled here. The C++
+    kernels read the thread count when they run (``cpp.dynamic_threads``), so the second is a cache hit."""
     t0 = time.perf_counter()
     L, kvh, d = step.layers_n, step.kv_heads, step.head_dim
+    threads = torch.get_num_threads()
+    counts = (threads, 1) if step.compiled and step.device.type == "cpu" and threads > 1 else (threads,)
     with torch.inference_mode():
-        for r in rows:
+        for r, n in ((r, n) for n in counts for r in rows):
+            torch.set_num_threads(n)
             pre = torch.zeros(L, 2, kvh, 5, d, dtype=step.dtype, device=step.device)
             own = torch.zeros(L, 2, r, kvh, CHUNK, d, dtype=step.dtype, device=step.device)
             tok = torch.zeros(r, dtype=torch.long, device=step.device)
             step(tok, torch.tensor(5, device=step.device), torch.tensor(0, device=step.device), own, pre)
+    torch.set_num_threads(threads)
     return time.perf_counter() - t0
