@@ -38,7 +38,9 @@ PROMPT = "Give me three tips for staying healthy."
 
 def build() -> int:
     env = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(TARGET), f"llama-cpp-python=={VERSION}"]
+    # its pure-Python needs beside it (numpy, jinja2 and typing-extensions are already the app's)
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(TARGET), f"llama-cpp-python=={VERSION}",
+           "diskcache"]
     print("building:", " ".join(cmd), f"(CMAKE_ARGS={CMAKE_ARGS})", flush=True)
     return subprocess.call(cmd, env=env)
 
@@ -134,6 +136,8 @@ def main(argv=None) -> int:
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     ll = llama()
+    quiet = ll.llama_log_callback(lambda level, text, user: None)   # llama.cpp logs every load: keep the table readable
+    ll.llama_log_set(quiet, ctypes.c_void_p())
     ll.llama_backend_init()
     src = wheel_folder(EMBEDDED_GGUF[0]) / EMBEDDED_GGUF[1]
     files = {"Q4_1 (the file)": src, "F32": convert(ll, src, ll.LLAMA_FTYPE_ALL_F32, "smollm2-135m-f32.gguf"),
