@@ -172,8 +172,14 @@ def serve(ctx, **build):
         demo.close()
 
 
-API_OUTPUTS = ["status", "plot0", "leader0", "plot1", "leader1", "plot2", "leader2", "race", "summary", "table",
-               "trace", "summary_json", "badge", "step_plot", "step_text"]
+def _api_outputs() -> list[str]:
+    from components.state.request import MAX_ARMS
+
+    slots = [name for i in range(MAX_ARMS) for name in (f"plot{i}", f"leader{i}")]
+    return ["status", *slots, "race", "summary", "table", "trace", "summary_json", "badge", "step_plot", "step_text"]
+
+
+API_OUTPUTS = _api_outputs()
 
 
 def race_frames(ctx, req, **kw) -> list:

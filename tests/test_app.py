@@ -377,9 +377,9 @@ def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
     assert set(last.summary_json["comparison"]) == {"sr", "first"}
     data = json.loads(open(last.trace_path, encoding="utf-8").read())
     assert {e["arm"] for e in data["events"] if e["event"] == "finished"} == {"bon", "sr", "first"}
-    # and a second Speculative Rejection setting would make four: refused with a message
-    out = race_frames(three, request(three, second=True))
-    assert len(out) == 1 and "at most 3" in out[0].status
+    # and a second Speculative Rejection setting and both rivals would make six: refused with a message
+    out = race_frames(three, request(three, second=True, deepconf=True, stbon=True))
+    assert len(out) == 1 and "at most 5" in out[0].status
 
 
 def test_a_second_setting_races_three_arms(ctx):
