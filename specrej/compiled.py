@@ -157,24 +157,30 @@ class Step:
         for k in self._keys:
             _WEIGHTS.pop(k, None)
 
-    def __call__(self, tok, pos, g, own, pre, hidden: bool = False):
+    def __call__(self, tok, pos, g, own, pre, hidden: bool = False, gi: int | None = None):
         """tok [R] ids; pos, g: 0-d int64 (position of tok, rows' own tokens before it); own: keys and
         values [L, 2, R, kvh, T, d] (position g is written here); pre: the prompt's [L, 2, kvh, P, d].
         Returns logits [R, V] fp32; with ``hidden``, (logits, every layer's hidden state [R, L + 1, hidden]
         fp32: the embeddings, each layer's output, the last one normed, as transformers'
-        ``output_hidden_states`` gives them)."""
+        ``output_hidden_states`` gives them). ``gi``: g as an int (read from ``g`` when not given).
+
+        Each layer's graph attends to the prompt, the rows' earlier tokens and the current one, and returns
+        the current key and value, written into ``own`` here, between graphs: written inside a graph, the
+        in-place write becomes a copy of the whole buffer per layer (functionalisation)."""
+        gi = int(g) if gi is None else gi
         mark = torch._dynamo.mark_dynamic if self.compiled else (lambda t, dims: None)
         mark(tok, 0)
         x, cos, sin, mask = self._start(tok, pos, g, own[0, 0, 0, 0, :, 0])
         mark(x, 0)
         mark(mask, 0)
-        g1 = g.view(1)
         states = [x] if hidden else None
         for li, (ln1, ln2, kqkv, ko, kgu, kdown, qn, kn) in enumerate(self.layer_w):
             o, p = own[li], pre[li]
             mark(o, (1, 3))
             mark(p, 2)
-            x = self._layer(x, cos, sin, mask, g1, o, p, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn)
+            x, k, v = self._layer(x, cos, sin, mask, o, p, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn)
+            o[0, :, :, gi].copy_(k)
+            o[1, :, :, gi].copy_(v)
             if hidden and li < self.layers_n - 1:
                 states.append(x)
         logits, normed = self._end(x)
@@ -189,10 +195,10 @@ class Step:
         cos = (emb.cos() * self.rot_scale).to(x.dtype)
         sin = (emb.sin() * self.rot_scale).to(x.dtype)
         t = torch.arange(t_axis.shape[0], device=tok.device)
-        mask = torch.where(t <= g, 0.0, float("-inf"))                    # [T]: the own tokens written so far
+        mask = torch.where(t < g, 0.0, float("-inf"))                     # [T]: the own tokens before this one
         return x, cos, sin, mask
 
-    def _layer_fn(self, x, cos, sin, mask, g1, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
+    def _layer_fn(self, x, cos, sin, mask, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
         R = x.shape[0]
         h, kvh, d = self.heads, self.kv_heads, self.head_dim
         grp, qd, kd = h // kvh, h * d, kvh * d
@@ -204,20 +210,21 @@ class Step:
         if qn is not None:
             q, k = _rms(q, qn, self.eps), _rms(k, kn, self.eps)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        own[0].index_copy_(2, g1, k[:, :, None, :])                       # this token's key and value, in place
-        own[1].index_copy_(2, g1, v[:, :, None, :])
         qg = q.view(R, kvh, grp, d).float()
         # scores as broadcast products summed over d: each row its own loop, whatever the row count
         s_p = (qg[:, :, :, None, :] * pre[0][None, :, None].float()).sum(-1) * self.scaling
         s_o = (qg[:, :, :, None, :] * own[0][:, :, None].float()).sum(-1) * self.scaling + mask
-        P = pre.shape[2]
-        s = torch.cat((s_p, s_o), dim=-1).softmax(-1)                      # [R, kvh, grp, P + T]
+        s_c = (qg * k[:, :, None, :].float()).sum(-1, keepdim=True) * self.scaling     # the current token
+        P, T = pre.shape[2], own.shape[3]
+        s = torch.cat((s_p, s_o, s_c), dim=-1).softmax(-1)                 # [R, kvh, grp, P + T + 1]
         att = ((s[..., :P, None] * pre[1][None, :, None].float()).sum(-2)
-               + (s[..., P:, None] * own[1][:, :, None].float()).sum(-2))   # [R, kvh, grp, d]
+               + (s[..., P:P + T, None] * own[1][:, :, None].float()).sum(-2)
+               + s[..., P + T:] * v[:, :, None, :].float())                 # [R, kvh, grp, d]
         x = x + self._lin(att.to(x.dtype).reshape(R, qd), ko, self.hidden)
         hs = _rms(x, ln2, self.eps)
         gu = self._lin(hs, kgu, 2 * self.inter)
-        return x + self._lin(torch.nn.functional.silu(gu[:, :self.inter]) * gu[:, self.inter:], kdown, self.hidden)
+        x = x + self._lin(torch.nn.functional.silu(gu[:, :self.inter]) * gu[:, self.inter:], kdown, self.hidden)
+        return x, k, v
 
     def _end_fn(self, x):
         normed = _rms(x, self.norm, self.eps)
@@ -256,7 +263,7 @@ class StaticRows:
         if tok.shape[0] < phys:
             tok = torch.cat([tok, tok[:1].expand(phys - tok.shape[0])])
         pos = torch.tensor(self.prefix_len + self.g, device=dev)
-        out = self.step(tok, pos, torch.tensor(self.g, device=dev), self.own, self.pre, hidden=hidden)
+        out = self.step(tok, pos, torch.tensor(self.g, device=dev), self.own, self.pre, hidden=hidden, gi=self.g)
         self.g += 1
         return (out[0][:self.n], out[1][:self.n]) if hidden else out[:self.n]
 
