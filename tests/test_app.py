@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 import pytest
-from conftest import race_frames, HANG_GUARD_S, api_outputs, run_request, serve, text, tiny_app_context, wait_for
+from conftest import race_frames, HANG_GUARD_S, api_outputs, request_values, run_request, serve, text, tiny_app_context, wait_for
 from components.frames import KEEP
 
 pytest.importorskip("gradio")
@@ -211,7 +211,7 @@ def served(ctx):
 
 def api_kwargs(ctx, **overrides):
     """The /run endpoint's keyword arguments."""
-    return dataclasses.asdict(request(ctx, **overrides))
+    return request_values(ctx, dict(prompt=PROMPT, **SMALL), **overrides)
 
 
 def n_points(plot) -> int:

@@ -18,7 +18,7 @@ import time
 import weakref
 
 import pytest
-from conftest import race_frames, HANG_GUARD_S, api_outputs, launch_local, run_request, serve, text, tiny_app_context, wait_for
+from conftest import race_frames, HANG_GUARD_S, api_outputs, launch_local, request_values, run_request, serve, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -367,14 +367,12 @@ def fuzz_ctx(ctx):
 def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, reward, preference, n, alpha, budget,
                                                     decision, interval, max_new_tokens, temperature, top_p, seed,
                                                     x_axis, second, second_alpha):
-    from components.state.request import RunRequest
-
     ctx = fuzz_ctx
-    req = RunRequest(prompt=prompt, model=ctx.default_model if model == "DEFAULT" else model,
-                     reward=ctx.default_reward if reward == "DEFAULT" else reward, preference=preference, n=n,
-                     alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
-                     temperature=temperature, top_p=top_p, seed=seed, x_axis=x_axis, second=second,
-                     second_alpha=second_alpha)
+    req = dict(prompt=prompt, model=ctx.default_model if model == "DEFAULT" else model,   # raw, as the API sends
+               reward=ctx.default_reward if reward == "DEFAULT" else reward, preference=preference, n=n,
+               alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
+               temperature=temperature, top_p=top_p, seed=seed, x_axis=x_axis, second=second,
+               second_alpha=second_alpha)
     out = race_frames(ctx, req)  # never raises
     FIGURES["inputs_fuzzed_in_process"] += 1
     last = out[-1].status
@@ -388,7 +386,7 @@ def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, rew
 
 @pytest.fixture(scope="module")
 def served(ctx):
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
     # many users, one address (127.0.0.1): the per-client cap (tests/test_guard.py) is lifted here
     yield from serve(ctx, guard=Guard(max_runs_per_client=64))
@@ -396,7 +394,7 @@ def served(ctx):
 
 def api_kwargs(ctx, **overrides):
     """The /run endpoint's keyword arguments."""
-    return dataclasses.asdict(request(ctx, **overrides))
+    return request_values(ctx, dict(prompt=PROMPT, **TINY), **overrides)
 
 
 
