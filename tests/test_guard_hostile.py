@@ -251,3 +251,26 @@ def test_a_sessions_race_view_expires_and_is_dropped(tiny_lm_dir, tiny_reward_di
         assert views() == 0 and ui.EXPIRED["views"] - before == 3
     finally:
         demo.close()
+
+
+# ---------------------------------------------------------------- the docs state these promises
+
+def test_deploying_states_each_promise_with_its_setting():
+    """docs/deploying.md holds the race's field table as ``RunRequest`` declares it, and says each promise
+    these tests check with the number or setting that changes it."""
+    from pathlib import Path
+
+    from components.deploy import gate
+    from components.deploy.limits import Limits
+    from components.state import fields
+    from components.state.request import field_table
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "deploying.md").read_text(encoding="utf-8")
+    table = docs.split("<!-- request-fields -->", 1)[1].split("<!-- /request-fields -->", 1)[0]
+    assert table.strip() == field_table(Limits()).strip()
+    for promise in (f"nested more than {gate.MAX_DEPTH} deep", "No body gives a 500", "specrej-trace-*.json",
+                    f"at most {fields.EXCERPT_CHARS}", f"at most {fields.MAX_MESSAGE_CHARS}",
+                    "before the machine is measured", "SPECREJ_MAX_RUNS_PER_ADDRESS", "half the queue",
+                    "SPECREJ_MAX_QUEUE", "SPECREJ_VIEW_TTL_S", "`true` or `false` only", "gradio_private.py",
+                    "gets a 400"):
+        assert promise in docs, promise
