@@ -62,6 +62,8 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     quiet_queue(demo)
     guard.bind(demo, queue_size=ctx.max_queue)
     demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
+    # sessions idle for SPECREJ_SESSION_TTL_S are forgotten whole (Gradio's copy of the page per session too)
+    demo.specrej_sweeper = memory.SessionSweeper(demo, ctx.session_ttl_s)
     return demo
 
 

@@ -604,9 +604,9 @@ def build_page(ctx: AppContext) -> Page:
     arena = build_arena()
     results = build_results()
     build_how_it_works()
-    # the race view a session keeps (the step buttons and the x-axis switch read it): dropped view_ttl_s after
-    # it last changed, so API sessions that never come back do not hold their races (SPECREJ_VIEW_TTL_S)
-    return Page(controls, arena, results, gr.State(None, time_to_live=ctx.view_ttl_s, delete_callback=_forget))
+    # the race view a session keeps (the step buttons and the x-axis switch read it): dropped session_ttl_s after
+    # it last changed, so API sessions that never come back do not hold their races (SPECREJ_SESSION_TTL_S)
+    return Page(controls, arena, results, gr.State(None, time_to_live=ctx.session_ttl_s, delete_callback=_forget))
 
 
 # ---------------------------------------------------------------- presets and links

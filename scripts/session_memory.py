@@ -1,5 +1,5 @@
 """The server's memory over many API sessions (issue 32): RSS at start, after N fresh-session races, and after
-those sessions' race views expire (``SPECREJ_VIEW_TTL_S``).
+those sessions' race views expire (``SPECREJ_SESSION_TTL_S``).
 
 Each race comes from a fresh gradio_client ``Client`` (a session of its own, as a probe or a crowd of API
 users makes), which keeps its race view in Gradio's session state until its time to live passes. The app is
@@ -48,7 +48,7 @@ def main() -> None:
     p.add_argument("--model", help="SPECREJ_MODEL (default: a tiny random model built here)")
     p.add_argument("--reward", help="SPECREJ_REWARD (default: a tiny random reward model built here)")
     p.add_argument("--sessions", type=int, default=50)
-    p.add_argument("--ttl", type=int, default=20, help="SPECREJ_VIEW_TTL_S for this run")
+    p.add_argument("--ttl", type=int, default=20, help="SPECREJ_SESSION_TTL_S for this run")
     p.add_argument("--max-new-tokens", type=int, default=24)
     args = p.parse_args()
 
@@ -69,7 +69,7 @@ def main() -> None:
             tiny = tiny_models(Path(tmp))
             model, reward = model or tiny[0], reward or f"hf:{tiny[1]}"
         ctx = AppContext.from_env({"SPECREJ_MODEL": model, "SPECREJ_REWARD": reward,
-                                   "SPECREJ_VIEW_TTL_S": str(args.ttl)}, trace_dir=str(Path(tmp) / "traces"))
+                                   "SPECREJ_SESSION_TTL_S": str(args.ttl)}, trace_dir=str(Path(tmp) / "traces"))
         ctx.warm()
         demo = app.build_demo(ctx, guard=Guard(max_runs_per_client=2))
         import socket
@@ -110,7 +110,7 @@ def main() -> None:
             time.sleep(args.ttl + 3)   # Gradio's sweep (every second) drops every view past its time to live
             expired = rss()
             print(f"models: {model} / {reward}; {args.sessions} fresh sessions, one race each "
-                  f"({done} finished, {took:.0f} s); SPECREJ_VIEW_TTL_S={args.ttl}")
+                  f"({done} finished, {took:.0f} s); SPECREJ_SESSION_TTL_S={args.ttl}")
             print("| | RSS | race views held |")
             print("|---|---|---|")
             print(f"| at start (after a warm-up race, its view expired) | {start:.0f} MB | 0 |")

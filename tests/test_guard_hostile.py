@@ -211,8 +211,9 @@ def test_a_setting_inside_every_limit_runs(ctx):
 
 def test_a_sessions_race_view_expires_and_is_dropped(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, monkeypatch):
     """Issue 32 (7): each API session kept its race view in a gr.State with no time limit (~0.9 MB a race).
-    The view's State has a time to live (SPECREJ_VIEW_TTL_S); once it passes, Gradio's sweep (every second
-    when served; called here) drops it, and the delete callback counts it."""
+    The view's State has a time to live (SPECREJ_SESSION_TTL_S); once it passes, Gradio's sweep (every second
+    when served; called here) drops it, and the delete callback counts it; the app's sweeper then forgets the
+    idle sessions whole (Gradio keeps a copy of the page's configuration per session)."""
     import datetime
     from types import SimpleNamespace
 
@@ -223,8 +224,8 @@ def test_a_sessions_race_view_expires_and_is_dropped(tiny_lm_dir, tiny_reward_di
     from components import ui
     from components.deploy import gradio_private
 
-    ctx = tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, SPECREJ_VIEW_TTL_S="3600")
-    assert ctx.view_ttl_s == 3600
+    ctx = tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, SPECREJ_SESSION_TTL_S="3600")
+    assert ctx.session_ttl_s == 3600
     demo = app.build_demo(dataclasses.replace(ctx, concurrency=1, active=set()))
     states = [b for b in demo.blocks.values() if type(b).__name__ == "State" and b.time_to_live != float("inf")]
     assert states and all(s.time_to_live == 3600 for s in states)
@@ -245,10 +246,16 @@ def test_a_sessions_race_view_expires_and_is_dropped(tiny_lm_dir, tiny_reward_di
         demo.state_holder.delete_all_expired_state()   # within the time to live: kept
         assert views() == 3
         later = datetime.datetime.now() + datetime.timedelta(seconds=3601)   # as if the time to live had passed
-        monkeypatch.setattr(state_holder, "datetime", SimpleNamespace(datetime=SimpleNamespace(now=lambda: later)))
+        clock = SimpleNamespace(datetime=SimpleNamespace(now=lambda: later), timedelta=datetime.timedelta)
+        monkeypatch.setattr(state_holder, "datetime", clock)
         before = ui.EXPIRED["views"]
         demo.state_holder.delete_all_expired_state()
         assert views() == 0 and ui.EXPIRED["views"] - before == 3
+        # the sessions themselves (Gradio's copy of the page for each) go too, idle for as long
+        assert {h for h, _ in gradio_private.sessions(demo)} >= set(sessions)
+        monkeypatch.setattr(gradio_private, "datetime", clock)
+        assert demo.specrej_sweeper.sweep() >= 3
+        assert not {h for h, _ in gradio_private.sessions(demo)} & set(sessions)
     finally:
         demo.close()
 
@@ -271,6 +278,6 @@ def test_deploying_states_each_promise_with_its_setting():
     for promise in (f"nested more than {gate.MAX_DEPTH} deep", "No body gives a 500", "specrej-trace-*.json",
                     f"at most {fields.EXCERPT_CHARS}", f"at most {fields.MAX_MESSAGE_CHARS}",
                     "before the machine is measured", "SPECREJ_MAX_RUNS_PER_ADDRESS", "half the queue",
-                    "SPECREJ_MAX_QUEUE", "SPECREJ_VIEW_TTL_S", "`true` or `false` only", "gradio_private.py",
+                    "SPECREJ_MAX_QUEUE", "SPECREJ_SESSION_TTL_S", "`true` or `false` only", "gradio_private.py",
                     "gets a 400"):
         assert promise in docs, promise

@@ -1,15 +1,16 @@
 """Every read (and the one write) of Gradio's private state, in one place.
 
 The guard needs a few things Gradio has no public API for: which events are waiting in its queue or running
-(to count a client's runs and to find the run a ``/cancel`` names), how often its queue loop wakes, and
-which folder it serves downloads from. They are private attributes that a Gradio release may rename or
+(to count a client's runs and to find the run a ``/cancel`` names), how often its queue loop wakes, which
+folder it serves downloads from, and the sessions it holds state for (to forget idle ones). They are private attributes that a Gradio release may rename or
 move; here each is read through one small function, and ``check(blocks)`` looks for every one of them, so
 ``tests/test_gradio_private.py`` fails loudly, naming the attribute, when a release moves one (checked
 against ``TESTED_WITH``). Nothing else in the app reads ``_queue``, ``event_queue_per_concurrency_id``,
-``active_jobs``, an event's ``_id`` or a function's ``_id``.
+``active_jobs``, an event's ``_id``, a function's ``_id`` or the ``state_holder``.
 """
 from __future__ import annotations
 
+import datetime
 from typing import Any, Iterator
 
 TESTED_WITH = "6.31"   # the Gradio release these names were read from
@@ -68,6 +69,24 @@ def sessions(blocks) -> Iterator[tuple[str, Any]]:
     yield from list(getattr(holder, "session_data", {}).items())
 
 
+def drop_idle_sessions(blocks, idle_s: float) -> int:
+    """Forget every session Gradio has not seen for ``idle_s`` seconds: its states (each State's delete
+    callback runs) and Gradio's own copy of the page's configuration for it, which it keeps per session
+    (about a megabyte on this page) until 10,000 newer sessions push it out. Returns how many went."""
+    holder = getattr(blocks, "state_holder", None)
+    if holder is None:   # not launched yet
+        return 0
+    cutoff = datetime.datetime.now() - datetime.timedelta(seconds=idle_s)
+    with holder.lock:
+        idle = [h for h, seen in holder.time_last_used.items() if seen < cutoff]
+    for h in idle:
+        holder.delete_state(h)   # the delete callbacks, as Gradio's own expiry runs them
+        with holder.lock:
+            holder.session_data.pop(h, None)
+            holder.time_last_used.pop(h, None)
+    return len(idle)
+
+
 def check(blocks, *, event: Any = None) -> None:
     """GradioMoved naming every private attribute above that ``blocks`` (queued, not necessarily launched)
     or ``event`` (one of its queued events) lacks."""
@@ -82,6 +101,13 @@ def check(blocks, *, event: Any = None) -> None:
                 missing.append(f"Queue.{name}")
     if not isinstance(getattr(blocks, "GRADIO_CACHE", None), str):
         missing.append("Blocks.GRADIO_CACHE")
+    holder = getattr(blocks, "state_holder", None)   # set when the app is launched
+    if holder is not None:
+        for name, kind in (("session_data", dict), ("time_last_used", dict)):
+            if not isinstance(getattr(holder, name, None), kind):
+                missing.append(f"StateHolder.{name}")
+        if not callable(getattr(holder, "delete_state", None)) or getattr(holder, "lock", None) is None:
+            missing.append("StateHolder.delete_state/lock")
     if event is not None:
         if not isinstance(event_id(event), str):
             missing.append("Event._id")

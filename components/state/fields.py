@@ -73,8 +73,8 @@ def check_text_field(label: str, value: Any, max_chars: int = MAX_NAME_CHARS) ->
 
 def check_choice(label: str, value: Any, choices: Sequence[str]) -> str:
     """``value`` if it is one of ``choices``; FieldError naming ``label`` and the choices."""
-    if value is None or isinstance(value, (bool, int, float, list, dict)):
-        raise FieldError(f"{label} must be one of: {', '.join(choices)}; not {kind_of(value)}.")
+    if not isinstance(value, str):
+        raise FieldError(f"{label} must be text, not {kind_of(value)}: one of: {', '.join(choices)}.")
     check_text_field(label, value)
     if value not in choices:
         raise FieldError(f"{label} {excerpt(value)} is not one of: {', '.join(choices)}.")
@@ -160,7 +160,12 @@ class Spec:
         if self.kind == "choice":
             return check_choice(name, value, self.choices)
         whole = self.kind == "whole"
-        number = check_number(name, value, self.lo, self.hi if self.hi is not None else MAX_WHOLE, whole=whole)
+        try:
+            number = check_number(name, value, self.lo, self.hi if self.hi is not None else MAX_WHOLE, whole=whole)
+        except FieldError:
+            if cap is None or self.lo is None:
+                raise
+            number = check_number(name, value, self.lo, cap, whole=whole)   # the same refusal, in this range's words
         if cap is not None and number > cap:
             raise FieldError(f"{name} is {_number_words(number)}; this deployment allows at most {cap:g}"
                              + (f" ({env})." if env else "."))

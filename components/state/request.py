@@ -105,9 +105,8 @@ class RunRequest:
         unknown = [k for k in values if k not in REQUEST_FIELDS]
         if unknown:
             raise FieldError(f"A run has no field {str(unknown[0])[:40]!r}.")
-        request = cls(**values)
-        request.check_limits(limits)
-        return request
+        specs = {f.name: f.metadata["spec"] for f in dataclasses.fields(cls)}
+        return cls(**{k: specs[k].check(k, v, limits) for k, v in values.items()})   # in this deployment's words
 
     def check_limits(self, limits: Any) -> None:
         """FieldError naming the first field past this deployment's limits (its environment variable)."""
