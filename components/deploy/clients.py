@@ -217,10 +217,7 @@ class Guard:
         """Sort the app's events (queued, cancelled by Stop, unqueued, public), set the per-address cap from
         the queue's size (``address_cap``) and give every queued event the caps as its validator (Gradio
         runs it when the event joins the queue)."""
-        self.max_runs_per_address = address_cap(queue_size, self.max_runs_per_address)
-        if self.max_runs_per_client > self.max_runs_per_address:
-            raise ValueError(f"{MAX_RUNS_ENV}={self.max_runs_per_client} is more than the per-address cap "
-                             f"({self.max_runs_per_address}): lower it, or raise SPECREJ_MAX_QUEUE.")
+        self.max_runs_per_address = address_cap(queue_size, self.max_runs_per_address)   # a client's cap too
         self.blocks = blocks
         fns = blocks.fns
         self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queue and fn.fn is not None)
