@@ -34,7 +34,7 @@ def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     ("prompt", ["x"], "prompt must be text, not a list"),
     ("prompt", 7, "prompt must be text, not a whole number"),
     ("preference", None, "preference must be text, not nothing"),
-    ("n", [3], "n must be a whole number of at least 1, not a list"),
+    ("n", [3], "n must be a whole number from 1 to 32, not a list"),
     ("alpha", {"v": 0.5}, "alpha must be a number from 0 to 0.95, not an object"),
     ("prompt", "tips \ud800", "prompt contains a character that is not valid text"),
     ("preference", "\udfff", "preference contains a character that is not valid text"),

@@ -217,10 +217,10 @@ def test_a_sessions_race_view_expires_and_is_dropped(tiny_lm_dir, tiny_reward_di
     import datetime
     from types import SimpleNamespace
 
-    import app
     from gradio import state_holder
     from gradio_client import Client
 
+    import app
     from components import ui
     from components.deploy import gradio_private
 

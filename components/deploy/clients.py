@@ -35,9 +35,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import gradio as gr
 
@@ -186,7 +187,7 @@ class Guard:
     _early: dict = field(default_factory=dict)    # (session, fn) -> time of an id-less cancel that found no run
 
     @classmethod
-    def from_env(cls, env=None) -> "Guard":
+    def from_env(cls, env=None) -> Guard:
         """SPECREJ_MAX_RUNS_PER_CLIENT, SPECREJ_MAX_RUNS_PER_ADDRESS (default: half the queue, ``address_cap``),
         SPECREJ_TRUSTED_PROXY (default: on on a Hugging Face Space, whose proxy is the only way in) and
         SPECREJ_MONITORING (default off)."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gradio as gr
 

@@ -11,7 +11,8 @@ against ``TESTED_WITH``). Nothing else in the app reads ``_queue``, ``event_queu
 from __future__ import annotations
 
 import datetime
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 TESTED_WITH = "6.31"   # the Gradio release these names were read from
 

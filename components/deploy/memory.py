@@ -73,7 +73,7 @@ class SessionSweeper:
         while not self._stop.wait(self.every_s) and self._blocks() is not None:
             try:
                 self.sweep()
-            except Exception:   # noqa: BLE001  (a Gradio that moved its state: say so, keep serving)
+            except Exception:   # a Gradio that moved its state: say so, keep serving
                 logging.getLogger("specrej.app").warning("could not forget idle sessions", exc_info=True)
 
     def stop(self) -> None:

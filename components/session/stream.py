@@ -173,7 +173,7 @@ def check_fits(ctx: AppContext, prep: Prepared) -> None:
             lm = ctx.generator(prep.model_spec)
             prompt_len = len(lm.render(prep.cfg.prompt))
             shared, engine = sharing(lm, lm.backend), lm.backend
-        except Exception:   # noqa: BLE001  (the race reports a model that cannot load)
+        except Exception:   # the race reports a model that cannot load
             log.warning("could not check the budget before the race", exc_info=True)
             return
         for arm in prep.arms:

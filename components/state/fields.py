@@ -11,8 +11,9 @@ Imports only ``specrej``; nothing here knows Gradio.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from specrej.config import check_text
 
@@ -54,7 +55,7 @@ def excerpt(value: Any) -> str:
     return repr(text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else ""))
 
 
-def _number_words(value: float | int) -> str:
+def _number_words(value: float) -> str:
     """A number for a message: as sent when short, else an excerpt."""
     if isinstance(value, float):
         return f"{value:g}"

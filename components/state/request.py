@@ -12,8 +12,9 @@ a refusal is a ``FieldError`` naming the field. The settings the page offers com
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from specrej import RunConfig
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
@@ -92,7 +93,7 @@ class RunRequest:
 
     # -- from raw values
     @classmethod
-    def parse(cls, values: Mapping[str, Any] | Sequence[Any], limits: Any = None) -> "RunRequest":
+    def parse(cls, values: Mapping[str, Any] | Sequence[Any], limits: Any = None) -> RunRequest:
         """The request from raw values (by name, or positional in ``REQUEST_FIELDS`` order), every field
         checked by kind and range and (``limits``: a ``components.deploy.limits.Limits``) against the
         deployment's limits; FieldError naming the first field that fails."""
