@@ -9,7 +9,7 @@ import json
 import threading
 
 import pytest
-from conftest import HANG_GUARD_S, launch_local, request_values, run_request, text, tiny_app_context, wait_for
+from conftest import HANG_GUARD_S, launch_local, request_values, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")

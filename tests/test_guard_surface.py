@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
-from conftest import HANG_GUARD_S, launch_local, request_values, run_request, tiny_app_context, wait_for
+from conftest import HANG_GUARD_S, launch_local, request_values, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 httpx = pytest.importorskip("httpx")
