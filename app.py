@@ -17,7 +17,9 @@ import gradio as gr
 
 from components import charts, links, panels, ui
 from components.autospec_tab import build_autospec_tab
-from components.deploy.guard import ApiGate, Guard, forwarded_headers_ignored
+from components.deploy import gradio_private
+from components.deploy.clients import Guard, forwarded_headers_ignored
+from components.deploy.gate import ApiGate
 from components.frames import Frame, drawn, error_frame, final_frame, race_label, step_frame
 from components.panels import STOPPED
 from components.deploy import memory
@@ -25,7 +27,7 @@ from components.session import paper
 from components.session.context import AppContext
 from components.session.replay import check_replay, replay_updates
 from components.session.stream import race_events, updates
-from components.state.request import REQUEST_FIELDS, RunRequest
+from components.state.request import RunRequest
 from components.state.shared import PREFERENCE
 
 TITLE = "Speculative Rejection vs Best-of-N"
@@ -58,8 +60,10 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     # guard's gate lets through only the page's unqueued ones.
     demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue, api_open=False)
     quiet_queue(demo)
-    guard.bind(demo)
+    guard.bind(demo, queue_size=ctx.max_queue)
     demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
+    # sessions idle for SPECREJ_SESSION_TTL_S are forgotten whole (Gradio's copy of the page per session too)
+    demo.specrej_sweeper = memory.SessionSweeper(demo, ctx.session_ttl_s)
     return demo
 
 
@@ -69,19 +73,18 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
 
     def run(*values):
         """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
-        *values, request = values   # RunRequest's fields, then Gradio's request
-        req = RunRequest(**dict(zip(REQUEST_FIELDS, values)))
+        *values, request = values   # RunRequest's fields (raw: checked in updates, before any work), Gradio's request
         try:
-            yield from page.stream(drawn(updates(ctx, req, events_fn=events_fn,
+            yield from page.stream(drawn(updates(ctx, values, events_fn=events_fn,
                                                   stop_requested=guard.on_start(request))))
         finally:
             memory.release()   # the allocator keeps freed KV caches otherwise
 
     run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
     run.__annotations__ = {"request": gr.Request}
-    # preprocess=False: the raw values reach guard.check_request (in frames), whose messages name
-    # the field; the guard's validator runs when a run joins the queue (the per-client cap, set by
-    # guard.bind on every queued event).
+    # preprocess=False: the raw values reach RunRequest.parse (in stream.updates), whose messages name
+    # the field; the guard's validator runs when a run joins the queue (the per-client and per-address
+    # caps, set by guard.bind on every queued event).
     race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
                 concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
                 preprocess=False)
@@ -243,9 +246,7 @@ def quiet_queue(demo: gr.Blocks) -> None:
     looks while no slot is free, i.e. during every run (and its progress loop 10 ms): ~1,100 wake-ups
     a second, which took ~8% of a core on an idle server and, on a 2-core CPU Space, preempted the
     race's two torch threads a thousand times a second. A queued run now starts up to 50 ms later."""
-    q = demo._queue
-    q.sleep_when_free = max(q.sleep_when_free, QUEUE_POLL_SECONDS)
-    q.progress_update_sleep_when_free = max(q.progress_update_sleep_when_free, 2 * QUEUE_POLL_SECONDS)
+    gradio_private.slow_queue_polling(demo, QUEUE_POLL_SECONDS)
 
 
 def request_signature() -> inspect.Signature:

@@ -17,5 +17,6 @@ the ``request``, the runtime's ``update``, the JSON ``summary``, ``shared`` name
 ``session/``: the run's runtime (the one torch thread ``worker``, the orchestrator ``stream``, ``retry``,
 ``memory``, the shared models' ``context``, ``trace``, ``replay``, ``pace``, Paper scale's ``paper``,
 ``gpu``); it writes state and never imports presentation, nor presentation it: ``app.py`` wires them.
-``deploy/``: the public deployment's ``guard`` and ``limits``.
+``deploy/``: the public deployment: ``clients`` (identity, caps), the ``gate``, its ``surface``, ``gradio_private``
+(every read of Gradio's private state), ``limits``, ``memory``.
 """

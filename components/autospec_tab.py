@@ -23,7 +23,8 @@ from specrej.autospec.targets import all_states
 
 from .deploy import memory
 from .state.shared import ASSETS
-from .deploy.guard import check_choice, check_number, started
+from .deploy.clients import started
+from .state.fields import check_choice, check_number
 
 MAX_N = 1024           # cells on the grid
 MAX_EXACT_N = 10
@@ -120,7 +121,7 @@ class AutospecTab:
 
 # ---------------------------------------------------------------- validation
 # Every field is checked as it arrives (the events take raw values: preprocess=False), with
-# messages that name the field and show at most a short excerpt of the value (``guard``).
+# messages that name the field and show at most a short excerpt of the value (``state/fields.py``).
 
 def _int(name: str, value, lo: int, hi: int) -> int:
     return check_number(name, value, lo, hi, whole=True)

@@ -20,7 +20,7 @@ from specrej.core.rules import RULES
 from . import charts
 from .frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
 from .panels import SUMMARY_PLACEHOLDER, status_markdown
-from .state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS
+from .state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
 from .state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
 from .state.view import RunView
 from .theme import duration, md_escape
@@ -67,6 +67,22 @@ def page_head() -> str:
 
 
 # ---------------------------------------------------------------- controls
+
+def _span(name: str, ctx: AppContext) -> tuple:
+    """A slider's (minimum, maximum): the request field's range (``state/request.py``), capped by this
+    deployment's limits, so the page offers exactly what a run takes."""
+    spec = SPECS[name]
+    return spec.lo, spec.upper(ctx.limits)
+
+
+EXPIRED = {"views": 0}   # race views dropped by their time to live (the memory probe and the tests read it)
+
+
+def _forget(view) -> None:
+    """A session's race view expired (``gr.State``'s time to live): counted, and what it holds dropped at
+    once (a run still streaming into it keeps its own reference)."""
+    if isinstance(view, RunView):
+        EXPIRED["views"] += 1
 
 @dataclass(kw_only=True)
 class Controls:
@@ -117,7 +133,7 @@ def build_controls(ctx: AppContext) -> Controls:
     with gr.Row(equal_height=True, elem_id="prompt-row"):
         prompt = gr.Textbox(label="Prompt", placeholder="Ask the model something, or pick an example below",
                             value=ctx.examples[0] if ctx.examples else "", lines=2, max_lines=6, scale=5,
-                            max_length=ctx.limits.max_prompt_chars, elem_id="prompt")
+                            max_length=SPECS["prompt"].upper(ctx.limits), elem_id="prompt")
         with gr.Column(scale=1, min_width=150, elem_id="buttons"):
             run = gr.Button("▶ Run", variant="primary", size="lg", elem_id="run")
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
@@ -152,16 +168,16 @@ def build_controls(ctx: AppContext) -> Controls:
                                  info="What scores the answers, partial or complete.", elem_id="reward")
             preference = gr.Textbox(value=ctx.default_preference, label="Preference",
                                     info="The answer you want, in words; answers are scored by similarity.",
-                                    visible=ctx.default_reward == PREFERENCE, max_length=500, lines=2,
+                                    visible=ctx.default_reward == PREFERENCE, max_length=SPECS["preference"].max_chars, lines=2,
                                     elem_id="preference")
         with gr.Row():
-            n = gr.Slider(1, ctx.limits.max_n, value=min(DEFAULTS["n"], ctx.limits.max_n), step=1,
+            n = gr.Slider(*_span("n", ctx), value=min(DEFAULTS["n"], ctx.limits.max_n), step=1,
                           label="Best-of-N with N =", info="How many answers Best-of-N writes to the end. Keep it at least as large "
                           "as Speculative Rejection's first batch, so Best-of-N has written every answer it could "
                           "pick.", elem_id="n")
-            alpha = gr.Slider(0.0, 0.95, value=DEFAULTS["alpha"], step=0.05, label="alpha (share cut at each decision)",
+            alpha = gr.Slider(*_span("alpha", ctx), value=DEFAULTS["alpha"], step=0.05, label="alpha (share cut at each decision)",
                               info="0.5: each decision stops writing half of the answers in progress.", elem_id="alpha")
-            budget = gr.Number(value=0, minimum=0, maximum=ctx.limits.max_budget, precision=0,
+            budget = gr.Number(value=0, minimum=SPECS["budget"].lo, maximum=SPECS["budget"].upper(ctx.limits), precision=0,
                                label="Memory (tokens held at once)",
                                info="How many tokens of answers both methods may keep in memory at once (answers × "
                                     f"length). 0 = automatic ({DEFAULT_CPU_BUDGET} on a CPU). Less memory: earlier decisions.",
@@ -171,7 +187,7 @@ def build_controls(ctx: AppContext) -> Controls:
                                 info="The paper's first batch is 'auto': as many rows as fill the memory budget "
                                      "at the first decision, far more than Best-of-N fits at full length.",
                                 elem_id="sr_start")
-            first_decision = gr.Slider(1, 128, value=DEFAULTS["first_decision"], step=1,
+            first_decision = gr.Slider(*_span("first_decision", ctx), value=DEFAULTS["first_decision"], step=1,
                                        label="auto: first decision at token T =", info="Speculative Rejection starts as many answers as fill the "
                                        "memory at T tokens: the first decision comes there.",
                                        elem_id="first_decision")
@@ -186,7 +202,7 @@ def build_controls(ctx: AppContext) -> Controls:
                                value=DEFAULTS["rule"], label="Which candidates a decision keeps",
                                info="Which answers survive a decision: the paper keeps the highest partial rewards.",
                                elem_id="rule")
-            interval = gr.Slider(1, 256, value=DEFAULTS["interval"], step=1, label="k (tokens between decisions)",
+            interval = gr.Slider(*_span("interval", ctx), value=DEFAULTS["interval"], step=1, label="k (tokens between decisions)",
                                  info="Decide every k tokens (and whenever memory is full).", visible=DEFAULTS["decision"] == "interval",
                                  elem_id="interval")
         with gr.Row(elem_id="second-row"):
@@ -194,7 +210,7 @@ def build_controls(ctx: AppContext) -> Controls:
                                  info="Race a second Speculative Rejection setting (its own alpha and decision "
                                       "rule) against the same Best-of-N: three arms.", elem_id="second", scale=1)
             with gr.Row(visible=False, elem_id="second-settings") as second_group:
-                second_alpha = gr.Slider(0.0, 0.95, value=0.9, step=0.05, label="second alpha",
+                second_alpha = gr.Slider(*_span("second_alpha", ctx), value=0.9, step=0.05, label="second alpha",
                                          info="The rejection rate of the second setting.", elem_id="second_alpha")
                 second_decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="second setting decides",
                                            elem_id="second_decision")
@@ -209,16 +225,16 @@ def build_controls(ctx: AppContext) -> Controls:
                                      "differ, then it keeps the one whose hidden states agree most with the others'. "
                                      "Its winner is picked by the reward among what it finished.", elem_id="stbon")
         with gr.Row():
-            max_new_tokens = gr.Slider(1, ctx.limits.max_new_tokens, step=1, label="Max new tokens",
+            max_new_tokens = gr.Slider(*_span("max_new_tokens", ctx), step=1, label="Max new tokens",
                                        value=min(DEFAULTS["max_new_tokens"], ctx.limits.max_new_tokens),
                                        info="The longest an answer may grow, in tokens (a token is about ¾ of a word).",
                                        elem_id="max_new_tokens")
-            temperature = gr.Slider(0.05, 2.0, value=DEFAULTS["temperature"], step=0.05, label="Temperature",
+            temperature = gr.Slider(*_span("temperature", ctx), value=DEFAULTS["temperature"], step=0.05, label="Temperature",
                                     info="Higher: more varied answers; lower: more alike.",
                                     elem_id="temperature")
-            top_p = gr.Slider(0.05, 1.0, value=DEFAULTS["top_p"], step=0.05, label="Top-p", info="Only the likeliest words that together make up this share are sampled.",
+            top_p = gr.Slider(*_span("top_p", ctx), value=DEFAULTS["top_p"], step=0.05, label="Top-p", info="Only the likeliest words that together make up this share are sampled.",
                               elem_id="top_p")
-            seed = gr.Number(value=DEFAULTS["seed"], minimum=0, precision=0, label="Seed", info="The same seed gives the same answers; answer i is the same text in both methods.",
+            seed = gr.Number(value=DEFAULTS["seed"], minimum=SPECS["seed"].lo, maximum=SPECS["seed"].hi, precision=0, label="Seed", info="The same seed gives the same answers; answer i is the same text in both methods.",
                              elem_id="seed")
     return Controls(prompt=prompt, run=run, stop=stop, model=model, reward=reward, preference=preference, n=n,
                     alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
@@ -600,7 +616,9 @@ def build_page(ctx: AppContext) -> Page:
     arena = build_arena()
     results = build_results()
     build_how_it_works()
-    return Page(controls, arena, results, gr.State(None))
+    # the race view a session keeps (the step buttons and the x-axis switch read it): dropped session_ttl_s after
+    # it last changed, so API sessions that never come back do not hold their races (SPECREJ_SESSION_TTL_S)
+    return Page(controls, arena, results, gr.State(None, time_to_live=ctx.session_ttl_s, delete_callback=_forget))
 
 
 # ---------------------------------------------------------------- presets and links

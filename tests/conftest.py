@@ -149,13 +149,29 @@ def tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, **env):
     return c
 
 
-def run_request(ctx, settings: dict, **overrides):
-    """A RunRequest for the context's default model and reward with these settings (prompt included)."""
+def request_values(ctx, settings: dict, **overrides) -> dict:
+    """Every field of a race's request by name, in the API's order, as a client sends them (unchecked): the
+    context's default model and reward, the fields' defaults, these settings (prompt included)."""
+    from dataclasses import fields
+
     from components.state.request import RunRequest
 
-    kw = dict(model=ctx.default_model, reward=ctx.default_reward, preference="", **settings)
+    kw = {f.name: f.default for f in fields(RunRequest)}
+    kw.update(model=ctx.default_model, reward=ctx.default_reward, preference="", **settings)
     kw.update(overrides)
-    return RunRequest(**kw)
+    return kw
+
+
+def run_request(ctx, settings: dict, **overrides):
+    """A RunRequest for the context's default model and reward with these settings (prompt included); where
+    a value is one RunRequest refuses, the raw values by name (``stream.updates`` checks either, and says why)."""
+    from components.state.request import RunRequest
+
+    kw = request_values(ctx, settings, **overrides)
+    try:
+        return RunRequest(**kw)
+    except ValueError:
+        return kw
 
 
 def serve(ctx, **build):

@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 import pytest
-from conftest import race_frames, HANG_GUARD_S, api_outputs, run_request, serve, text, tiny_app_context, wait_for
+from conftest import race_frames, HANG_GUARD_S, api_outputs, request_values, run_request, serve, text, tiny_app_context, wait_for
 from components.frames import KEEP
 
 pytest.importorskip("gradio")
@@ -102,7 +102,7 @@ def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
 
 def test_bad_input_gives_a_message_and_starts_nothing(ctx):
 
-    for overrides, needle in [(dict(prompt="   "), "prompt is empty"), (dict(n=0), "n=0"),
+    for overrides, needle in [(dict(prompt="   "), "prompt is empty"), (dict(n=0), "n must be a whole number from 1 to"),
                               (dict(alpha=1.5), "alpha"), (dict(temperature=0), "temperature"),
                               (dict(reward="preference", preference=" "), "preference text is empty"),
                               (dict(reward="hf:someone/else"), "not offered")]:
@@ -211,7 +211,7 @@ def served(ctx):
 
 def api_kwargs(ctx, **overrides):
     """The /run endpoint's keyword arguments."""
-    return dataclasses.asdict(request(ctx, **overrides))
+    return request_values(ctx, dict(prompt=PROMPT, **SMALL), **overrides)
 
 
 def n_points(plot) -> int:
@@ -335,7 +335,7 @@ def test_bad_input_through_the_api_returns_the_message(served, ctx):
     out = client.predict(**api_kwargs(ctx, budget=50), api_name="/run")
     assert "Can't run" in text(out[0]) and "budget" in text(out[0])
     # the raw values reach the app's own checks (preprocess=False), whose messages name the field
-    for overrides, needle in ((dict(n=0), "n=0"), (dict(n=10**6), "SPECREJ_MAX_N"), (dict(model="gpt2"), "not offered"),
+    for overrides, needle in ((dict(n=0), "n must be a whole number from 1 to"), (dict(n=10**6), "SPECREJ_MAX_N"), (dict(model="gpt2"), "not offered"),
                               (dict(reward=[1, 2]), "reward must be text")):
         status = text(client.predict(**api_kwargs(ctx, **overrides), api_name="/run")[0])
         assert status.startswith("**Can't run") and needle in status, (overrides, status)

@@ -9,7 +9,7 @@ import json
 import threading
 
 import pytest
-from conftest import HANG_GUARD_S, launch_local, run_request, text, tiny_app_context, wait_for
+from conftest import HANG_GUARD_S, launch_local, request_values, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -32,22 +32,21 @@ def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     ("reward", [1, 2], "reward must be text, not a list"),
     ("model", {"a": 1}, "model must be text, not an object"),
     ("prompt", ["x"], "prompt must be text, not a list"),
-    ("prompt", 7, "prompt must be text, not a int"),
+    ("prompt", 7, "prompt must be text, not a whole number"),
     ("preference", None, "preference must be text, not nothing"),
-    ("n", [3], "n must be a number, not a list"),
-    ("alpha", {"v": 0.5}, "alpha must be a number, not an object"),
+    ("n", [3], "n must be a whole number from 1 to 32, not a list"),
+    ("alpha", {"v": 0.5}, "alpha must be a number from 0 to 0.95, not an object"),
     ("prompt", "tips \ud800", "prompt contains a character that is not valid text"),
     ("preference", "\udfff", "preference contains a character that is not valid text"),
-    ("x_axis", "\ud83d", "x axis contains a character that is not valid text"),
+    ("x_axis", "\ud83d", "x_axis contains a character that is not valid text"),
 ])
 def test_wrong_types_and_broken_text_are_refused_naming_the_field(ctx, field, value, message):
-    from components.deploy.guard import check_request
+    from components.state.request import RunRequest
 
-    req = run_request(ctx, dict(prompt=PROMPT, **TINY), **{field: value})
     with pytest.raises(ValueError, match=message) as e:
-        check_request(req)
+        RunRequest.parse(request_values(ctx, dict(prompt=PROMPT, **TINY), **{field: value}), ctx.limits)
     json.dumps(str(e.value)).encode("utf-8")   # the message itself is valid text
-    check_request(run_request(ctx, dict(prompt=PROMPT, **TINY)))   # a good request passes
+    RunRequest.parse(request_values(ctx, dict(prompt=PROMPT, **TINY)), ctx.limits)   # a good request passes
 
 
 def test_the_client_is_its_session_else_its_address():
@@ -55,7 +54,7 @@ def test_the_client_is_its_session_else_its_address():
     session of its own (Gradio's call/<name>) is its address."""
     from types import SimpleNamespace as NS
 
-    from components.deploy.guard import client_address, client_key
+    from components.deploy.clients import client_address, client_key
 
     assert client_key(NS(client=NS(host="10.0.0.7"), session_hash="s1"), "10.0.0.7") == "session:s1"
     assert client_key(NS(client=NS(host="10.0.0.7"), session_hash=None), "10.0.0.7") == "address:10.0.0.7"
@@ -66,7 +65,7 @@ def test_the_client_is_its_session_else_its_address():
 def test_an_id_less_cancel_stops_the_runs_of_its_session_or_refuses_its_next_join():
     from types import SimpleNamespace as NS
 
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
     g = Guard(queued_fns=frozenset({4, 9}))
 
@@ -95,7 +94,7 @@ def test_a_cancel_with_an_event_id_stops_that_run_at_its_next_event():
     """Gradio cancels the task; the guard also tells the torch thread computing it (and no other run)."""
     from types import SimpleNamespace as NS
 
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
     g = Guard(queued_fns=frozenset({4}))
     requests = [NS(session_hash="s", client=NS(host=f"10.0.0.{i}"), request=NS(state=NS())) for i in (1, 2)]
@@ -111,7 +110,7 @@ def test_a_cancel_with_an_event_id_stops_that_run_at_its_next_event():
 
 
 def test_early_cancels_of_sessions_that_never_join_are_forgotten(monkeypatch):
-    from components.deploy import guard as guard_mod
+    from components.deploy import clients as guard_mod
 
     g = guard_mod.Guard(queued_fns=frozenset({4}))
     clock = {"t": 1000.0}
@@ -124,9 +123,12 @@ def test_early_cancels_of_sessions_that_never_join_are_forgotten(monkeypatch):
 
 
 def test_the_gate_reads_a_cancel_body_of_a_few_bytes_only_and_passes_every_byte_on():
+    """A cancel body is a few bytes: read whole, noted and passed on byte for byte; a larger one is refused
+    (413) before Gradio parses it (issue 32: a nested one gave Gradio's parser a RecursionError)."""
     import asyncio
 
-    from components.deploy.guard import CANCEL_BODY_LIMIT, ApiGate, Guard
+    from components.deploy.clients import Guard
+    from components.deploy.gate import CANCEL_BODY_LIMIT, ApiGate
 
     def deliver(chunks):
         g = Guard(queued_fns=frozenset({4}))
@@ -144,22 +146,27 @@ def test_the_gate_reads_a_cancel_body_of_a_few_bytes_only_and_passes_every_byte_
         async def receive():
             return messages.pop(0)
 
+        sent: list = []
+
+        async def send(message):
+            sent.append(message)
+
         scope = {"type": "http", "method": "POST", "path": "/gradio_api/cancel"}
-        asyncio.run(ApiGate(app, g)(scope, receive, None))
-        return g, b"".join(got)
+        asyncio.run(ApiGate(app, g)(scope, receive, send))
+        return g, b"".join(got), sent[0]["status"] if sent else None
 
     body = json.dumps({"fn_index": 4, "session_hash": "s", "event_id": None}).encode()
-    g, passed = deliver([body[:10], body[10:]])
-    assert passed == body and ("s", 4) in g._early
+    g, passed, status = deliver([body[:10], body[10:]])
+    assert passed == body and ("s", 4) in g._early and status is None
     huge = [b"x" * 1000] * (CANCEL_BODY_LIMIT // 1000 + 5)
-    g, passed = deliver(huge)
-    assert passed == b"".join(huge) and not g._early
+    g, passed, status = deliver(huge)
+    assert status == 413 and not passed and not g._early
 
 
 def test_the_cap_counts_runs_on_their_way_into_the_queue():
     from types import SimpleNamespace as NS
 
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
     g = Guard(max_runs_per_client=2, max_runs_per_address=3, queued_fns=frozenset({4, 5}))
     held = []   # Gradio holds a join's request while its run is queued (the guard knows runs by it)
@@ -183,7 +190,7 @@ def served_gated(ctx):
     import app
     from gradio_client import Client
 
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
     gate = {"open": threading.Event(), "started": []}
 
@@ -205,7 +212,7 @@ def served_gated(ctx):
 
 
 def kwargs(ctx, **overrides):
-    return dataclasses.asdict(run_request(ctx, dict(prompt=PROMPT, **TINY), **overrides))
+    return request_values(ctx, dict(prompt=PROMPT, **TINY), **overrides)
 
 
 def raw_call(url: str, name: str, data: dict):
@@ -242,7 +249,7 @@ def test_a_lone_surrogate_posted_raw_gets_cant_run_and_the_app_stays_usable(serv
 def test_wrong_types_through_the_api_get_a_message_naming_the_field(served_gated):
     demo, ctx, url, gate, client = served_gated
     gate["open"].set()
-    for field, value, needle in (("reward", [1, 2], "reward must be text"), ("n", "abc", "n='abc'"),
+    for field, value, needle in (("reward", [1, 2], "reward must be text"), ("n", "abc", "n must be a whole number"),
                                  ("model", {"x": 1}, "model must be text"), ("prompt", ["x"], "prompt must be text"),
                                  ("alpha", [0.5], "alpha must be a number")):
         shown = text(client.predict(**kwargs(ctx, **{field: value}), api_name="/run")[0])

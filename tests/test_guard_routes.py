@@ -11,7 +11,7 @@ import json
 import threading
 
 import pytest
-from conftest import HANG_GUARD_S, launch_local, run_request, text, tiny_app_context, wait_for
+from conftest import HANG_GUARD_S, launch_local, request_values, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -45,7 +45,7 @@ def served(ctx):
     import app
 
     from components import autospec_tab
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
     gate = {"open": threading.Event(), "started": 0}
     gate["open"].set()
@@ -77,7 +77,7 @@ def client(url, address="10.0.0.1"):
 
 
 def kwargs(ctx, settings=TINY, **overrides):
-    return dataclasses.asdict(run_request(ctx, dict(prompt=PROMPT, **settings), **overrides))
+    return request_values(ctx, dict(prompt=PROMPT, **settings), **overrides)
 
 
 def fn_index(demo, name):
@@ -192,7 +192,7 @@ def test_an_unknown_fn_index_gets_a_clean_404(served, route, index):
 
 
 def test_a_body_over_the_limit_is_refused_before_gradio_reads_it(served):
-    from components.deploy.guard import MAX_BODY
+    from components.deploy.gate import MAX_BODY
 
     demo, ctx, url, gate = served
     big = json.dumps({"data": ["x" * MAX_BODY], "fn_index": fn_index(demo, "replay"), "session_hash": "x"})

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
-from conftest import HANG_GUARD_S, launch_local, run_request, tiny_app_context, wait_for
+from conftest import HANG_GUARD_S, launch_local, request_values, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 httpx = pytest.importorskip("httpx")
@@ -55,7 +55,7 @@ def test_readme_lists_exactly_the_gates_public_routes():
     ("GET", "/monitoring/summary", False, False),
     ("GET", "/monitoring/summary", True, True),
     ("GET", "/monitoring/abc", True, True),
-    ("GET", "/gradio_api/file=/tmp/gradio/x/trace.json", False, True),
+    ("GET", "/gradio_api/file=/tmp/gradio/x/trace.json", False, False),   # issue 32: only the app's downloads
     ("GET", "/gradio_api/file/tmp/x", False, False),
     ("POST", "/gradio_api/queue/join/", False, True),
     ("GET", "/gradio_api/queue/join", False, False),
@@ -73,7 +73,7 @@ def test_the_surface_answers_only_its_routes(method, path, monitoring, answers):
 
 
 def test_the_proxy_is_trusted_only_when_the_deployment_says_so():
-    from components.deploy.guard import Guard, client_address
+    from components.deploy.clients import Guard, client_address
 
     def request(peer, *forwarded):
         headers = NS(getlist=lambda name: list(forwarded) if name == "x-forwarded-for" else [])
@@ -99,7 +99,7 @@ def test_the_proxy_is_trusted_only_when_the_deployment_says_so():
 def test_a_cancel_wakes_a_reader_waiting_for_the_step_in_progress():
     """The handler waits for the torch thread's next event; a cancel ends that wait at once, and the
     torch thread stops after the step in progress (the generator is closed on it, never stepped again)."""
-    from components.deploy.guard import StopFlag
+    from components.deploy.clients import StopFlag
     from components.session.worker import TorchWorker
 
     w = TorchWorker()
@@ -142,11 +142,12 @@ def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def served(ctx):
-    """The app (one race at a time, per-client cap 2, per-address cap 10, no trusted proxy) whose race
+    """The app (one race at a time, per-client cap 2, per-address cap half the queue of 10, trusting one proxy
+    hop so that the tests can play two addresses) whose race
     waits at a gate before it starts, and the race of the prompt "held" in its third event."""
     import app
 
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
     gate = {"open": threading.Event(), "in_step": threading.Event(), "go_on": threading.Event(),
             "closed": threading.Event(), "events": 0}
@@ -169,7 +170,7 @@ def served(ctx):
                 gate["closed"].set()
 
     one = dataclasses.replace(ctx, concurrency=1, active=set())
-    demo = app.build_demo(one, events_fn=gated, guard=Guard(max_runs_per_client=2, max_runs_per_address=10))
+    demo = app.build_demo(one, events_fn=gated, guard=Guard(max_runs_per_client=2))
     url = launch_local(demo)
     try:
         yield demo, one, url, gate
@@ -184,7 +185,7 @@ def run_index(demo) -> int:
 
 
 def values(ctx, **overrides) -> list:
-    return list(dataclasses.asdict(run_request(ctx, dict(prompt=PROMPT, **TINY), **overrides)).values())
+    return list(request_values(ctx, dict(prompt=PROMPT, **TINY), **overrides).values())
 
 
 def join(url, demo, ctx, session, headers=None, data=None):
@@ -205,7 +206,7 @@ def drain(url, demo, ctx, joined):
 def test_the_served_surface_is_readmes_list_and_uploads_are_refused(served, tmp_path):
     """Every route Gradio serves, asked anonymously: those that answer (anything but the gate's 404) are
     README's list exactly; an upload is refused before Gradio reads a byte of it."""
-    from components.deploy.guard import NOT_SERVED
+    from components.deploy.gate import NOT_SERVED
 
     demo, ctx, url, gate = served
     base = url.rstrip("/")
@@ -222,8 +223,9 @@ def test_the_served_surface_is_readmes_list_and_uploads_are_refused(served, tmp_
     declared = set(routes(demo.app.routes))
     assert ("POST", "/gradio_api/upload") in declared and ("GET", "/monitoring/summary") in declared
     answering, refused = set(), set()
+    download = f"{demo.GRADIO_CACHE}/probe/specrej-trace-probe.json"   # the one kind of file= path that answers
     for method, path in sorted(declared):
-        concrete = re.sub(r"\{[^}]*\}", "x", path)
+        concrete = re.sub(r"\{[^}]*\}", "x", path).replace("/file=x", "/file=" + download)
         kw = {"json": {}} if method == "POST" else {}
         with httpx.stream(method, base + concrete, timeout=HANG_GUARD_S, **kw) as r:
             gated = r.status_code == 404 and r.headers.get("x-specrej-gate") == "not-served"
@@ -246,8 +248,13 @@ def test_the_served_surface_is_readmes_list_and_uploads_are_refused(served, tmp_
         assert httpx.get(base + path, timeout=30).status_code == 404
 
 
-def test_ten_sessions_from_one_address_each_get_a_place_and_one_session_stays_capped(served):
+def test_sessions_from_one_address_get_half_the_queue_and_one_session_stays_capped(served):
+    """Issue 32 (4): ten sessions at one address took every place in the queue (per-address cap 10 = the queue's
+    size). Now an address gets at most half the queue (5 of 10): its sixth session is refused, and another
+    address still gets a place."""
     demo, ctx, url, gate = served
+    guard = demo.specrej_guard
+    assert ctx.max_queue == 10 and guard.max_runs_per_address == 5
     gate["open"].clear()
     joined: list = []
     try:
@@ -258,16 +265,18 @@ def test_ten_sessions_from_one_address_each_get_a_place_and_one_session_stays_ca
         assert "You already have 2 runs queued or running" in mine[2].text
         assert drain(url, demo, ctx, joined)
         joined.clear()
-        # ten visitors behind one address (a Space's proxy, untrusted): each gets a place in the queue
-        ten = [(f"visitor-{i}", join(url, demo, ctx, f"visitor-{i}")) for i in range(10)]
+        guard.trusted_proxy = True   # the tests play a proxy: 203.0.113.5 is one school, 203.0.113.6 another
+        school = {"X-Forwarded-For": "203.0.113.5"}
+        ten = [(f"visitor-{i}", join(url, demo, ctx, f"visitor-{i}", headers=school)) for i in range(10)]
         joined += ten
-        assert [r.status_code for _, r in ten] == [200] * 10, [r.text for _, r in ten]
-        assert len(demo.specrej_guard._gradio_runs()) == 10   # queued or running, none refused
-        # the address's cap holds the eleventh, however many sessions it makes up
-        eleventh = join(url, demo, ctx, "visitor-10")
-        joined.append(("visitor-10", eleventh))
-        assert eleventh.status_code == 422 and "SPECREJ_MAX_RUNS_PER_ADDRESS" in eleventh.text
+        assert [r.status_code for _, r in ten] == [200] * 5 + [422] * 5, [r.text for _, r in ten]
+        assert all("SPECREJ_MAX_RUNS_PER_ADDRESS" in r.text for _, r in ten[5:])
+        other = join(url, demo, ctx, "elsewhere", headers={"X-Forwarded-For": "203.0.113.6"})
+        joined.append(("elsewhere", other))
+        assert other.status_code == 200, other.text
+        assert len(guard._gradio_runs()) == 6   # queued or running: half the queue is left to other addresses
     finally:
+        guard.trusted_proxy = False
         gate["open"].set()
         assert drain(url, demo, ctx, joined)
 

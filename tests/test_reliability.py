@@ -18,7 +18,7 @@ import time
 import weakref
 
 import pytest
-from conftest import race_frames, HANG_GUARD_S, api_outputs, launch_local, run_request, serve, text, tiny_app_context, wait_for
+from conftest import race_frames, HANG_GUARD_S, api_outputs, launch_local, request_values, run_request, serve, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -367,14 +367,12 @@ def fuzz_ctx(ctx):
 def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, reward, preference, n, alpha, budget,
                                                     decision, interval, max_new_tokens, temperature, top_p, seed,
                                                     x_axis, second, second_alpha):
-    from components.state.request import RunRequest
-
     ctx = fuzz_ctx
-    req = RunRequest(prompt=prompt, model=ctx.default_model if model == "DEFAULT" else model,
-                     reward=ctx.default_reward if reward == "DEFAULT" else reward, preference=preference, n=n,
-                     alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
-                     temperature=temperature, top_p=top_p, seed=seed, x_axis=x_axis, second=second,
-                     second_alpha=second_alpha)
+    req = dict(prompt=prompt, model=ctx.default_model if model == "DEFAULT" else model,   # raw, as the API sends
+               reward=ctx.default_reward if reward == "DEFAULT" else reward, preference=preference, n=n,
+               alpha=alpha, budget=budget, decision=decision, interval=interval, max_new_tokens=max_new_tokens,
+               temperature=temperature, top_p=top_p, seed=seed, x_axis=x_axis, second=second,
+               second_alpha=second_alpha)
     out = race_frames(ctx, req)  # never raises
     FIGURES["inputs_fuzzed_in_process"] += 1
     last = out[-1].status
@@ -388,15 +386,16 @@ def test_fuzzed_requests_are_a_run_or_a_clear_error(fuzz_ctx, prompt, model, rew
 
 @pytest.fixture(scope="module")
 def served(ctx):
-    from components.deploy.guard import Guard
+    from components.deploy.clients import Guard
 
-    # many users, one address (127.0.0.1): the per-client cap (tests/test_guard.py) is lifted here
-    yield from serve(ctx, guard=Guard(max_runs_per_client=64))
+    # many users, one address (127.0.0.1): the per-client cap (tests/test_guard.py) is lifted here, and the
+    # per-address cap (at most half the queue) with a queue of 128
+    yield from serve(dataclasses.replace(ctx, max_queue=128), guard=Guard(max_runs_per_client=64))
 
 
 def api_kwargs(ctx, **overrides):
     """The /run endpoint's keyword arguments."""
-    return dataclasses.asdict(request(ctx, **overrides))
+    return request_values(ctx, dict(prompt=PROMPT, **TINY), **overrides)
 
 
 
@@ -478,16 +477,22 @@ def test_a_full_queue_says_busy_try_again(ctx):
         gate.wait(20)
         yield from ()
 
+    from components.deploy.clients import Guard
+
     busy = dataclasses.replace(ctx, concurrency=1, max_queue=1, active=set())
-    demo = app.build_demo(busy, events_fn=slow)
+    # three visitors at three addresses (the test plays the trusted proxy): one address may hold at most half
+    # the queue (issue 32), so one client alone can no longer fill it
+    demo = app.build_demo(busy, events_fn=slow, guard=Guard(trusted_proxy=True))
     url = launch_local(demo)
     try:
-        client = Client(url, verbose=False, analytics_enabled=False)
-        running = client.submit(**api_kwargs(ctx), api_name="/run")
+        def client(i):
+            return Client(url, verbose=False, analytics_enabled=False, headers={"X-Forwarded-For": f"10.9.0.{i}"})
+
+        running = client(1).submit(**api_kwargs(ctx), api_name="/run")
         assert wait_for(lambda: busy.active, 20)
-        waiting = client.submit(**api_kwargs(ctx), api_name="/run")
+        waiting = client(2).submit(**api_kwargs(ctx), api_name="/run")
         assert wait_for(lambda: waiting.status().rank is not None or waiting.status().code.name == "IN_QUEUE", 10)
-        refused = client.submit(**api_kwargs(ctx), api_name="/run")
+        refused = client(3).submit(**api_kwargs(ctx), api_name="/run")
         with pytest.raises(Exception, match="(?i)queue is full.*try again"):
             refused.result(timeout=20)
         gate.set()

@@ -160,6 +160,7 @@ def test_the_apps_request_carries_the_rule():
     from components.state.request import RunRequest
 
     assert RunRequest(prompt="x", rule="calibrated").config(0).rule == "calibrated"
-    assert RunRequest(prompt="x", rule=None).config(0).rule == "paper"
-    with pytest.raises(ValueError, match="unknown; choose one of paper"):
-        RunRequest(prompt="x", rule="nope").config(0)
+    assert RunRequest(prompt="x").config(0).rule == "paper"
+    for bad in ("nope", None):   # issue 32: a missing rule is refused, naming the field, not read as the default
+        with pytest.raises(ValueError, match="rule .*one of: paper"):
+            RunRequest(prompt="x", rule=bad)

@@ -1,4 +1,4 @@
-"""Give memory back to the system after a run.
+"""Give memory back to the system after a run, and after sessions go.
 
 A run allocates and frees many large tensors (KV caches, logits, the lab's sample batches); glibc's
 allocator keeps much of the freed memory in its arenas, so an idle server stayed at two or three
@@ -10,7 +10,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import logging
 import platform
+import threading
+import weakref
 
 _trim = None
 if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
@@ -42,3 +45,36 @@ def rss_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+class SessionSweeper:
+    """A daemon thread that, every ``every_s`` seconds, forgets the sessions of ``blocks`` idle for ``idle_s``
+    (``gradio_private.drop_idle_sessions``) and returns the memory (``release``). It holds the app weakly and
+    ends with it (or ``stop()``)."""
+
+    def __init__(self, blocks, idle_s: float, every_s: float | None = None):
+        self.idle_s, self.every_s = idle_s, every_s or max(1.0, min(60.0, idle_s / 4))
+        self.dropped, self._blocks, self._stop = 0, weakref.ref(blocks), threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="specrej-session-sweeper", daemon=True)
+        self._thread.start()
+
+    def sweep(self) -> int:
+        """Forget the idle sessions now; how many went."""
+        from . import gradio_private
+
+        blocks = self._blocks()
+        gone = gradio_private.drop_idle_sessions(blocks, self.idle_s) if blocks is not None else 0
+        if gone:
+            self.dropped += gone
+            release()
+        return gone
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s) and self._blocks() is not None:
+            try:
+                self.sweep()
+            except Exception:   # a Gradio that moved its state: say so, keep serving
+                logging.getLogger("specrej.app").warning("could not forget idle sessions", exc_info=True)
+
+    def stop(self) -> None:
+        self._stop.set()

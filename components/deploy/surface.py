@@ -4,9 +4,9 @@ Gradio 6 serves about seventy routes whatever the page holds: file uploads (``/g
 64 MB files, 500 per request, served back publicly), the analytics dashboard
 (``/monitoring``, ``/monitoring/summary``: per-handler counts and timings; a ``GET /monitoring`` prints
 the dashboard's secret URL into the log), streaming inputs, recordings, run history, the vibe editor,
-login pages. The page uses a few. ``ApiGate`` (``guard.py``) lets through only the routes listed here
+login pages. The page uses a few. ``ApiGate`` (``gate.py``) lets through only the routes listed here
 and answers 404 to every other; what a route listed here accepts is the gate's and the handlers'
-business (``guard.py``). A new Gradio route stays closed until it is added here and to README.
+business (``gate.py``, ``components/state/request.py``). A new Gradio route stays closed until it is added here and to README.
 
 README's list (section "Running it publicly", between the ``public-surface`` markers) is this list,
 one route a line; ``tests/test_guard_surface.py`` checks the README, this list and the routes the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Callable
 
 # (method, route): the page, its assets and the queue the page and gradio_client use; the REST API.
 PUBLIC_ROUTES: tuple[tuple[str, str], ...] = (
@@ -31,7 +32,8 @@ PUBLIC_ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/theme.css"), ("GET", "/gradio_api/theme.css"),
     ("GET", "/gradio_api/info"), ("GET", "/gradio_api/app_id"),
     ("GET", "/gradio_api/startup-events"),   # launch() calls it once to start the queue
-    ("GET", "/gradio_api/file={path}"), ("HEAD", "/gradio_api/file={path}"),   # the trace download
+    # the trace download: only the app's own files (specrej-trace-*.json in Gradio's cache; ``served``)
+    ("GET", "/gradio_api/file={path}"), ("HEAD", "/gradio_api/file={path}"),
     # the queue (the page and gradio_client)
     ("POST", "/gradio_api/queue/join"), ("GET", "/gradio_api/queue/data"),
     ("GET", "/gradio_api/heartbeat/{session_hash}"),
@@ -61,8 +63,15 @@ def _compiled(routes: tuple[tuple[str, str], ...]) -> tuple[tuple[str, re.Patter
     return tuple((method, _pattern(route)) for method, route in routes)
 
 
-def served(method: str, path: str, *, monitoring: bool = False) -> bool:
-    """Whether the public app answers ``method path`` (a request's path, after any root path)."""
+FILE_ROUTE = "/gradio_api/file="
+
+
+def served(method: str, path: str, *, monitoring: bool = False, download: Callable[[str], bool] | None = None) -> bool:
+    """Whether the public app answers ``method path`` (a request's path, after any root path). A ``file=``
+    path answers only where ``download`` says it is one of the app's own downloads (without it: none does;
+    Gradio would serve any file in its cache, and fetch any ``http(s)://`` URL from the server)."""
+    if path.startswith(FILE_ROUTE) and method in ("GET", "HEAD"):
+        return download is not None and download(path[len(FILE_ROUTE):])
     path = path.rstrip("/") or "/"
     routes = PUBLIC_ROUTES + (MONITORING_ROUTES if monitoring else ())
     return any(m == method and p.fullmatch(path) for m, p in _compiled(routes))

@@ -18,8 +18,9 @@ Environment:
                        can add a second Speculative Rejection setting, up to three arms in all
   SPECREJ_CONCURRENCY  runs at once (default 1 on a CPU, 2 on a GPU); SPECREJ_MAX_QUEUE (default 10);
                        SPECREJ_MAX_RUNS_PER_CLIENT (default 2 per session), SPECREJ_MAX_RUNS_PER_ADDRESS
-                       (default 10), SPECREJ_TRUSTED_PROXY (default on a Space), SPECREJ_MONITORING
-                       (default off): the public deployment's guard (``components.deploy.guard``)
+                       (default: half SPECREJ_MAX_QUEUE), SPECREJ_TRUSTED_PROXY (default on a Space), SPECREJ_MONITORING
+                       (default off): the public deployment's guard (``components.deploy.clients``)
+  SPECREJ_SESSION_TTL_S   seconds a session keeps its race view after it last changed (default 1800)
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
                        (``components.deploy.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_DTYPE        the generator's dtype: fp32 (default: coupled randomness is exact, and the recorded page
@@ -90,6 +91,7 @@ class AppContext:
     examples: tuple[str, ...] = field(default_factory=load_examples)
     concurrency: int = 1
     max_queue: int = 10
+    session_ttl_s: int = 1800            # SPECREJ_SESSION_TTL_S: a session's race view is dropped this long after it last changed
     progress_every: int = 1          # decoding steps between Progress events: bounds Stop's latency
     min_frame_interval: float = 0.25  # seconds between streamed frames for Progress events (SPECREJ_FRAME_MS)
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
@@ -145,6 +147,7 @@ class AppContext:
                   default_preference=preference, notes=tuple(notes),
                   concurrency=env_int("SPECREJ_CONCURRENCY", 2 if on_gpu else 1, env=env),
                   max_queue=env_int("SPECREJ_MAX_QUEUE", 10, env=env),
+                  session_ttl_s=env_int("SPECREJ_SESSION_TTL_S", 1800, env=env),
                   min_frame_interval=env_int("SPECREJ_FRAME_MS", FRAME_MS_GPU if on_gpu else FRAME_MS_CPU,
                                              env=env, lo=50) / 1000,
                   arms=tuple(a.spec for a in parse_arms(env.get("SPECREJ_ARMS", "").split() or DEFAULT_ARMS)),

@@ -20,7 +20,7 @@ from specrej.record import Recording, RecordingError, load, replay
 
 from specrej.core.cost import StepCost
 
-from ..deploy.guard import check_choice, check_text_field
+from ..state.fields import check_choice, check_text_field
 from ..state.shared import ASSETS, PACES, PAGE_RACES, model_label, reward_kind_label
 from ..state.update import Update
 from ..state.view import RunView

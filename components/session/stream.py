@@ -30,7 +30,7 @@ from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.config import env_int
 from components.deploy.limits import PolicyError
 
-from ..state.request import REQUEST_FIELDS, X_AXIS_CHOICES, RunRequest  # noqa: F401  (the API's fields)
+from ..state.request import REQUEST_FIELDS, RunRequest
 from ..state.update import Update
 from ..state.view import RunView
 from ..state.shared import CLASSROOM
@@ -38,7 +38,6 @@ from .context import PREFERENCE, AppContext, get_models, model_label, reward_kin
 from . import replay
 from ..deploy import memory
 from .gpu import GPU
-from ..deploy.guard import check_request
 from .retry import OutOfMemory, retry_on_oom
 from .trace import write_traces
 from . import pace
@@ -136,24 +135,54 @@ class Prepared:
     race_kw: dict          # extra keyword arguments of ``events_fn`` (remote code, stop once matched, dtype)
 
 
-def prepare(ctx: AppContext, request) -> Prepared:
-    """Every check on a request before anything starts; ValueError, TypeError or PolicyError with a
-    message that names what to change."""
-    check_request(request)   # plain values of their kind, valid text: messages name the field
+def prepare(ctx: AppContext, request) -> tuple[RunRequest, Prepared]:
+    """Every check on a request before anything starts or is measured: ``request`` (a RunRequest, or the raw
+    values by name) field by field against this deployment's limits (``RunRequest.parse``), the model and
+    reward offered here, each arm's settings, and whether each arm's rows fit its memory budget at this
+    prompt (``check_fits``). ValueError (a FieldError, a BudgetError ...) or PolicyError with a message that
+    names what to change."""
+    if isinstance(request, RunRequest):
+        request.check_limits(ctx.limits)
+    else:
+        request = RunRequest.parse(request, ctx.limits)
     model_spec, reward_spec = ctx.resolve(request.model, request.reward, request.preference)
     if ctx.policy.allow_remote_code:
         ctx.policy.check(model_spec, trust_remote_code=True)
     cfg = request.config(ctx.progress_every)
-    ctx.limits.check(cfg)
     arms = request.arms(ctx.arms)
     for arm in arms:
-        ctx.limits.check(arm.config(cfg))
-    x_axis = request.x_axis if isinstance(request.x_axis, str) and request.x_axis in X_AXIS_CHOICES else "time"
+        ctx.limits.check(arm.config(cfg))   # an arm's own N, and the rows an 'auto' start opens with
     kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
     kw["dtype"] = ctx.dtype
-    if request.stop_when_matched is True:
+    if request.stop_when_matched:
         kw["stop_when_matched"] = True
-    return Prepared(model_spec, reward_spec, cfg, arms, x_axis, kw)
+    prep = Prepared(model_spec, reward_spec, cfg, arms, request.x_axis, kw)
+    check_fits(ctx, prep)
+    return request, prep
+
+
+def check_fits(ctx: AppContext, prep: Prepared) -> None:
+    """BudgetError (naming the fix, quoting the settings as sent) where an arm's rows cannot run at its
+    memory budget with this prompt: the check each arm makes as it starts (``specrej.core.budget.KVBudget``,
+    as ``specrej.methods`` builds it), made on the torch thread before the machine is measured. A model that
+    cannot load is left to the race, which says so."""
+    from specrej.core.budget import KVBudget, sharing
+
+    def job():
+        try:
+            lm = ctx.generator(prep.model_spec)
+            prompt_len = len(lm.render(prep.cfg.prompt))
+            shared, engine = sharing(lm, lm.backend), lm.backend
+        except Exception:   # the race reports a model that cannot load
+            log.warning("could not check the budget before the race", exc_info=True)
+            return
+        for arm in prep.arms:
+            cfg = arm.config(prep.cfg)
+            kv = KVBudget(cfg.budget if cfg.budget is not None else engine.default_budget(lm), prompt_len, shared)
+            cfg = kv.resolve_n(cfg)
+            kv.check(cfg.n, cfg.max_new_tokens, lm.max_positions)
+
+    torch_worker().call(job)
 
 
 def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
@@ -161,7 +190,7 @@ def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
     view = RunView(prep.cfg, model_label=model_label(prep.model_spec),
                    reward_label=reward_label(ctx, request.reward, request.preference), x_axis=prep.x_axis,
                    specs=prep.arms)
-    view.fit, view.stepping = fitted, request.step is True
+    view.fit, view.stepping = fitted, request.step
     if fitted is not None:
         view.step = fitted.cost
     return view
@@ -240,20 +269,20 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     ``stop_requested`` (``guard.Guard.stop_requested``) is asked at every event: a run whose client
     cancelled it stops there, as if closed."""
     try:
-        prep = prepare(ctx, request)
-    except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing
+        request, prep = prepare(ctx, request)
+    except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing, measure nothing
         yield Update("error", message=str(e))
         return
     yield Update("measuring")
     fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested)
     if stop_requested():
         return   # cancelled while the machine was measured: nothing started
-    recording = recording_of(ctx, prep) if request.fit is not False else None
+    recording = recording_of(ctx, prep) if request.fit else None
     if fitted is not None and not fitted.fits:   # it would not end in time: nothing is changed for the visitor
         if recording is None:
             yield Update("error", message=too_long(fitted, prep))
             return
-        yield from replay.play(recording, 1.0, min_frame_interval=ctx.min_frame_interval, step=request.step is True,
+        yield from replay.play(recording, 1.0, min_frame_interval=ctx.min_frame_interval, step=request.step,
                                fallback={"reason": "too_long", "estimate_s": fitted.estimate_s,
                                          "limit_s": fitted.limit_s, "load": fitted.load})
         return
@@ -276,7 +305,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         view = state["view"]
         view.state, view.message = "stopped", "fell behind: the recording of this race was played instead"
         yield from replay.play(recording, math.inf, min_frame_interval=ctx.min_frame_interval,
-                               step=request.step is True,
+                               step=request.step,
                                fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
                                          "limit_s": float(ctx.limits.max_run_seconds), "elapsed_s": view.elapsed(),
                                          "load": fitted.load if fitted else 1.0})
@@ -317,7 +346,7 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
     by which a Run too long for its machine finds it. ``scripts/record_page_races.py`` records the page's."""
     from specrej.record import Recorder, make_meta
 
-    prep = prepare(ctx, request)
+    request, prep = prepare(ctx, request)
     lm = ctx.generator(prep.model_spec)
     cost = ctx.quiet_step(prep.model_spec, lm)
     recorder = Recorder()

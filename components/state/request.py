@@ -1,57 +1,139 @@
-"""What a visitor asks for: ``RunRequest``, the page's and the API's fields by name.
+"""What a visitor asks for: ``RunRequest``, the race's fields by name, each with its kind, range and help.
 
-``RunRequest``'s fields and defaults come from ``RunConfig`` (the settings the page offers,
-``CONFIG_FIELDS``), plus the app's own: the model and reward choices, the second setting and
-the race chart's axis. The page passes its inputs by these names; the runtime
-(``components/session/stream.py``) checks and races them. Imports only ``specrej``.
+One typed, frozen dataclass. Each field's ``metadata`` holds its ``Spec`` (``fields.py``: kind, range, the
+deployment limit that caps it) and its ``help``; the page's controls read their ranges and choices from
+it (``components/ui.py``), the API's parameters are its fields in order (``app.request_signature``), and
+``docs/deploying.md``'s table of the race's fields is ``field_table()`` (``tests/test_docs.py`` compares them).
+Every value is checked here, once, before any work: ``RunRequest(...)`` checks kinds and ranges and
+``RunRequest.parse(values, limits)`` (the API's and the page's raw values) also the deployment's limits;
+a refusal is a ``FieldError`` naming the field. The settings the page offers come from ``RunConfig``
+(``CONFIG_FIELDS``); the rest are the app's own. Imports only ``specrej``.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import field, make_dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from specrej import RunConfig
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
-from specrej.config import AUTO
+from specrej.config import AUTO, DECISIONS
 from specrej.core.config import DEFAULT_CPU_BUDGET
+from specrej.core.rules import RULES
 
-MAX_SEED = 2**63 - 1
+from .fields import MAX_WHOLE, FieldError, Spec
+
+MAX_SEED = MAX_WHOLE
 MAX_ARMS = 5   # arm slots on the page: Best-of-N, two Speculative Rejection settings, the two rivals
-RIVALS = ("deepconf", "stbon")   # the request's checkboxes: each races that rival (plain booleans, as the guard wants)
+RIVALS = ("deepconf", "stbon")   # the request's checkboxes: each races that rival (its library defaults, Best-of-N's N)
 X_AXIS_CHOICES = ("time", "flops")   # the verdict chart's x axis
-
-
-# ---------------------------------------------------------------- the request
-
+SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
 CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed", "budget", "decision", "interval",
                  "first_decision")
-SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
 # The page's defaults: the library's, except N and the first decision. N = the CPU budget's slots / 14
 # tokens (32): Speculative Rejection opens with at most as many rows as Best-of-N writes answers, so with coupled
 # randomness every answer it can pick is one Best-of-N writes too, and its result always falls on Best-of-N's
 # curve (the verdict is a time, never only a bound). Two decisions on every example prompt.
 PAGE_DEFAULTS = {"n": DEFAULT_CPU_BUDGET // 14, "first_decision": 14}
 _DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE_DEFAULTS}
+_HELP = RunConfig.help()
 
 
-class _Request:
+def _f(default: Any, spec: Spec, help: str | None = None, name: str | None = None):
+    return field(default=default, metadata={"spec": spec, "help": help or _HELP[name]})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """What the user asked for, as the page (or the API) sends it, by name: the RunConfig settings the page
+    offers, the model and reward choices, a second Speculative Rejection setting to compare, the race chart's
+    axis, how Speculative Rejection starts, whether Best-of-N stops once it matches, the rule a decision keeps
+    by, whether a race too long for this machine now plays the labelled recording of the same race (``fit``;
+    load never changes the settings), whether the page steps through the decisions at the end, and which rivals
+    race too (``deepconf``, ``stbon``)."""
+
+    prompt: str = _f("", Spec("text", limit="max_prompt_chars", max_chars=20_000, empty=False),
+                     "The message the model answers (through its chat template).")
+    model: str = _f("", Spec("text"), "The generator: one of the models this deployment offers.")
+    reward: str = _f("", Spec("text"), "The reward: one of the rewards this deployment offers.")
+    preference: str = _f("", Spec("text", max_chars=500), "With reward 'preference': the answer wanted, in words.")
+    n: int = _f(_DEFAULTS["n"], Spec("whole", lo=1, limit="max_n"),
+                "Best-of-N's N: how many answers it writes to the end (Speculative Rejection's too with "
+                "sr_start='same').")
+    alpha: float = _f(_DEFAULTS["alpha"], Spec("number", lo=0.0, hi=0.95), name="alpha")
+    max_new_tokens: int = _f(_DEFAULTS["max_new_tokens"], Spec("whole", lo=1, limit="max_new_tokens"),
+                             name="max_new_tokens")
+    temperature: float = _f(_DEFAULTS["temperature"], Spec("number", lo=0.05, hi=2.0), name="temperature")
+    top_p: float = _f(_DEFAULTS["top_p"], Spec("number", lo=0.05, hi=1.0), name="top_p")
+    seed: int = _f(_DEFAULTS["seed"], Spec("whole", lo=0, hi=MAX_SEED), name="seed")
+    budget: int | None = _f(0, Spec("whole", lo=0, limit="max_budget", none=True),
+                            "Memory budget in KV-cache slots (rows x length) both methods obey; 0 or null: "
+                            f"automatic ({DEFAULT_CPU_BUDGET} on a CPU, from free memory on a GPU).")
+    decision: str = _f(_DEFAULTS["decision"], Spec("choice", choices=DECISIONS), name="decision")
+    interval: int = _f(_DEFAULTS["interval"], Spec("whole", lo=1, hi=256), name="interval")
+    first_decision: int = _f(_DEFAULTS["first_decision"], Spec("whole", lo=1, hi=128),
+                             "With sr_start='auto': Speculative Rejection opens with the rows that fill the budget "
+                             "at this many generated tokens, where its first decision comes.")
+    second: bool = _f(False, Spec("flag"), "Race a second Speculative Rejection setting (three arms).")
+    second_alpha: float = _f(0.9, Spec("number", lo=0.0, hi=0.95), "The second setting's alpha.")
+    second_decision: str = _f(_DEFAULTS["decision"], Spec("choice", choices=DECISIONS),
+                              "When the second setting decides.")
+    x_axis: str = _f("time", Spec("choice", choices=X_AXIS_CHOICES), "The verdict chart's x axis.")
+    sr_start: str = _f("auto", Spec("choice", choices=SR_STARTS),
+                       "Speculative Rejection starts with Best-of-N's N ('same') or the rows that fill the budget "
+                       "at first_decision tokens ('auto', the paper's first batch).")
+    stop_when_matched: bool = _f(False, Spec("flag"), "Stop Best-of-N once it matches Speculative Rejection's winner.")
+    rule: str = _f(_DEFAULTS["rule"], Spec("choice", choices=tuple(RULES)), name="rule")
+    fit: bool = _f(True, Spec("flag"), "When this machine is too busy for the race to end in time, play the "
+                   "labelled recording of the same race instead (the race itself is never changed).")
+    step: bool = _f(False, Spec("flag"), "Step through the decisions at the end.")
+    deepconf: bool = _f(False, Spec("flag"), "Race DeepConf too (confidence-based early stopping; the reward picks "
+                        "its winner).")
+    stbon: bool = _f(False, Spec("flag"), "Race ST-BoN too (hidden-state consistency truncation; the reward picks "
+                     "its winner).")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):   # kinds and ranges; numbers as ints or floats
+            object.__setattr__(self, f.name, f.metadata["spec"].check(f.name, getattr(self, f.name)))
+
+    # -- from raw values
+    @classmethod
+    def parse(cls, values: Mapping[str, Any] | Sequence[Any], limits: Any = None) -> RunRequest:
+        """The request from raw values (by name, or positional in ``REQUEST_FIELDS`` order), every field
+        checked by kind and range and (``limits``: a ``components.deploy.limits.Limits``) against the
+        deployment's limits; FieldError naming the first field that fails."""
+        if not isinstance(values, Mapping):
+            values = list(values)
+            if len(values) != len(REQUEST_FIELDS):
+                raise FieldError(f"A run takes {len(REQUEST_FIELDS)} values ({', '.join(REQUEST_FIELDS[:3])} ...); "
+                                 f"the request has {len(values)}.")
+            values = dict(zip(REQUEST_FIELDS, values))
+        unknown = [k for k in values if k not in REQUEST_FIELDS]
+        if unknown:
+            raise FieldError(f"A run has no field {str(unknown[0])[:40]!r}.")
+        specs = {f.name: f.metadata["spec"] for f in dataclasses.fields(cls)}
+        return cls(**{k: specs[k].check(k, v, limits) for k, v in values.items()})   # in this deployment's words
+
+    def check_limits(self, limits: Any) -> None:
+        """FieldError naming the first field past this deployment's limits (its environment variable)."""
+        if limits is None:
+            return
+        for f in dataclasses.fields(self):
+            f.metadata["spec"].check(f.name, getattr(self, f.name), limits)
+
+    # -- what the race runs
     def config(self, progress_every: int) -> RunConfig:
-        """A validated RunConfig (ValueError with a message that says what to change)."""
+        """The RunConfig of these settings (already checked: RunConfig's own checks pass)."""
         kw = {name: getattr(self, name) for name in CONFIG_FIELDS}
-        kw["budget"] = None if kw["budget"] in (None, 0, "") else kw["budget"]
-        kw["rule"] = _DEFAULTS["rule"] if self.rule in (None, "") else self.rule   # RunConfig checks the rest
-        seed = kw["seed"]
-        if isinstance(seed, int) and not isinstance(seed, bool) and seed > MAX_SEED:
-            raise ValueError(f"seed={seed} is too large: use a seed below 2**63.")
-        return RunConfig(prompt=self.prompt if isinstance(self.prompt, str) else "", progress_every=progress_every,
-                         **kw)
+        kw["budget"] = self.budget or None   # 0 or null: automatic
+        return RunConfig(prompt=self.prompt, progress_every=progress_every, rule=self.rule, **kw)
 
     def arms(self, base: tuple = DEFAULT_ARMS) -> tuple[ArmSpec, ...]:
         """The run's arms: ``base``, and with ``second`` a second Speculative Rejection setting
         (both Speculative Rejection arms then name their settings)."""
         arms = list(parse_arms(base))
-        if self.second is True:
+        if self.second:
             differ = self.second_decision != self.decision
             first = ArmSpec("sr", (("alpha", self.alpha),) + ((("decision", self.decision),) if differ else ()))
             other = ArmSpec("sr", (("alpha", self.second_alpha),)
@@ -62,43 +144,26 @@ class _Request:
             else:
                 arms[k] = first
             arms.append(other)
-        for r in RIVALS:
-            if getattr(self, r) not in (True, False, None, 0, 1):
-                raise ValueError(f"{r}={getattr(self, r)!r}: true or false (race that rival too, or not).")
         arms += [ArmSpec(r) for r in RIVALS if getattr(self, r) and not any(a.method == r for a in arms)]
-        if self.sr_start not in SR_STARTS:
-            raise ValueError(f"sr_start={self.sr_start!r}: choose 'same' (Best-of-N's N) or 'auto' (fills memory at "
-                             "the first decision).")
         if self.sr_start == "auto":   # the paper's first batch: every SR arm without its own N fills memory
             arms = [dataclasses.replace(a, overrides=a.overrides + (("n", AUTO),))
                     if a.method == "sr" and "n" not in dict(a.overrides) else a for a in arms]
         arms = parse_arms([dataclasses.replace(a, id="") for a in arms])
         if len(arms) > MAX_ARMS:
-            raise ValueError(f"{len(arms)} arms do not fit the page (at most {MAX_ARMS}): turn off the second "
-                             "setting.")
+            raise FieldError(f"second: {len(arms)} arms do not fit the page (at most {MAX_ARMS}): turn off the "
+                             "second setting or a rival.")
         return arms
 
 
-RunRequest = make_dataclass(
-    "RunRequest",
-    [("prompt", Any, field(default="")), ("model", Any, field(default="")), ("reward", Any, field(default="")),
-     ("preference", Any, field(default=""))]
-    + [(name, Any, field(default=_DEFAULTS[name])) for name in CONFIG_FIELDS]
-    + [("second", Any, field(default=False)), ("second_alpha", Any, field(default=0.9)),
-       ("second_decision", Any, field(default=_DEFAULTS["decision"])), ("x_axis", Any, field(default="time")),
-       ("sr_start", Any, field(default="auto")), ("stop_when_matched", Any, field(default=False)),
-       ("rule", Any, field(default=_DEFAULTS["rule"])), ("fit", Any, field(default=True)),
-       ("step", Any, field(default=False)), ("deepconf", Any, field(default=False)),
-       ("stbon", Any, field(default=False))],
-    bases=(_Request,), frozen=True)
-RunRequest.__doc__ = ("What the user asked for, as the page (or the API) sends it, by name: the RunConfig "
-                      "settings the page offers, the model and reward choices, a second Speculative Rejection "
-                      "setting to compare, the race chart's axis, how Speculative Rejection starts ('same' N as "
-                      "Best-of-N, or 'auto': the rows that fill memory at first_decision tokens) and whether the "
-                      "race stops Best-of-N once it matches Speculative Rejection's winner, and the rule that picks which "
-                      "candidates a decision keeps (specrej.core.rules); whether a race too long for this machine as it "
-                      "is now plays the labelled recording of the same race instead (fit; session/pace.py: load "
-                      "never changes the settings) and whether the page "
-                      "steps through the decisions at the end (step), and which rivals race too (deepconf, stbon: "
-                      "each with its library defaults and Best-of-N's N; their winners picked by the reward).")
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RunRequest))
+SPECS: dict[str, Spec] = {f.name: f.metadata["spec"] for f in dataclasses.fields(RunRequest)}
+HELP: dict[str, str] = {f.name: f.metadata["help"] for f in dataclasses.fields(RunRequest)}
+
+
+def field_table(limits: Any = None) -> str:
+    """The race's fields as a markdown table (name, what it takes, default): ``docs/deploying.md`` holds it."""
+    rows = ["| Field | Takes | Default |", "|---|---|---|"]
+    for f in dataclasses.fields(RunRequest):
+        default = "`\"\"`" if f.default == "" else f"`{str(f.default).lower() if isinstance(f.default, bool) else f.default}`"
+        rows.append(f"| `{f.name}` | {f.metadata['spec'].words(limits)} | {default} |")
+    return "\n".join(rows)

@@ -1,0 +1,412 @@
+"""Who a request comes from, and how many runs each may have: the per-client and per-address caps, cancels.
+
+- **One visitor filling the queue** (``Guard.admit``, Gradio's validator of every queued event: it runs when
+  a run joins the queue, before it waits): at most ``SPECREJ_MAX_RUNS_PER_CLIENT`` (default 2) runs queued
+  plus running per visitor, and per network address at most ``SPECREJ_MAX_RUNS_PER_ADDRESS``, which is at
+  most half the queue's places (``address_cap``: with the default queue of 10, 5), so one address never
+  takes the whole queue and the other half is always left to other addresses. A visitor is a session (the
+  page's tab, a gradio_client ``Client``); a request without one of its own (``/gradio_api/call/<name>``,
+  where Gradio makes up a session per request) is its address. The cap counts every queued endpoint
+  together (races, replays, the lab's samples, measurements and exactness checks).
+- **Addresses a client makes up** (``client_address``): the address is the TCP peer, unless a proxy is in
+  front (``SPECREJ_TRUSTED_PROXY=1``; on by default on a Hugging Face Space, ``SPACE_ID``): then it is the
+  right-most ``X-Forwarded-For`` entry, the one the proxy added; what the client wrote left of it is never
+  read. ``app.launch`` turns uvicorn's own reading of ``X-Forwarded-For`` off (``forwarded_headers_ignored``),
+  so that this is the one place that decides.
+- **A cancelled run that goes on computing** (``Guard.note_cancel``): ``/cancel`` without an event id
+  (gradio_client's ``Job.cancel()`` while the job is starting) cancels nothing in Gradio and the run went on
+  unread; with one, Gradio cancels the task but not the thread computing it. The gate notes every cancel;
+  the run it names (or, without an id, every run of that session that joined before the cancel) stops at its
+  next event; the handler waiting for the torch thread's next event is woken at once (``StopFlag``).
+- **Stop through the API** (``Guard.stop_session``): an API client's ``/stop`` marks its own session's runs
+  (the events Stop cancels) as cancelled, and each stops at its next event.
+
+Gradio's queue is read only through ``gradio_private``. What a request's values may be is
+``components/state/request.py``'s business; which routes answer is ``gate.py``'s.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import ipaddress
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import gradio as gr
+
+from specrej.config import env_int
+
+from . import gradio_private, surface
+
+log = logging.getLogger("specrej.app")
+MAX_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_CLIENT"
+DEFAULT_MAX_RUNS = 2
+MAX_ADDRESS_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_ADDRESS"
+TRUSTED_PROXY_ENV = "SPECREJ_TRUSTED_PROXY"
+IN_FLIGHT_S = 10.0   # an admitted run shows up in Gradio's queue within milliseconds; forget it after this
+DOWNLOAD_NAME = re.compile(r"specrej-trace-[A-Za-z0-9._-]+\.json")   # components/session/trace.py names them
+
+
+def address_cap(queue_size: int | None, asked: int | None = None) -> int:
+    """The most runs one address may have queued or running: half the queue's places (rounded down, at least
+    one), so the other half is always left to other addresses; ``asked`` (SPECREJ_MAX_RUNS_PER_ADDRESS) may
+    lower it, never raise it (ValueError naming both settings). No queue size (unbounded): ``asked`` or 10."""
+    if queue_size is None:
+        return asked or 10
+    half = max(1, queue_size // 2)
+    if asked is not None and asked > half:
+        raise ValueError(f"{MAX_ADDRESS_RUNS_ENV}={asked} is more than half the queue (SPECREJ_MAX_QUEUE="
+                         f"{queue_size}): one address could fill it. Use at most {half}, or a larger queue.")
+    return asked or half
+
+def _flag(env, name: str, default: bool) -> bool:
+    value = str(env.get(name, "")).strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={value[:40]!r}: use 1 or 0.")
+
+
+def _headers(request, name: str) -> list[str]:
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return []
+    if hasattr(headers, "getlist"):
+        return [str(v) for v in headers.getlist(name)]
+    value = headers.get(name) if hasattr(headers, "get") else None
+    return [] if value is None else [str(value)]
+
+
+def forwarded_for(request) -> str | None:
+    """The right-most ``X-Forwarded-For`` entry (every header of that name, in order): the address
+    the nearest proxy saw. None if there is none or it is not an IP address."""
+    entries = [e.strip() for v in _headers(request, "x-forwarded-for") for e in v.split(",")]
+    entries = [e for e in entries if e]
+    if not entries:
+        return None
+    try:
+        return str(ipaddress.ip_address(entries[-1][:64]))
+    except ValueError:
+        return None
+
+
+def client_address(request, trusted_proxy: bool = False) -> str | None:
+    """A request's network address: the TCP peer; behind a trusted proxy (one hop), the address that
+    proxy saw, i.e. the right-most ``X-Forwarded-For`` entry (the peer if the proxy sent none).
+    Entries left of it are whatever the client wrote and are never read."""
+    if trusted_proxy:
+        forwarded = forwarded_for(request)
+        if forwarded is not None:
+            return forwarded
+    client = getattr(request, "client", None)
+    host = getattr(client, "host", None) if client is not None else None
+    return host if isinstance(host, str) and host else None
+
+
+def client_key(request, address: str | None = None) -> str:
+    """The visitor a request comes from: its session, else (Gradio's ``call/<name>`` routes make up a
+    session per request) its address."""
+    session = getattr(request, "session_hash", None)
+    if isinstance(session, str) and session:
+        return f"session:{session}"
+    return f"address:{address}" if address else "session:None"
+
+
+class StopFlag:
+    """Whether a run's client cancelled it: ``flag()`` asks; ``flag.on_set(fn)`` calls ``fn`` when it
+    is set (at once if it is already), e.g. to wake a handler waiting for the torch thread."""
+
+    def __init__(self):
+        self._set, self._hooks, self._lock = False, [], threading.Lock()
+
+    def __call__(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        with self._lock:
+            if self._set:
+                return
+            self._set, hooks, self._hooks = True, self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def on_set(self, hook: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._set:
+                self._hooks.append(hook)
+                return
+        hook()
+
+
+@dataclass(kw_only=True)
+class _Run:
+    """A run the guard admitted: whose it is, of which event, and whether its client cancelled it."""
+
+    key: str                   # the visitor (client_key)
+    address: str | None        # its network address (client_address)
+    session: str | None
+    fn: int                    # the event's fn index
+    since: float               # time.monotonic() at admission
+    seen: bool = False         # found in Gradio's queue or started
+    stop: StopFlag = field(default_factory=StopFlag)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stop()
+
+    def cancel(self) -> None:
+        self.stop.set()
+
+
+@dataclass
+class Guard:
+    """Per-app state of the guards: the app's events by kind, the runs admitted, early cancels."""
+
+    max_runs_per_client: int = DEFAULT_MAX_RUNS               # per visitor (session)
+    max_runs_per_address: int | None = None   # per network address, every visitor there (None: half the queue)
+    trusted_proxy: bool = False   # one proxy in front: the address is the right-most X-Forwarded-For entry
+    monitoring: bool = False      # Gradio's /monitoring routes answer (SPECREJ_MONITORING=1)
+    blocks: Any = None                         # the gr.Blocks, once bound
+    queued_fns: frozenset[int] = frozenset()   # every queued event: all count towards the per-client cap
+    stop_fns: frozenset[int] = frozenset()     # the events the Stop button cancels (the race, the replay)
+    direct_fns: frozenset[int] = frozenset()   # the page's unqueued events: the only ones on direct routes
+    public_api: frozenset[str] = frozenset()
+    _lock: Any = field(default_factory=threading.Lock)
+    _runs: dict = field(default_factory=dict)     # id(join request) -> _Run
+    _early: dict = field(default_factory=dict)    # (session, fn) -> time of an id-less cancel that found no run
+
+    @classmethod
+    def from_env(cls, env=None) -> Guard:
+        """SPECREJ_MAX_RUNS_PER_CLIENT, SPECREJ_MAX_RUNS_PER_ADDRESS (default: half the queue, ``address_cap``),
+        SPECREJ_TRUSTED_PROXY (default: on on a Hugging Face Space, whose proxy is the only way in) and
+        SPECREJ_MONITORING (default off)."""
+        env = os.environ if env is None else env
+        asked = env_int(MAX_ADDRESS_RUNS_ENV, 0, env=env, lo=0) or None
+        return cls(max_runs_per_client=env_int(MAX_RUNS_ENV, DEFAULT_MAX_RUNS, env=env),
+                   max_runs_per_address=asked,
+                   trusted_proxy=_flag(env, TRUSTED_PROXY_ENV, bool(str(env.get("SPACE_ID", "")).strip())),
+                   monitoring=_flag(env, surface.MONITORING_ENV, False))
+
+    def serves(self, method: str, path: str) -> bool:
+        """Whether the public app answers this route at all (``surface.py``); a ``file=`` path only when it
+        is one of the app's own downloads (``is_download``)."""
+        return surface.served(method, path, monitoring=self.monitoring, download=self.is_download)
+
+    def is_download(self, path: str) -> bool:
+        """Whether ``path`` (what follows ``/gradio_api/file=``) is one of the app's downloads: a trace file
+        (``specrej-trace-*.json``) inside Gradio's cache folder. Never a URL (Gradio would fetch it)."""
+        if self.blocks is None or "://" in path or path.startswith("//") or "\\" in path or "\0" in path:
+            return False
+        p = PurePosixPath(path)
+        if not p.is_absolute() or ".." in p.parts or not DOWNLOAD_NAME.fullmatch(p.name):
+            return False
+        cache = PurePosixPath(gradio_private.cache_folder(self.blocks))
+        return cache in p.parents
+
+    def bind(self, blocks, queue_size: int | None = None) -> None:
+        """Sort the app's events (queued, cancelled by Stop, unqueued, public), set the per-address cap from
+        the queue's size (``address_cap``) and give every queued event the caps as its validator (Gradio
+        runs it when the event joins the queue)."""
+        self.max_runs_per_address = address_cap(queue_size, self.max_runs_per_address)   # a client's cap too
+        self.blocks = blocks
+        fns = blocks.fns
+        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queue and fn.fn is not None)
+        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queue and fn.fn is not None)
+        # Gradio keeps an event's cancels in a dependency of its own on the same trigger (no function)
+        stop_triggers = [fn.targets for fn in fns.values() if fn.api_name == "stop"]
+        self.stop_fns = frozenset(c for fn in fns.values() if fn.targets in stop_triggers for c in fn.cancels)
+        for i in self.direct_fns:   # the page's own events: a malformed call gets a plain message
+            fns[i].fn = _quiet(fns[i].fn)
+        self.public_api = frozenset(fn.api_name for fn in fns.values()
+                                    if fn.api_visibility == "public" and isinstance(fn.api_name, str))
+        for i in self.queued_fns:
+            fn = fns[i]
+            if fn.validator is not None or not fn.inputs:
+                raise ValueError(f"the queued event {fn.name!r} needs inputs and no validator of its own: "
+                                 "the guard's per-client cap is its validator")
+            fn.validator = self.validator(i, [f"value{k}" for k in range(len(fn.inputs))])
+
+    # -- what is queued and running
+    def _gradio_runs(self) -> list:
+        """Queued events waiting in Gradio's queue or running now."""
+        return [e for e in gradio_private.queued_events(self.blocks) if gradio_private.event_fn(e) in self.queued_fns]
+
+    def _reconcile(self) -> tuple[list, list[_Run]]:
+        """(Gradio's queued events, admitted runs not among them yet); forgets runs that are done
+        (seen, now gone) or never reached the queue. Call with the lock held."""
+        events = self._gradio_runs()
+        in_queue = {id(gradio_private.event_request(e)) for e in events}
+        now, on_the_way = time.monotonic(), []
+        for rid, run in list(self._runs.items()):
+            if rid in in_queue:
+                run.seen = True
+            elif run.seen or now - run.since > IN_FLIGHT_S:
+                del self._runs[rid]
+            else:
+                on_the_way.append(run)
+        return events, on_the_way
+
+    # -- the per-client cap and early cancels (Gradio's validator of every queued event)
+    def admit(self, request, fn: int) -> str | None:
+        """Why this run of event ``fn`` may not join the queue (None: it may, and is noted as on its way).
+        Two caps: the visitor's (its session, else its address) and its address's, over every run the
+        guard admitted that is on its way, queued or running."""
+        if request is None:
+            return None
+        address = client_address(request, self.trusted_proxy)
+        key, session = client_key(request, address), getattr(request, "session_hash", None)
+        with self._lock:
+            self._reconcile()
+            if time.monotonic() - self._early.pop((session, fn), -IN_FLIGHT_S) < IN_FLIGHT_S:
+                return "This run was cancelled before it reached the queue."
+            runs = list(self._runs.values())   # every admitted run on its way, queued or running
+            mine = sum(r.key == key for r in runs)
+            if mine >= self.max_runs_per_client:
+                return (f"You already have {self.max_runs_per_client} runs queued or running (races, replays and "
+                        f"lab runs together), the most per client here ({MAX_RUNS_ENV}): wait for one to end or stop it.")
+            here = sum(r.address == address for r in runs)
+            cap = self.max_runs_per_address or address_cap(None)
+            if address is not None and here >= cap:
+                return (f"{here} runs from your network address are queued or running, the most per address here "
+                        f"({MAX_ADDRESS_RUNS_ENV}, at most half the queue): wait for one to end and try again.")
+            raw = getattr(request, "request", None)
+            if raw is not None:
+                self._runs[id(raw)] = run = _Run(key=key, address=address, session=session, fn=fn,
+                                                 since=time.monotonic())
+                raw.state.specrej_run = run
+        return None
+
+    def validator(self, fn: int, names: Sequence[str]) -> Callable:
+        """Gradio's validator for event ``fn`` (it runs when a run joins the queue): the per-client
+        cap, shown on the first input (the page paints it there; the API answers 422 with it). The
+        values themselves are checked by the handler when the run starts."""
+        def admit(*args):
+            *values, request = args
+            refused = self.admit(request, fn)
+            return tuple(gr.validate(not (refused and i == 0), refused if i == 0 and refused else "")
+                         for i in range(len(values)))
+
+        return with_request(admit, names)
+
+    # -- cancels: without an event id, and /stop through the API
+    def note_cancel(self, body: dict) -> None:
+        """``/cancel`` (the page's Stop, ``Job.cancel()``). With an event id, Gradio cancels the run's
+        task, but a thread computing it goes on until it next yields: mark that run as cancelled, so
+        its torch thread stops before its next event. Without one (the client did not know it yet),
+        Gradio cancels nothing: mark every admitted run of that session and event as cancelled; if it
+        has none, its run has not joined yet, and is refused when it does."""
+        if not isinstance(body, dict):
+            return
+        if body.get("event_id"):
+            with self._lock:
+                for e in self._gradio_runs():
+                    if gradio_private.event_id(e) == body["event_id"]:
+                        run = self._runs.get(id(gradio_private.event_request(e)))
+                        if run is not None:
+                            run.cancel()
+            return
+        fn, session = body.get("fn_index"), body.get("session_hash")
+        if fn not in self.queued_fns or not isinstance(session, str):
+            return
+        with self._lock:
+            self._reconcile()
+            runs = [r for r in self._runs.values() if r.session == session and r.fn == fn]
+            for r in runs:
+                r.cancel()
+            now = time.monotonic()
+            for k, t in list(self._early.items()):   # sessions whose run never came: forget them
+                if now - t > IN_FLIGHT_S:
+                    del self._early[k]
+            if not runs:
+                self._early[(session, fn)] = now
+
+    def stop_session(self, session: Any) -> int:
+        """Stop (``/stop``): mark the session's runs of the events Stop cancels as cancelled; each
+        stops at its next event. Returns how many were running or queued."""
+        if not isinstance(session, str):
+            return 0
+        with self._lock:
+            self._reconcile()
+            runs = [r for r in self._runs.values() if r.session == session and r.fn in self.stop_fns
+                    and not r.cancelled]
+            for r in runs:
+                r.cancel()
+        return len(runs)
+
+    def on_start(self, request) -> Callable[[], bool]:
+        """A run starts; returns whether its client has cancelled it (asked at every event)."""
+        return started(request)
+
+
+def started(request) -> Callable[[], bool]:
+    """Every queued handler calls this first (``request``: its ``gr.Request``): the admitted run is
+    marked as started, so the per-client cap forgets it once it leaves Gradio's queue (a run never
+    marked is held for IN_FLIGHT_S: a third quick lab sample was refused). Returns the run's
+    ``StopFlag``: called, whether its client has cancelled it (``/stop``, ``/cancel``)."""
+    run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
+    if run is None:
+        return lambda: False
+    run.seen = True
+    return run.stop
+
+
+def _quiet(fn: Callable) -> Callable:
+    """``fn`` whose unexpected errors (a malformed call of one of the page's own events, such as a
+    null where the page sends a value) reach the client as a plain message, without a traceback."""
+    if getattr(fn, "_specrej_quiet", False) or inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def quiet(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception as e:
+            log.warning("malformed call of %s: %s", getattr(fn, "__name__", "an event"), type(e).__name__)
+            raise gr.Error("This event's input is not what the page sends.", print_exception=False) from None
+
+    quiet._specrej_quiet = True
+    return quiet
+
+
+def with_request(fn: Callable, names: Sequence[str]) -> Callable:
+    """``fn(*values, request)`` declared as taking the parameters ``names`` and then Gradio's
+    request: Gradio passes a ``gr.Request`` only to a positional parameter annotated with it."""
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    params.append(inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=gr.Request))
+    fn.__signature__ = inspect.Signature(params)
+    fn.__annotations__ = {"request": gr.Request}
+    return fn
+
+
+@contextlib.contextmanager
+def forwarded_headers_ignored():
+    """While Gradio builds its uvicorn server: uvicorn trusts no ``X-Forwarded-For`` (by default it
+    takes the header from any peer on 127.0.0.1, which lets a local caller pose as many clients).
+    ``client_address`` alone reads it, one hop, where ``SPECREJ_TRUSTED_PROXY`` says a proxy is in front."""
+    old = os.environ.get("FORWARDED_ALLOW_IPS")
+    if old:
+        log.warning("FORWARDED_ALLOW_IPS is ignored: the app reads X-Forwarded-For itself where %s=1.",
+                    TRUSTED_PROXY_ENV)
+    os.environ["FORWARDED_ALLOW_IPS"] = ""   # uvicorn reads it when its Config is made, inside launch()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("FORWARDED_ALLOW_IPS", None)
+        else:
+            os.environ["FORWARDED_ALLOW_IPS"] = old
+
+

@@ -1,0 +1,227 @@
+"""The HTTP gate: ASGI middleware in front of every one of Gradio's routes.
+
+- any route off the public surface (``surface.py``; uploads, monitoring ...): 404;
+- ``/gradio_api/file=<path>``: only the app's own downloads (a trace file in Gradio's cache folder, named
+  ``specrej-trace-*.json``); anything else, a URL above all (Gradio would fetch it from the server), 404;
+- every POST body is read (at most ``MAX_BODY`` bytes, else 413) and parsed before Gradio sees it: a body
+  that is not JSON, or nested deeper than ``MAX_DEPTH`` (Python's parser raises RecursionError on a few
+  thousand ``[``), or not an object where a route takes one, gets a short 400: no body reaches a 500;
+- ``call/<name>``, ``call/v2/<name>``: 404 unless ``name`` is a public endpoint;
+- ``run/<name>``, ``api/<name>`` (direct: outside the queue, its concurrency and validators): only the page's
+  unqueued events (``Guard.direct_fns``, by ``fn_index`` or by name), else 404;
+- ``queue/join``: 404 for an ``fn_index`` the app does not have;
+- ``queue/join``, ``call/<name>``, ``run/<name>``, ``api/<name>``: 400 for fewer or more input values than the
+  event takes; any other 400 or 422 of Gradio's there becomes a short message (Gradio's and FastAPI's text can
+  name a handler and echo the whole body);
+- ``cancel``: noted for ``Guard.note_cancel``.
+Every refusal is a short JSON ``{"detail": ...}`` (at most ``fields.MAX_MESSAGE_CHARS`` characters, values cut
+to ``fields.EXCERPT_CHARS``); what passes reaches Gradio byte for byte.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import gradio as gr
+
+from ..state.fields import excerpt, short
+from .clients import Guard
+
+NOT_SERVED = "Not served by this deployment."   # the gate's 404 for a route off the public surface
+MALFORMED = "This request does not match the event it names: send the values the page sends (gradio_client does)."
+NOT_JSON = "The request body must be a JSON object (nested at most {depth} deep), as gradio_client sends it."
+CANCEL_BODY_LIMIT = 4096
+MAX_BODY = 1 << 20     # bytes of a POST the gate reads (prompts are capped at a few kB)
+MAX_DEPTH = 32         # nesting of a body's JSON: the app's inputs need three or four levels
+
+class ApiGate:
+    """ASGI middleware in front of Gradio's routes (this module's docstring says what it refuses)."""
+
+    def __init__(self, app, guard: Guard):
+        self.app, self.guard = app, guard
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        if root and path.startswith(root + "/"):
+            path = path[len(root):]
+        if not self.guard.serves(scope.get("method", ""), path):
+            return await _json(send, 404, {"detail": NOT_SERVED}, [(b"x-specrej-gate", b"not-served")])
+        path = path.rstrip("/")
+        if scope.get("method") != "POST":   # the surface's other routes are GET and HEAD: no body is read
+            return await self.app(scope, receive, send)
+        route = path[len("/gradio_api/"):].split("/") if path.startswith("/gradio_api/") else [path]
+        head = route[0]
+        if head == "call":
+            name = route[2] if len(route) > 2 and route[1] == "v2" else route[1] if len(route) > 1 else ""
+            if name not in self.guard.public_api:
+                return await _json(send, 404, {"detail": short(
+                    f"No API endpoint {excerpt(name)}: this app's API is "
+                    + ", ".join(f"/{n}" for n in sorted(self.guard.public_api)))})
+        limit = CANCEL_BODY_LIMIT if head == "cancel" else MAX_BODY
+        read, size, more = [], 0, True
+        while more and size <= limit:   # read no more than the limit
+            message = await receive()
+            read.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        if more or size > limit:
+            return await _json(send, 413, {"detail": f"The request is larger than {limit} bytes."})
+        body, why = parse_body(b"".join(m.get("body", b"") for m in read))
+        if why:
+            return await _json(send, 400, {"detail": why})
+        if head == "cancel":
+            self.guard.note_cancel(body)
+        elif head in ("run", "api") or route == ["queue", "join"]:
+            refused = self._refuse(head, route[1] if len(route) > 1 else "", body)
+            if refused:
+                return await _json(send, 404, {"detail": short(refused)})
+        elif head == "call" and route[1] == "v2":
+            refused = self._refuse_keywords(route[2], body)
+            if refused:
+                return await _json(send, 400, {"detail": short(refused)})
+        if head in ("run", "api", "queue", "call") and not (head == "call" and route[1] == "v2"):
+            wrong = self._wrong_count(head, route, body)
+            if wrong:
+                return await _json(send, 400, {"detail": wrong})
+
+        async def replay():   # hand Gradio the messages already read, then the rest
+            return read.pop(0) if read else await receive()
+
+        return await self.app(scope, replay, send if head == "cancel" else _plain_errors(send))
+
+    def _wrong_count(self, head: str, route: list[str], body: Any) -> str | None:
+        """Why a positional call (``data``: a list) has too few or too many values for its event (None: it
+        has as many as the event takes, or Gradio refuses it otherwise). Gradio's own message names the
+        handler, and Gradio drops extra values unread."""
+        fns = getattr(self.guard.blocks, "fns", {})
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            return None
+        index = body.get("fn_index")
+        if head in ("call", "run", "api") and not (isinstance(index, int) and index in fns):
+            name = route[1] if len(route) > 1 else ""
+            index = next((i for i, fn in fns.items() if fn.api_name == name), None)
+        fn = fns.get(index) if isinstance(index, int) and not isinstance(index, bool) else None
+        if fn is None:
+            return None
+        needed = len(fn.inputs)
+        shown = [b for b in fn.inputs if not getattr(b, "skip_api", False)]
+        if len(data) == needed or (head == "call" and len(data) == len(shown)):
+            return None
+        return f"This event takes {needed} input values; the request has {len(data)}."
+
+    def _refuse(self, head: str, name: str, body: Any) -> str | None:
+        """Why a direct call or a queue join may not reach Gradio (None: it may)."""
+        fns = getattr(self.guard.blocks, "fns", {})
+        index = body.get("fn_index") if isinstance(body, dict) else None
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index not in fns):
+            return f"No event with fn_index {excerpt(index)} in this app."
+        if head == "queue":
+            if index is None or index not in self.guard.queued_fns | self.guard.direct_fns:
+                return "A queue join needs the fn_index of one of this app's events."
+            return None
+        if index is None:
+            index = next((i for i, fn in fns.items() if fn.api_name == name), None)
+        if index not in self.guard.direct_fns:
+            return ("This route runs only the page's own unqueued events; join the queue instead "
+                    "(gradio_client, or /gradio_api/call/<name> for this app's API: "
+                    + ", ".join(f"/{n}" for n in sorted(self.guard.public_api)) + ").")
+        return None
+
+
+    def _refuse_keywords(self, name: str, body: Any) -> str | None:
+        """Why a ``call/v2/<name>`` body (the endpoint's parameters by keyword) may not reach Gradio."""
+        fn = next((fn for fn in getattr(self.guard.blocks, "fns", {}).values() if fn.api_name == name), None)
+        if not isinstance(body, dict):
+            return "call/v2 takes a JSON object of the endpoint's parameters by name."
+        sig = inspect.signature(fn.fn) if fn is not None and fn.fn is not None else inspect.Signature()
+        params = {p: v for p, v in sig.parameters.items() if p != "request" and v.annotation is not gr.Request}
+        unknown = [k for k in body if k not in params]
+        if unknown:
+            return f"/{name} has no parameter {excerpt(unknown[0])}; its parameters are: {', '.join(params)}."
+        missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p not in body]
+        if missing:
+            return f"/{name} needs a value for {', '.join(missing)}."
+        return None
+
+
+def parse_body(raw: bytes) -> tuple[Any, str | None]:
+    """(the JSON object a POST carries, None), or (None, why the gate refuses it): not JSON, nested deeper
+    than MAX_DEPTH (Python's parser raises RecursionError on a few thousand levels), a number past Python's
+    4300 digits, or not an object. An empty body is an empty object (Gradio says what it lacks)."""
+    why = NOT_JSON.format(depth=MAX_DEPTH)
+    try:
+        body = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        return None, why
+    if not isinstance(body, dict) or _depth(body) > MAX_DEPTH:
+        return None, why
+    return body, None
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                return d
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _fastapi_words(body: bytes) -> str | None:
+    """FastAPI's 422 (``{"detail": [{"loc": ..., "msg": ..., "input": <the value sent>}]}``) as one short
+    line without the value; None for any other body (the guard's own 422s pass as they are)."""
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    if not isinstance(detail, list) or not detail or not isinstance(detail[0], dict) \
+            or not {"loc", "msg"} <= set(detail[0]):   # the caps' refusals: Gradio's validation list
+        return None
+    first = detail[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")[:40] or "the body"
+    return short(f"This request's {where} is not what this route takes: {str(first.get('msg', ''))[:80]}.")
+
+
+def _plain_errors(send):
+    """``send`` that replaces the body of a 400 response with ``MALFORMED`` and FastAPI's 422 (which
+    echoes the whole body it could not read) with one short line."""
+    state: dict = {"held": None, "chunks": []}
+
+    async def plain(message):
+        if message["type"] == "http.response.start" and message.get("status") in (400, 422):
+            state["held"] = message
+            return None
+        if state["held"] is None or message["type"] != "http.response.body":
+            return await send(message)
+        state["chunks"].append(message.get("body", b""))
+        if message.get("more_body", False):
+            return None
+        start, body = state["held"], b"".join(state["chunks"])
+        state["held"], state["chunks"] = None, []
+        words = MALFORMED if start["status"] == 400 else _fastapi_words(body)
+        if words is None:
+            await send(start)
+            return await send({"type": "http.response.body", "body": body})
+        return await _json(send, start["status"], {"detail": words})
+
+    return plain
+
+
+async def _json(send, status: int, payload: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    data = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": data})
+

@@ -1,0 +1,123 @@
+"""Every read (and the one write) of Gradio's private state, in one place.
+
+The guard needs a few things Gradio has no public API for: which events are waiting in its queue or running
+(to count a client's runs and to find the run a ``/cancel`` names), how often its queue loop wakes, which
+folder it serves downloads from, and the sessions it holds state for (to forget idle ones). They are private attributes that a Gradio release may rename or
+move; here each is read through one small function, and ``check(blocks)`` looks for every one of them, so
+``tests/test_gradio_private.py`` fails loudly, naming the attribute, when a release moves one (checked
+against ``TESTED_WITH``). Nothing else in the app reads ``_queue``, ``event_queue_per_concurrency_id``,
+``active_jobs``, an event's ``_id``, a function's ``_id`` or the ``state_holder``.
+"""
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+TESTED_WITH = "6.31"   # the Gradio release these names were read from
+
+
+class GradioMoved(RuntimeError):
+    """A private attribute the guard reads is not where this module expects it (a new Gradio release)."""
+
+
+def _queue(blocks) -> Any:
+    return getattr(blocks, "_queue", None)
+
+
+def queued_events(blocks) -> list:
+    """Every event waiting in Gradio's queue (any concurrency group) or running now."""
+    queue = _queue(blocks)
+    out: list = []
+    for q in getattr(queue, "event_queue_per_concurrency_id", {}).values():
+        out += list(getattr(q, "queue", []))
+    for job in getattr(queue, "active_jobs", []) or []:
+        out += list(job or [])
+    return out
+
+
+def event_fn(event) -> int | None:
+    """The fn index (``blocks.fns`` key) of a queued event."""
+    return getattr(getattr(event, "fn", None), "_id", None)
+
+
+def event_id(event) -> str | None:
+    """The event id Gradio gave a queued event (what ``/cancel`` and ``/queue/data`` name)."""
+    return getattr(event, "_id", None)
+
+
+def event_request(event) -> Any:
+    """The starlette request a queued event was joined with (the guard knows its runs by it)."""
+    return getattr(event, "request", None)
+
+
+def slow_queue_polling(blocks, seconds: float) -> None:
+    """Make Gradio's queue loop sleep at least ``seconds`` between looks while no slot is free (its
+    progress loop twice that): see ``app.quiet_queue``."""
+    q = _queue(blocks)
+    q.sleep_when_free = max(q.sleep_when_free, seconds)
+    q.progress_update_sleep_when_free = max(q.progress_update_sleep_when_free, 2 * seconds)
+
+
+def cache_folder(blocks) -> str:
+    """The folder Gradio copies a handler's output files into and serves at ``/gradio_api/file=``."""
+    return str(blocks.GRADIO_CACHE)
+
+
+def sessions(blocks) -> Iterator[tuple[str, Any]]:
+    """(session hash, Gradio's state of that session) for every session Gradio holds state for."""
+    holder = getattr(blocks, "state_holder", None)
+    yield from list(getattr(holder, "session_data", {}).items())
+
+
+def drop_idle_sessions(blocks, idle_s: float) -> int:
+    """Forget every session Gradio has not seen for ``idle_s`` seconds: its states (each State's delete
+    callback runs) and Gradio's own copy of the page's configuration for it, which it keeps per session
+    (about a megabyte on this page) until 10,000 newer sessions push it out. Returns how many went."""
+    holder = getattr(blocks, "state_holder", None)
+    if holder is None:   # not launched yet
+        return 0
+    cutoff = datetime.datetime.now() - datetime.timedelta(seconds=idle_s)
+    with holder.lock:
+        idle = [h for h, seen in holder.time_last_used.items() if seen < cutoff]
+    for h in idle:
+        holder.delete_state(h)   # the delete callbacks, as Gradio's own expiry runs them
+        with holder.lock:
+            holder.session_data.pop(h, None)
+            holder.time_last_used.pop(h, None)
+    return len(idle)
+
+
+def check(blocks, *, event: Any = None) -> None:
+    """GradioMoved naming every private attribute above that ``blocks`` (queued, not necessarily launched)
+    or ``event`` (one of its queued events) lacks."""
+    missing = []
+    queue = _queue(blocks)
+    if queue is None:
+        missing.append("Blocks._queue")
+    else:
+        for name, kind in (("event_queue_per_concurrency_id", dict), ("active_jobs", list),
+                           ("sleep_when_free", (int, float)), ("progress_update_sleep_when_free", (int, float))):
+            if not isinstance(getattr(queue, name, None), kind):
+                missing.append(f"Queue.{name}")
+    if not isinstance(getattr(blocks, "GRADIO_CACHE", None), str):
+        missing.append("Blocks.GRADIO_CACHE")
+    holder = getattr(blocks, "state_holder", None)   # set when the app is launched
+    if holder is not None:
+        for name, kind in (("session_data", dict), ("time_last_used", dict)):
+            if not isinstance(getattr(holder, name, None), kind):
+                missing.append(f"StateHolder.{name}")
+        if not callable(getattr(holder, "delete_state", None)) or getattr(holder, "lock", None) is None:
+            missing.append("StateHolder.delete_state/lock")
+    if event is not None:
+        if not isinstance(event_id(event), str):
+            missing.append("Event._id")
+        if not isinstance(event_fn(event), int):
+            missing.append("Event.fn._id")
+        if event_request(event) is None:
+            missing.append("Event.request")
+    if missing:
+        import gradio
+
+        raise GradioMoved(f"Gradio {gradio.__version__} moved what the guard reads (tested with {TESTED_WITH}): "
+                          + ", ".join(missing) + ". Update components/deploy/gradio_private.py.")
