@@ -15,6 +15,9 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The suite decodes eagerly (each tiny model would be one more compile, minutes in all); the compiled step
+# (the product's default) is tested where it is the subject, through the ``compiled_on`` fixture.
+os.environ.setdefault("SPECREJ_COMPILE", "0")
 
 CORPUS = [
     "Give me three tips for staying healthy.", "Drink water, sleep well and walk every day.",
@@ -250,3 +253,15 @@ def steps_by_prompt(monkeypatch):
 
     monkeypatch.setattr(methods._Run, "step", counting)
     return counts
+
+
+@pytest.fixture
+def compiled_on(monkeypatch):
+    """The compiled decoding step on for this test (``specrej/compiled.py``), whatever was decided for a model
+    before; decided afresh after it."""
+    from specrej import compiled
+
+    monkeypatch.setenv(compiled.COMPILE_ENV, "1")
+    compiled._steps.clear()
+    yield
+    compiled._steps.clear()

@@ -18,6 +18,7 @@ from specrej.backends.hf import Engine, Sampling, next_logits
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLED = Sampling(0.9, 0.95, 40)
+pytestmark = pytest.mark.usefixtures("compiled_on")   # the suite decodes eagerly elsewhere (conftest)
 
 
 @pytest.fixture(scope="module")

@@ -84,3 +84,19 @@ def test_step_cost_from_the_bench_passes_keeps_the_fastest_at_each_size():
 def test_step_cost_refuses_what_it_cannot_interpolate(rows, secs):
     with pytest.raises(ValueError):
         StepCost(rows, secs)
+
+
+def test_race_rows_bound_every_arm_of_the_race_the_rivals_included():
+    """The page's estimate counts every arm it races: DeepConf in Best-of-N's passes (a trace may run to the
+    end), ST-BoN opening with all N rows as far as the budget holds them; a second arm of a method its own."""
+    from specrej.core.cost import race_seconds
+
+    kv, cfg = KVBudget(448, 40, True), RunConfig(prompt="x", n=32, max_new_tokens=48, first_decision=14)
+    out = race_rows(kv, cfg, sr_auto=True, methods=("bon", "sr", "deepconf", "stbon", "sr"))
+    assert list(out) == ["bon", "sr", "deepconf", "stbon", "sr4"]
+    assert out["deepconf"] == out["bon"] == bon_rows(kv, 32, 48) and out["sr4"] == out["sr"]
+    assert out["stbon"] == sr_rows(kv, 32, 48) and max(out["stbon"]) == 32 > max(out["bon"])
+    cost = StepCost((1, 8, 32), (0.05, 0.06, 0.1))
+    two = race_seconds(kv, cfg, cost, sr_auto=True)
+    four = race_seconds(kv, cfg, cost, sr_auto=True, methods=("bon", "sr", "deepconf", "stbon"))
+    assert four > 1.8 * two and two == race_seconds(kv, cfg, cost, sr_auto=True, methods=("bon", "sr"))

@@ -62,13 +62,15 @@ class Fit:
         """It should end well before the time limit (or nothing was estimated)."""
         return not self.estimate_s or not self.limit_s or self.estimate_s <= LIVE_SHARE * self.limit_s
 
-    def estimate(self, cfg: RunConfig, *, sr_auto: bool) -> float:
-        """The expected time of another race at this prompt, at the step times now (0 when none is known)."""
+    def estimate(self, cfg: RunConfig, *, sr_auto: bool, methods: tuple[str, ...] = ("bon", "sr")) -> float:
+        """The expected time of another race of these arms (methods) at this prompt, at the step times now (0
+        when none is known)."""
         budget = planned_budget(cfg.budget)
         if not self.estimate_s or budget is None:
             return 0.0
         kv = KVBudget(budget, self.prompt_len, self.shared)
-        return self.overhead * race_seconds(kv, dataclasses.replace(cfg, budget=budget), self.cost, sr_auto=sr_auto)
+        return self.overhead * race_seconds(kv, dataclasses.replace(cfg, budget=budget), self.cost, sr_auto=sr_auto,
+                                             methods=methods)
 
     def late(self, elapsed_s: float) -> bool:
         """The race runs plainly past its estimate."""
@@ -112,7 +114,8 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     return quiet.scaled(load), load, best_threads
 
 
-def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: bool | None = None) -> Fit | None:
+def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: bool | None = None,
+        methods: tuple[str, ...] = ("bon", "sr")) -> Fit | None:
     """Measure this machine now and estimate the race at ``cfg``. While other runs are in flight (``busy``,
     default: ``ctx.active``) the torch thread is theirs and a probe would time them, not the machine: the last
     measurement stands (None before the first one), and the estimate is left out."""
@@ -131,7 +134,7 @@ def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: boo
     prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
     probe = Fit(cfg, cost, load, threads, 1.0, limit, prompt_len, sharing(lm, lm.backend), ctx.overhead)
     try:
-        estimate = probe.estimate(cfg, sr_auto=sr_auto)
+        estimate = probe.estimate(cfg, sr_auto=sr_auto, methods=methods)
     except ValueError:   # a setting the budget cannot run: the race itself says what to change
         estimate = 0.0
     return dataclasses.replace(probe, estimate_s=estimate)

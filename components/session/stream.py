@@ -88,7 +88,7 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
     ctx.active.add(token)   # a run starting meanwhile does not probe a machine this one is timing
 
     def job():
-        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, busy=busy)
+        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, busy=busy, methods=tuple(a.method for a in arms))
 
     try:
         if busy:   # no probe: nothing to wait for on the torch thread

@@ -88,12 +88,25 @@ def sr_rows(budget: KVBudget, n0: int, max_new_tokens: int) -> list[int]:
     return [max(1, min(n0, budget.rows_that_fit(t))) for t in range(1, max_new_tokens + 1)]
 
 
-def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool) -> dict[str, list[int]]:
-    """{"bon": rows per step, "sr": rows per step} of a race at ``cfg`` (``sr_auto``: Speculative
-    Rejection opens with the batch that fills memory at ``cfg.first_decision``)."""
+def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool,
+              methods: tuple[str, ...] = ("bon", "sr")) -> dict[str, list[int]]:
+    """Rows per step of each arm of a race at ``cfg``, by method (a method's second arm gets its index):
+    ``{"bon": [...], "sr": [...]}`` by default (``sr_auto``: Speculative Rejection opens with the batch that
+    fills memory at ``cfg.first_decision``). Bounds from above: Best-of-N, its continuous-batching form and
+    DeepConf decode in passes of the rows that fit at full length (a DeepConf trace may reach the end);
+    ST-BoN opens with all N rows, capped by what the budget holds, as Speculative Rejection does."""
     n = budget.auto_n(cfg.first_decision) if cfg.n == AUTO else cfg.n
     n0 = budget.auto_n(cfg.first_decision) if sr_auto else n
-    return {"bon": bon_rows(budget, n, cfg.max_new_tokens), "sr": sr_rows(budget, n0, cfg.max_new_tokens)}
+    out: dict[str, list[int]] = {}
+    for i, method in enumerate(methods):
+        key = method if method not in out else f"{method}{i}"
+        if method == "sr":
+            out[key] = sr_rows(budget, n0, cfg.max_new_tokens)
+        elif method == "stbon":
+            out[key] = sr_rows(budget, n, cfg.max_new_tokens)
+        else:
+            out[key] = bon_rows(budget, n, cfg.max_new_tokens)
+    return out
 
 
 @dataclass(frozen=True)
@@ -175,6 +188,7 @@ class StepCost:
         return StepCost(self.rows, tuple(min(a, b) for a, b in zip(self.seconds, other.seconds)))
 
 
-def race_seconds(budget: KVBudget, cfg: RunConfig, cost: StepCost, *, sr_auto: bool) -> float:
-    """The decoding time of a race at ``cfg``, bounded from above (``race_rows``), at ``cost``."""
-    return sum(cost.total(r) for r in race_rows(budget, cfg, sr_auto=sr_auto).values())
+def race_seconds(budget: KVBudget, cfg: RunConfig, cost: StepCost, *, sr_auto: bool,
+                 methods: tuple[str, ...] = ("bon", "sr")) -> float:
+    """The decoding time of a race of these arms at ``cfg``, bounded from above (``race_rows``), at ``cost``."""
+    return sum(cost.total(r) for r in race_rows(budget, cfg, sr_auto=sr_auto, methods=methods).values())
