@@ -126,3 +126,24 @@ def test_the_status_says_the_expected_end_and_when_a_race_runs_late(ctx):
     assert "of about 20.0 s" in panels.status_markdown(view) and "late" not in panels.status_markdown(view)
     view.started -= 40   # 45 s in, against 20 s expected
     assert "running late" in panels.status_markdown(view) and "expected about 20.0 s" in panels.status_markdown(view)
+
+
+def test_every_page_recording_is_found_by_the_key_the_page_builds_today():
+    """The committed recordings (assets/recordings/page) stay 'the same race' when RunConfig gains settings
+    they predate (the rivals' warmup, window ...): today's key for each recording's own settings finds it."""
+    from components.session import replay
+    from components.state.shared import PAGE_RACES
+    from specrej import RunConfig
+    from specrej.arms import parse_arms
+
+    paths = sorted(PAGE_RACES.glob("*.json.gz"))
+    assert len(paths) >= 12
+    for path in paths:
+        race = replay.load(path).meta["race"]
+        cfg = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in race["config"].items()})
+        key = replay.race_key(race["model"], race["reward"], cfg, parse_arms(race["arms"]),
+                              race["stop_when_matched"], race["dtype"])
+        assert replay.find_race(key) == path, path.name
+        other = replay.race_key(race["model"], race["reward"], dataclasses.replace(cfg, warmup=cfg.warmup + 1),
+                                parse_arms(race["arms"]), race["stop_when_matched"], race["dtype"])
+        assert replay.find_race(other) is None   # a setting away from its default is another race

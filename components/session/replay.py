@@ -76,11 +76,23 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def same_race(recorded, key: dict) -> bool:
+    """Is the recorded race ``key``'s? A setting added to RunConfig after the recording was made (the rivals'
+    ``warmup``, ``window`` ...) is absent from it; the race ran with what is now that setting's default, so a
+    key holding the default there is the same race (any other value is not)."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("config"), dict):
+        return False
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    config = {k: v for k, v in key.get("config", {}).items()
+              if k in recorded["config"] or k not in defaults or not _same(v, defaults[k])}
+    return _same(recorded, {**key, "config": config})
+
+
 def find_race(key: dict, folder: Path = PAGE_RACES) -> Path | None:
     """The recording of the race ``key`` (``race_key``), if one was made."""
     for path in sorted(folder.glob("*.json.gz")):
         try:
-            if _same(load(path).meta.get("race"), key):
+            if same_race(load(path).meta.get("race"), key):
                 return path
         except RecordingError:
             continue
