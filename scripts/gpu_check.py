@@ -63,34 +63,14 @@ def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool):
     return LM(f"random:{name}{'-tiny' if tiny else ''}", model, IdText(), frozenset(), shares_prefix=shares)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
 def step_ms(lm, step, rows: int, steps: int) -> float:
-    """Median ms of ``steps`` decoding steps at ``rows`` rows (after two warm-up steps) with ``step``
-    (a ``compiled.Step``, or None for the eager forward)."""
+    """Median ms of ``steps`` decoding steps at ``rows`` rows (``specrej.steptime.time_steps``, after its warm-up
+    step) with ``step`` (a ``compiled.Step``, or None for the eager forward)."""
     from specrej import compiled
-    from specrej.backends.hf import Engine, Sampling
+    from specrej.steptime import time_steps
 
     compiled.use(lm.model, step)
-    ids = list(range(3, 3 + PROMPT_TOKENS))
-    eng = Engine(lm, ids, sampling=Sampling(), seed=0, n_total=rows, max_new_tokens=steps + 4, stats=False)
-    r = eng.start(list(range(rows)))
-    r.step()
-    r.step()
-    times = []
-    for _ in range(steps):
-        sync(lm.device)
-        t = time.perf_counter()
-        r.step()
-        sync(lm.device)
-        times.append(time.perf_counter() - t)
-    r.release()
-    eng.release()
-    return 1000 * statistics.median(times)
+    return 1000 * statistics.median(time_steps(lm, list(range(3, 3 + PROMPT_TOKENS)), rows, steps)[0])
 
 
 @torch.inference_mode()
