@@ -16,9 +16,11 @@ from specrej.rewards import scale_of
 
 from .looks import look
 from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
+from specrej.gpu_steps import GpuStep
 from specrej.verdict import SAME_TIME, Verdict
 from specrej.why import Why, paper_setting
 from specrej.why import from_race as why_from_race
+from .state.shared import gpu_steps
 from .state.view import ArmView, RunView
 
 # ---------------------------------------------------------------- status line
@@ -251,10 +253,33 @@ def _seconds(view: RunView, x: float) -> str:
     return fmt_s(x) if view.step is not None else f"{x:,.0f} decoding steps"
 
 
-def verdict_lines(view: RunView, arm: ArmView, v: Verdict) -> list[str]:
+def gpu_line(view: RunView, arm: ArmView, v: Verdict, gpu: GpuStep) -> str:
+    """The verdict's second reading: the same race with every decoding step priced at the step measured on a
+    GPU (``RunView.gpu_verdicts``), labelled with the device, the config and the date. Empty when there is
+    nothing to compare (a flat curve)."""
+    if v.kind == "degenerate":
+        return ""
+    label, bname = md_escape(arm.spec.label), md_escape(view.arms[view.baseline].spec.kind.name)
+    spent = f"({fmt_s(v.seconds)} against {fmt_s(v.bon_seconds)})"
+    if v.kind == "below":
+        words = f"{label} took {v.time_words(f'a single {bname} answer')} {spent}"
+    elif v.beyond:
+        words = (f"{label} took {'at least ' if v.speedup >= 1 + SAME_TIME else ''}"
+                 f"{v.time_words(f'all {v.n} of {bname} answers')} {spent}")
+    else:
+        k = max(1, round(v.k))
+        than = f"{bname}'s {k} answer{'s' * (k != 1)} to equal reward"
+        words = f"{label} took {v.time_words(than)} {spent}"
+    tail = (f" A step of {v.widest} rows is past the largest batch measured there ({gpu.cost.measured_max}): "
+            "extrapolated along the last measured slope." if gpu.cost.extrapolates(v.widest) else "")
+    return (f"**{_cap(gpu.on)}, measured: {words}.** *The same decoding steps, each priced at the step measured on "
+            f"the {md_escape(gpu.describe())}: the rows, passes and memory budget stay this race's.{tail}*")
+
+
+def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, Verdict] | None = None) -> list[str]:
     """The paper's comparison in words: where this arm's result falls on Best-of-N's curve, in time (the
-    verdict, one sentence per ``Verdict.kind``), then the improvement score and the FLOPs, each with what
-    it means."""
+    verdict, one sentence per ``Verdict.kind``; with ``gpu``, the same race priced on a measured GPU step
+    beside it), then the improvement score and the FLOPs, each with what it means."""
     base = view.arms[view.baseline]
     label, bname = md_escape(arm.spec.label), md_escape(base.spec.kind.name)
     t_sr, t_bon = _seconds(view, v.seconds), _seconds(view, v.bon_seconds)
@@ -293,6 +318,9 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict) -> list[str]:
         head += (f" *A step of {', '.join(map(str, lowered))} row{'s' * (lowered != [1])} measured slower than a "
                  "larger batch (load while it was measured): it is priced at the larger batch's time, since more "
                  "rows never cost less.*")
+    second = gpu_line(view, arm, gpu[1], gpu[0]) if gpu is not None else ""
+    if second:
+        head += "\n\n" + second
     scale = f"(the paper's score: 100 = the best of all {v.n} answers, 0 = the worst)"
     if v.beyond:
         score = f"Improvement score **{v.improvement:.1f}**: above Best-of-{v.n}'s winner {scale}."
@@ -314,10 +342,11 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict) -> list[str]:
     return [head, "", score, "", flops]
 
 
-def headline(view: RunView, arm: ArmView, c: Comparison, v: Verdict | None) -> list[str]:
+def headline(view: RunView, arm: ArmView, c: Comparison, v: Verdict | None,
+             gpu: tuple[GpuStep, Verdict] | None = None) -> list[str]:
     """The verdict (``verdict_lines``), or without Best-of-N's whole curve what each spent."""
     if v is not None:
-        return verdict_lines(view, arm, v)
+        return verdict_lines(view, arm, v, gpu)
     base = md_escape(view.arms[c.baseline].spec.label)
     return [f"**{md_escape(arm.spec.label)}** used {c.flops.words('compute')} ({c.wall.words('wall time')}) and "
             f"{_reward_note(c, base)}. No time-to-equal-reward verdict: {base} did not write all of its answers "
@@ -369,10 +398,12 @@ def summary_markdown(view: RunView) -> str:
     if not view.done:
         return SUMMARY_PLACEHOLDER
     verdicts = view.verdicts()
+    gpu, on_gpu = view.gpu_verdicts(gpu_steps())
     lines = ["### Result", ""]
     for arm in view.display_order():
         if arm.arm in cmps:
-            lines += headline(view, arm, cmps[arm.arm], verdicts.get(arm.arm)) + [""]
+            second = (gpu, on_gpu[arm.arm]) if arm.arm in on_gpu else None
+            lines += headline(view, arm, cmps[arm.arm], verdicts.get(arm.arm), second) + [""]
     why = why_markdown(view, verdicts)
     if why:
         lines += [why, ""]

@@ -22,6 +22,9 @@ FONT = "'Specrej Sans', 'Source Sans Pro', system-ui, -apple-system, 'Segoe UI',
 
 
 def fmt_s(seconds: float) -> str:
+    """Seconds as the page says them: "420 ms" below a second (a GPU-priced race), "12.3 s", "215 s"."""
+    if seconds < 0.995:
+        return f"{1000 * seconds:.3g} ms"
     return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
 
 

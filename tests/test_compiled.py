@@ -107,6 +107,17 @@ def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path)
         race = report["race"][kind]
         assert race["pruned"] > 0 and race["compared"] == race["n"] and race["diverged"] == 0
     assert "done in" in (tmp_path / "summary.txt").read_text()
+    # the page reads this format: a dry run never prices anything, the same file from a GPU would
+    from specrej import gpu_steps
+    assert gpu_steps.read(tmp_path / "gpu_steps.json") == []
+    as_gpu = tmp_path / "as_gpu.json"
+    as_gpu.write_text(json.dumps({**report, "device": "cuda", "tiny": False}))
+    read = {(s.config, s.variant): s for s in gpu_steps.read(as_gpu)}
+    assert set(read) == {(n, v) for n in ("smollm2-135m", "llama-3-8b") for v in ("eager", "compiled")}
+    for (name, variant), s in read.items():
+        rows = report["steps"][name]["variants"][variant]
+        assert s.cost.rows == (1, 8, 32) and s.params == report["steps"][name]["params"]
+        assert s.cost.seconds == tuple(r["step_ms"] / 1000 for r in rows)
 
 
 def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32):

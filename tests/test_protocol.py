@@ -194,3 +194,40 @@ def test_a_coupled_run_larger_than_n_ref_replays_a_first_batch_beyond_it(tiny_lm
     with pytest.raises(ValueError, match="fewer than n_ref"):
         run_prompt(tiny_lm, length_reward, {"id": "p", "prompt": PROMPT}, base, n_ref=32, points=[(0.5, 4)],
                    budget=budget, live=(), coupled=big)
+
+
+def _gpu(seconds_at) -> "GpuStep":
+    from specrej.gpu_steps import GpuStep
+
+    rows = (1, 8, 32, 128)
+    return GpuStep("NVIDIA H200", "tiny", 1, "bfloat16", "cudagraphs", "2026-12-03", "2.11.0",
+                   StepCost(rows, tuple(seconds_at(r) for r in rows)))
+
+
+def test_the_bench_prices_its_decode_steps_on_a_measured_gpu_step(tiny_lm, records):
+    """With a GPU step (``specrej.gpu_steps``), each point's steps are priced at it: a flat price gives the
+    decode-step speed-up; a price linear in rows gives each point's time worked by hand from its rows per step,
+    which sum to its generated tokens."""
+    from specrej.bench.protocol import unrle
+    from specrej.bench.report import paper_table
+
+    recs, model = records
+    assert aggregate(recs, gen_params=tiny_lm.n_params, step_model=model)["gpu"] is None
+    flat = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model, gpu=_gpu(lambda r: 0.004))
+    for p in flat["sr"]:
+        assert p["speedup_gpu"]["value"] == pytest.approx(p["speedup_steps"]["value"])
+        assert p["speedup_gpu"]["lower_bound"] == p["speedup_steps"]["lower_bound"]
+    a, b = 0.002, 0.0005
+    lin = aggregate(recs, gen_params=tiny_lm.n_params, step_model=model, gpu=_gpu(lambda r: a + b * r))
+    for j, p in enumerate(lin["sr"]):
+        profiles = [unrle(r["sr"][j]["profile"]) for r in recs]
+        assert [sum(x) for x in profiles] == [r["sr"][j]["generated_tokens"] for r in recs]
+        assert [len(x) for x in profiles] == [r["sr"][j]["steps"] for r in recs]
+        assert p["gpu_s"] == pytest.approx(sum(a * len(x) + b * sum(x) for x in profiles))
+    assert lin["gpu"]["on"] == "on an H200" and "CUDA graphs" in lin["gpu"]["measured"]
+    rows = summary(lin)
+    assert rows[0]["speedup_gpu"] == 1.0 and all(r["speedup_gpu"] > 0 for r in rows[1:])
+    text = paper_table(lin, {"prompt_set": "t", "model": "tiny", "reward": "len", "max_new_tokens": 24,
+                             "budget": recs[0]["budget"], "seed": 2})
+    assert "Priced on an H200, measured" in text
+    assert f"{lin['sr'][0]['speedup_gpu']['value']:.2f}x" in text

@@ -2,14 +2,17 @@
 kind's label, and the recorded presets (Paper scale's settings, the replay paces). Imports only ``specrej``."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from specrej import gpu_steps as _gpu_steps
 from specrej.models import EMBEDDED
 from specrej.rewards import REWARDS
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 PAGE_RACES = ASSETS / "recordings" / "page"   # the defaults and the Classroom preset on every example prompt
+GPU_STEPS = ASSETS / "gpu"   # ``scripts/gpu_check.py``'s JSONs from a GPU machine: a finished race's second reading
 PREFERENCE = "preference"
 PACES = [("real pace", "1"), ("4×", "4"), ("16×", "16"), ("instant", "inf")]
 PAPER_SCALE = dict(n=128, sr_start="auto", first_decision=16, max_new_tokens=256, budget=2048, alpha=0.5,
@@ -21,6 +24,12 @@ PAPER_REWARD = "self-certainty"
 # steps: 336 slots hold 6 rows of 48 tokens, 3 passes (144 steps; a 224-slot budget held 3: 6 passes, 288).
 CLASSROOM = dict(n=16, alpha=0.5, max_new_tokens=48, budget=336, first_decision=18, sr_start="auto",
                  decision="budget", rule="paper", seed=0, second=False, stop_when_matched=False, fit=True, step=True)
+
+
+@functools.cache
+def gpu_steps() -> tuple[_gpu_steps.GpuStep, ...]:
+    """The GPU steps measured in ``GPU_STEPS`` (read once; none until a real GPU check is committed there)."""
+    return tuple(_gpu_steps.load(GPU_STEPS))
 
 
 def reward_kind_label(key: str) -> str:

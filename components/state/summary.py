@@ -6,6 +6,7 @@ import dataclasses
 
 from specrej import Candidate
 
+from .shared import gpu_steps
 from .view import RunView
 
 
@@ -28,5 +29,9 @@ def summary_dict(view: RunView) -> dict:
     out["comparison"] = {a: c.to_dict() for a, c in view.comparisons().items()} or None
     out["verdict"] = {a: v.to_dict() for a, v in view.verdicts().items()} or None
     out["time_unit"] = "seconds" if view.step is not None else "decoding steps"
+    gpu, on_gpu = view.gpu_verdicts(gpu_steps())
+    out["gpu_verdict"] = ({"measured": gpu.describe(), "file": gpu.source, "device": gpu.device_name,
+                           "config": gpu.config, "variant": gpu.variant, "date": gpu.date,
+                           "verdict": {a: v.to_dict() for a, v in on_gpu.items()}} if on_gpu else None)
     out["first_event_s"] = view.first_event_s
     return out

@@ -11,12 +11,14 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from specrej import Candidate, Finished, Ledger, Progress, Round, RunConfig, to_dict
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
 from specrej.compare import Comparison, best_finished, compare_all
 from specrej.core.cost import StepCost
+from specrej.gpu_steps import GpuStep, generator_params
+from specrej.gpu_steps import pick as pick_gpu
 from specrej.verdict import Verdict
 from specrej.verdict import from_race as verdict_from_race
 
@@ -136,13 +138,15 @@ class RunView:
         """Arms as the page lays them out: those that prune first, then the rest."""
         return sorted(self.arms.values(), key=lambda a: not a.prunes)
 
-    def verdicts(self) -> dict[str, Verdict]:
+    def verdicts(self, cost: StepCost | None = None) -> dict[str, Verdict]:
         """Every pruning arm placed on the baseline's Best-of-N curve (``specrej.verdict``), once all are
-        finished and the baseline wrote every answer; priced at ``step`` (else one unit per step)."""
+        finished and the baseline wrote every answer; priced at ``cost`` (default: ``step``, this machine's;
+        without either, one unit per step)."""
         if not self.done:
             return {}
         base = self.arms[self.baseline]
-        step = self.step.step if self.step is not None else unit_step
+        cost = cost if cost is not None else self.step
+        step = cost.step if cost is not None else unit_step
         out = {}
         for a, arm in self.arms.items():
             if a != self.baseline and arm.prunes:
@@ -154,6 +158,17 @@ class RunView:
                 if v is not None:
                     out[a] = v
         return out
+
+    def gpu_step(self, measured: Sequence[GpuStep]) -> GpuStep | None:
+        """The GPU step measured for this race's generator (``specrej.gpu_steps.pick``), once it is done."""
+        if not self.done or not measured:
+            return None
+        return pick_gpu(measured, generator_params(self.arms[self.baseline].finished.ledger))
+
+    def gpu_verdicts(self, measured: Sequence[GpuStep]) -> tuple[GpuStep | None, dict[str, Verdict]]:
+        """The verdicts again, each step priced on the GPU step measured for this generator (none matching: {})."""
+        gpu = self.gpu_step(measured)
+        return gpu, (self.verdicts(gpu.cost) if gpu is not None else {})
 
     def comparisons(self) -> dict[str, Comparison]:
         """Every other arm against the baseline (``specrej.compare``), once all are finished."""

@@ -38,7 +38,8 @@ from ..config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
 from ..core.cost import StepCost, flops
 from ..core.oracle import OracleRule
-from ..curve import PromptRun, bon_curve, curves_by_measure, default_ks, improvement, improvement_gains, speedups
+from ..curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, improvement, improvement_gains,
+                     speedups)
 from ..events import Finished, Round
 from ..methods import speculative_rejection
 from ..metrics import bootstrap_ci, speedup
@@ -217,7 +218,7 @@ def _rival_entry(spec: str, way: str, fin: Finished, rounds: list[Round], finals
             "generated_tokens": led.generated_tokens,
             "flops": flops(lm.n_params, prompt_tokens + led.generated_tokens) + flops(reward.n_params, scored),
             "wall_s": None, "kept_bon_winner": any(c.id == bon_winner and c.status == "finished" for c in fin.candidates),
-            "winner_fate": winner_fate(bon_winner, fin, rounds).to_dict(),
+            "winner_fate": winner_fate(bon_winner, fin, rounds).to_dict(), "profile": rle(fin.rows_per_step),
             "oracle": {"score": best, "winner": bon_winner, "steps": led.steps, "rounds": fin.rounds,
                        "winner_fate": {"fate": "kept", "decision": None, "position": None}},
             "decisions": [{"position": d.position, "spearman": d.spearman}
@@ -240,6 +241,7 @@ def _from_sim(sim, prompt_tokens: int, gen_params: int, reward_params: int, text
             "rounds": sim.rounds, "steps": sim.steps, "generated_tokens": sim.generated_tokens,
             "flops": sim.flops(prompt_tokens, gen_params, reward_params), "wall_s": None,
             "kept_bon_winner": sim.kept_bon_winner, "winner_fate": sim.bon_winner_fate.to_dict(),
+            "profile": rle(sim.rows_per_step),
             "decisions": [{"position": d["position"], "spearman": d["spearman"]} for d in sim.decisions]}
 
 
@@ -259,7 +261,7 @@ def _live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, bon_
     return {"source": "run", "winner": fin.winner.id, "score": fin.winner.score, "winner_text": fin.winner.text,
             "rounds": fin.rounds, "steps": max(c.tokens for c in fin.candidates),
             "generated_tokens": led["generated_tokens"], "flops": led["flops"], "wall_s": led["wall_s"],
-            "ledger": led, "kept_bon_winner": status.get(bon_winner) == "finished",
+            "ledger": led, "kept_bon_winner": status.get(bon_winner) == "finished", "profile": rle(fin.rows_per_step),
             "winner_fate": winner_fate(bon_winner, fin, rounds).to_dict(),
             "drift": drift(fin, scores, texts, prefix),
             "decisions": [{"position": d.position, "spearman": d.spearman}
@@ -291,7 +293,48 @@ def prompt_run(rec: dict, flops_per_token: float) -> PromptRun:
                      reward_flops=led["reward_flops"])
 
 
-def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | None) -> dict:
+def rle(rows) -> list[list[int]]:
+    """Rows per decoding step, run-length encoded: ``[[rows, steps], ...]`` (a record stays small)."""
+    out: list[list[int]] = []
+    for r in rows:
+        if out and out[-1][0] == r:
+            out[-1][1] += 1
+        else:
+            out.append([int(r), 1])
+    return out
+
+
+def unrle(runs) -> list[int]:
+    """``rle``'s inverse."""
+    return [r for r, n in runs for _ in range(n)]
+
+
+def gpu_priced(records: list[dict], gpu, curve: list[dict], runs: list[PromptRun], points: list[dict]) -> dict | None:
+    """Decode steps priced on a GPU's measured step (``specrej.gpu_steps.GpuStep``), as the page's second reading:
+    Best-of-k's passes (``curve.bon_point``, the rows decoding at each step) and each point's own steps
+    (``profile``: its rows at each step), each step at the GPU's time for its rows; the speed-up at equal
+    improvement score by the same interpolation as the other measures. Adds ``speedup_gpu`` and ``gpu_s`` to each
+    point with a profile on every prompt; None when no point has one."""
+    memos: list[dict] = [{} for _ in runs]
+    rows_per_pass = [r["rows_per_pass"] for r in records]
+    bon = [(sum(bon_point(r, row["k"], b, gpu.cost.step, memo).wall_s
+                for r, b, memo in zip(runs, rows_per_pass, memos)), row["improvement"]) for row in curve]
+    priced = 0
+    for j, point in enumerate(points):
+        profiles = [r["sr"][j].get("profile") for r in records]
+        if not all(profiles):
+            continue
+        seconds = sum(gpu.cost.total(unrle(p)) for p in profiles)
+        sp = speedup(bon, point["improvement"], seconds)
+        point.update(gpu_s=seconds, speedup_gpu={"value": sp.value, "lower_bound": sp.lower_bound})
+        priced += 1
+    if not priced:
+        return None
+    return {"on": gpu.on, "measured": gpu.describe(), "file": gpu.source, "bon_ref_s": bon[-1][0],
+            "extrapolated_beyond": gpu.cost.measured_max}
+
+
+def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | None, gpu=None) -> dict:
     """The paper's metrics over prompts against Best-of-N_ref under the same budget.
 
     Relative compute = sum over prompts of the method's / Best-of-N_ref's (budgeted, expected);
@@ -302,7 +345,8 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
     bound when the method beats Best-of-N_ref; ``speedup_<m>_ci90``: the speed-up at each end of the
     improvement's 90% interval. The improvement score comes raw and capped (each prompt's best at most
     Best-of-N_ref's), each with a 90% bootstrap interval over prompts; beside it the oracle ceiling and
-    the gap to it, and Best-of-N_ref's winner's fate on each prompt."""
+    the gap to it, and Best-of-N_ref's winner's fate on each prompt. ``gpu``: a ``specrej.gpu_steps.GpuStep``
+    for this generator: the decode steps priced on it as well (``gpu_priced``)."""
     if not records:
         raise ValueError("no prompt results to aggregate")
     n_ref = records[0]["bon"]["n"]
@@ -352,7 +396,8 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
                 for row in curve]
     return {"n_ref": n_ref, "prompts": len(records), "bon": bon_rows, "sr": points,
             "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "steps_paged", "flops", "tokens", "wall") if m in ref},
-            "step_model": step_model.points if step_model else None}
+            "step_model": step_model.points if step_model else None,
+            "gpu": gpu_priced(records, gpu, curve, runs, points) if gpu is not None else None}
 
 
 def _ci(gains: list[float]) -> list[float]:
@@ -423,11 +468,12 @@ def summary(agg: dict) -> list[dict]:
              "speedup_steps": 1.0, "speedup_steps_refill": agg["bon_ref"]["steps_refill"] / agg["bon_ref"]["steps"],
              "speedup_steps_paged": (agg["bon_ref"]["steps_paged"] / agg["bon_ref"]["steps"]
                                      if "steps_paged" in agg["bon_ref"] else None),
-             "speedup_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None, "kept_bon_winner": 1.0,
+             "speedup_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None,
+             "speedup_gpu": 1.0 if agg.get("gpu") else None, "kept_bon_winner": 1.0,
              "n": agg["n_ref"]}]
     for p in agg["sr"]:
         row = {k: p.get(k) for k in SUMMARY_KEYS}
-        for m in ("flops", "steps", "steps_refill", "steps_paged", "wall"):
+        for m in ("flops", "steps", "steps_refill", "steps_paged", "wall", "gpu"):
             s = p.get(f"speedup_{m}")
             row[f"speedup_{m}"] = s["value"] if s else None
             row[f"speedup_{m}_lower_bound"] = s["lower_bound"] if s else None

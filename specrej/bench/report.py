@@ -115,6 +115,13 @@ def paper_table(agg: dict, meta: dict) -> str:
               "Best-of-%d's winner to the end (see the fates below)." % (n_ref, n_ref, n_ref),
               "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
               "FLOPs track total work; CPU wall time sits between."]
+    gpu = agg.get("gpu")
+    if gpu:
+        lines.append(f"Priced {gpu['on']}, measured ({gpu['measured']}): the same decode steps, each at that "
+                     f"GPU's step for its rows (Best-of-{n_ref}: {gpu['bon_ref_s']:.3g} s over the prompts); "
+                     "speed-up at equal improvement score:")
+        lines += [f"  {_name(s)}: {_speed(s.get('speedup_gpu'))} ({s['gpu_s']:.3g} s)" for s in agg["sr"]
+                  if s.get("speedup_gpu")]
     for s in agg["sr"]:
         if "drift" in s:
             d = s["drift"]

@@ -94,6 +94,9 @@ def parser() -> argparse.ArgumentParser:
                    help="generator precision (default fp32: exact coupling; bf16 reports the candidates that drift)")
     p.add_argument("--wall-note", default="", help="how the machine was loaded while wall times were taken "
                                                   "(stored in the json's meta and printed under the table)")
+    p.add_argument("--gpu-steps", default=None,
+                   help="scripts/gpu_check.py's JSON (a file or a folder of them; default: the checkout's assets/gpu): "
+                        "also price the decode steps on the GPU step measured for this generator, if one is there")
     p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.png)")
     p.add_argument("--threads", type=int, help="torch threads per process (default: the idle cores / processes)")
     p.add_argument("--engine-rows", type=int, help="rows for the engine-speed comparison")
@@ -141,6 +144,23 @@ def _state():
         from accelerate import PartialState
         return PartialState(cpu=not torch.cuda.is_available())
     return argparse.Namespace(process_index=0, num_processes=1, is_main_process=True)
+
+
+def _gpu_step(where: str | None, params: int):
+    """The GPU step measured for a generator of ``params`` parameters (``specrej.gpu_steps.pick``) in ``where``
+    (a JSON or a folder; default: the checkout's ``assets/gpu``), or None."""
+    from .. import gpu_steps
+
+    path = Path(where) if where else Path(__file__).resolve().parents[2] / "assets" / "gpu"
+    try:
+        steps = gpu_steps.read(path) if path.is_file() else gpu_steps.load(path)
+    except ValueError as e:
+        raise SystemExit(f"--gpu-steps: {e}")
+    picked = gpu_steps.pick(steps, params)
+    if where and picked is None:
+        print(f"note: --gpu-steps {where}: no GPU measurement of a {params:,}-parameter generator there (a dry "
+              "run's are skipped).", file=sys.stderr)
+    return picked
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -277,7 +297,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
     text = []
     if records:
-        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes))
+        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes),
+                        gpu=_gpu_step(args.gpu_steps, lm.n_params))
         result["protocol"] = agg
         result["summary"] = summary(agg)
         text.append(paper_table(agg, meta))

@@ -45,6 +45,7 @@ class SimResult:
     scored_tokens: int = 0                      # generated tokens of every prefix the reward read
     decisions: list[dict] = field(default_factory=list)
     bon_winner_fate: Fate | None = None         # what became of Best-of-N_max's winner
+    rows_per_step: tuple[int, ...] = ()         # rows decoding at each of its steps (what a step price reads)
 
     def flops(self, prompt_tokens: int, gen_params: int, reward_params: int) -> float:
         return cost.flops(gen_params, prompt_tokens + self.generated_tokens) + cost.flops(reward_params, self.scored_tokens)
@@ -101,4 +102,4 @@ def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: fl
     fate = winner_fate(bon_winner, fin, rounds)
     return SimResult(n0, fin.winner.id, fin.winner.score, fin.ledger.generated_tokens, fin.ledger.steps, fin.rounds,
                      rounds[0].position if rounds else None, fate.fate == "kept",
-                     sum(t for c in fin.candidates for t, _ in c.history), decisions, fate)
+                     sum(t for c in fin.candidates for t, _ in c.history), decisions, fate, fin.rows_per_step)
