@@ -308,11 +308,9 @@ def main() -> None:
     built = globals().get("demo")
     if built is None:
         ctx = AppContext.from_env()
-        print(f"specrej: loading {ctx.default_model} and the {ctx.default_reward} reward…", flush=True)
-        try:
-            ctx.warm()
-        except Exception as e:  # the page shows the same error when Run is pressed
-            print(f"specrej: could not load the default models ({e}); starting anyway.", flush=True)
+        print(f"specrej: loading {ctx.default_model} and the {ctx.default_reward} reward, and compiling the "
+              "decoding step, while the page is served (a Run pressed before then waits for it)…", flush=True)
+        ctx.warm_in_background(log=lambda msg: print(msg, flush=True))   # a failure: the page shows it on Run
         built = globals()["demo"] = build_demo(ctx)
     launch(built)  # prints the local URL; show_error off: no raw Python message reaches a client
 

@@ -173,7 +173,7 @@ def draw(update: Update) -> Frame:
     if update.kind == "error":
         return error_frame(update.message)
     if update.kind == "measuring":
-        return Frame(status=panels.MEASURING, status_kind="live")
+        return Frame(status=update.message or panels.MEASURING, status_kind="live")
     if update.kind == "start":
         f = start_frame(view)
         if replay is not None:   # a recording: nothing loads or prefills, and the badge says what it is

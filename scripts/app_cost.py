@@ -6,7 +6,7 @@ the app's ``/run`` API, timed on one machine, one after the other. Run it on a q
 
 1. library: models loaded and the race run in the main thread, drained (``run_to_completion``),
    as ``python -m specrej`` does; the time from the race's start to its last event.
-2. app: ``python app.py`` in a subprocess (it warms the models before it listens), one
+2. app: ``python app.py`` in a subprocess (the first race waits for its warm-up), one
    ``gradio_client`` call of ``/run`` with the same settings; the time from submit to the final frame.
 After one warm-up race on each side, ``--repeats`` pairs run in turn (library, app, library, ...),
 so a drift in the machine's speed hits both sides; the medians and the median of the pairs'

@@ -652,3 +652,47 @@ def test_fuzzed_api_calls_are_a_run_or_a_clear_error(served, ctx):
     assert outcomes["ran"] >= 3
     assert "Done" in text(client.predict(**api_kwargs(ctx), api_name="/run")[0])  # still serving
     assert not ctx.active and not math.isnan(rss_mb())
+
+
+# ---------------------------------------------------------------- a server that has just started
+
+def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ctx, monkeypatch):
+    """``python app.py`` serves its page while the models load and the step compiles (``warm_in_background``):
+    a Run pressed meanwhile says it is waiting, starts nothing until the warm-up ends, then races; a Stop while
+    it waits ends it with nothing started; a failed warm-up is logged and the page stays usable."""
+    from components.frames import drawn
+    from components.session.stream import WARMING, updates
+
+    release, said = threading.Event(), []
+    warm = dataclasses.replace(ctx, active=set())
+    monkeypatch.setattr(warm, "warm", lambda: release.wait(HANG_GUARD_S) and ctx.warm())
+    warm.warm_in_background(log=said.append)
+    assert warm.warming
+    frames = drawn(updates(warm, request(warm, **DECIDING)))
+    assert next(frames).status == WARMING
+    got = []
+    waiter = threading.Thread(target=lambda: got.extend(frames))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not got and not warm.active   # waiting: nothing measured, nothing started
+    release.set()
+    waiter.join(HANG_GUARD_S)
+    assert not warm.warming and "ready to race" in said[-1]
+    assert got[-1].view.state == "done"
+
+    stop, release = threading.Event(), threading.Event()
+    monkeypatch.setattr(warm, "warm", lambda: release.wait(HANG_GUARD_S))
+    second = warm.warm_in_background(log=said.append)
+    frames = drawn(updates(warm, request(warm, **DECIDING), stop_requested=stop.is_set))
+    assert next(frames).status == WARMING
+    stop.set()
+    assert list(frames) == [] and not warm.active   # stopped while waiting: nothing started
+    release.set()
+    second.join(HANG_GUARD_S)
+
+    def broken():
+        raise OSError("no such file: the embedded model's wheel")
+    monkeypatch.setattr(warm, "warm", broken)
+    warm.warm_in_background(log=said.append).join(HANG_GUARD_S)
+    assert "no such file" in warm.warm_error and "could not load the default models" in said[-1]
+    assert race_frames(warm, request(warm, **DECIDING))[-1].view.state == "done"   # a Run loads them itself

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,6 +111,11 @@ class AppContext:
     overhead: float = 1.8
     threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
     last_load: float | None = None   # the last probe's load factor (``pace.fit``)
+    # a server started with ``warm_in_background`` serves its page while this thread loads the default models and
+    # compiles and measures the decoding step (``warm``); a Run pressed meanwhile waits for it (``warming``)
+    warm_thread: threading.Thread | None = field(default=None, repr=False, compare=False)
+    warm_error: str = ""             # why the background warm-up failed ("" while it runs or when it worked)
+    _quiet_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "AppContext":
@@ -184,23 +190,51 @@ class AppContext:
         return model, reward
 
     def warm(self) -> None:
-        """Load the default models now (on the app's torch thread) so the first Run starts at once."""
+        """Load the default models now (on the app's torch thread), compiling the decoding step with the first
+        engine (``specrej.compiled.step_for``) and measuring it, so the first Run starts at once."""
         from .worker import torch_worker
 
         lm, _ = torch_worker().call(lambda: get_models(*self.resolve(self.default_model, self.default_reward,
                                                                      self.default_preference), dtype=self.dtype))
         self.quiet_step(self.default_model, lm)   # measured before any visitor's run
 
+    @property
+    def warming(self) -> bool:
+        """The background warm-up (``warm_in_background``) is still running."""
+        return self.warm_thread is not None and self.warm_thread.is_alive()
+
+    def warm_in_background(self, log=print) -> threading.Thread:
+        """``warm`` on a daemon thread, so the page is served while the models load and the step compiles; a
+        failure is logged and kept in ``warm_error`` (a Run then loads the models itself and shows the error)."""
+        def run() -> None:
+            import time
+
+            t0 = time.perf_counter()
+            self.warm_error = ""
+            try:
+                self.warm()
+                log(f"specrej: ready to race in {time.perf_counter() - t0:.1f} s (models loaded, decoding step "
+                    "compiled and measured)")
+            except Exception as e:
+                self.warm_error = f"{type(e).__name__}: {e}"
+                log(f"specrej: could not load the default models ({e}); the page stays up.")
+
+        self.warm_thread = threading.Thread(target=run, name="specrej-warm", daemon=True)
+        self.warm_thread.start()
+        return self.warm_thread
+
     def quiet_step(self, model: str, lm=None):
         """This machine's decoding step for ``model`` (``specrej.steptime.measure``: the fastest of 3 steps at 1,
-        8, 32 and 128 rows, on the torch thread), measured on first use, then kept: the machine at its quietest."""
-        if model not in self.step_costs:
-            from specrej.steptime import measure
+        8, 32 and 128 rows, on the torch thread), measured on first use, then kept: the machine at its quietest.
+        Measured once even when a Run asks while the warm-up measures it."""
+        with self._quiet_lock:
+            if model not in self.step_costs:
+                from specrej.steptime import measure
 
-            from .worker import torch_worker
+                from .worker import torch_worker
 
-            self.step_costs[model] = torch_worker().call(measure, lm or self.generator(model))
-        return self.step_costs[model]
+                self.step_costs[model] = torch_worker().call(measure, lm or self.generator(model))
+            return self.step_costs[model]
 
     def generator(self, model: str):
         """The generator ``model`` (loaded once per process), loaded on the torch thread."""

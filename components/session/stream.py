@@ -258,6 +258,10 @@ def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
         events.close(wait=False, then=memory.release)
 
 
+WARMING = ("**Warming up:** this server has just started and is still loading the models and compiling the decoding "
+           "step (once per start). This Run begins as soon as they are ready.")
+
+
 def updates(ctx: AppContext, request, *, events_fn=race_events,
             stop_requested: Callable[[], bool] = lambda: False) -> Iterator[Update]:
     """Validate (``prepare``), measure the machine and fit the race (``pace``), race (``race_updates``), and
@@ -273,6 +277,12 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing, measure nothing
         yield Update("error", message=str(e))
         return
+    if ctx.warming:   # a server just started: its models load and its step compiles, then this Run starts
+        yield Update("measuring", message=WARMING)
+        while ctx.warming and not stop_requested():
+            ctx.warm_thread.join(0.25)
+        if stop_requested():
+            return
     yield Update("measuring")
     fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested)
     if stop_requested():

@@ -16,7 +16,7 @@ KINDS = ("error", "measuring", "start", "live", "end", "limit", "failure")
 @dataclass(frozen=True)
 class Update:
     """``kind``: error (bad input, ``message`` says what to change; nothing started) | measuring (this machine's
-    step is being measured) | start (a run, or its retry, starts on ``view``) | live (``view`` moved on) | end
+    step is being measured; ``message``, when set, says what the Run waits for first) | start (a run, or its retry, starts on ``view``) | live (``view`` moved on) | end
     (every arm finished) | limit (stopped at the time limit) | failure (``view.message`` says what failed).
     ``replay``: set when ``view`` replays a recording ({"speed": factor} at its start, {"replayed_s": s} at
     its end)."""
