@@ -135,12 +135,12 @@ class Prepared:
     race_kw: dict          # extra keyword arguments of ``events_fn`` (remote code, stop once matched, dtype)
 
 
-def prepare(ctx: AppContext, request) -> tuple[RunRequest, Prepared]:
+def prepare(ctx: AppContext, request, *, fits: bool = True) -> tuple[RunRequest, Prepared]:
     """Every check on a request before anything starts or is measured: ``request`` (a RunRequest, or the raw
     values by name) field by field against this deployment's limits (``RunRequest.parse``), the model and
     reward offered here, each arm's settings, and whether each arm's rows fit its memory budget at this
-    prompt (``check_fits``). ValueError (a FieldError, a BudgetError ...) or PolicyError with a message that
-    names what to change."""
+    prompt (``check_fits``; not with ``fits=False``: it needs the model). ValueError (a FieldError, a
+    BudgetError ...) or PolicyError with a message that names what to change."""
     if isinstance(request, RunRequest):
         request.check_limits(ctx.limits)
     else:
@@ -157,7 +157,8 @@ def prepare(ctx: AppContext, request) -> tuple[RunRequest, Prepared]:
     if request.stop_when_matched:
         kw["stop_when_matched"] = True
     prep = Prepared(model_spec, reward_spec, cfg, arms, request.x_axis, kw)
-    check_fits(ctx, prep)
+    if fits:
+        check_fits(ctx, prep)
     return request, prep
 
 
@@ -273,16 +274,17 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     ``stop_requested`` (``guard.Guard.stop_requested``) is asked at every event: a run whose client
     cancelled it stops there, as if closed."""
     try:
-        request, prep = prepare(ctx, request)
+        request, prep = prepare(ctx, request, fits=False)
+        if ctx.warming:   # a server just started: its models load and its step compiles, then this Run starts
+            yield Update("measuring", message=WARMING)
+            while ctx.warming and not stop_requested():
+                ctx.warm_thread.join(0.25)
+            if stop_requested():
+                return
+        check_fits(ctx, prep)
     except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing, measure nothing
         yield Update("error", message=str(e))
         return
-    if ctx.warming:   # a server just started: its models load and its step compiles, then this Run starts
-        yield Update("measuring", message=WARMING)
-        while ctx.warming and not stop_requested():
-            ctx.warm_thread.join(0.25)
-        if stop_requested():
-            return
     yield Update("measuring")
     fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested)
     if stop_requested():
