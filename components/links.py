@@ -19,7 +19,7 @@ FIELDS = {
     "max_new_tokens": "int", "temperature": "float", "top_p": "float", "seed": "int", "budget": "int",
     "decision": "choice", "interval": "int", "first_decision": "int", "sr_start": "choice", "rule": "choice",
     "stop_when_matched": "bool", "second": "bool", "second_alpha": "float", "second_decision": "choice",
-    "fit": "bool", "step": "bool",
+    "fit": "bool", "step": "bool", "deepconf": "bool", "stbon": "bool",
 }
 MAX_TEXT = 2000
 

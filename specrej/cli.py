@@ -119,7 +119,8 @@ def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison) -> list[str]:
                                                 if c.baseline_matched_flops is not None else "never"))
     for d in c.decisions:
         rho = "undefined" if d.spearman is None else f"{d.spearman:.2f}"
-        lines.append(f"   decision {d.index} at token {d.position}: Spearman(partial, final) {rho} "
+        lines.append(f"   decision {d.index} at token {d.position}: Spearman({d.signal or 'partial reward'}, final "
+                     f"reward) {rho} "
                      f"over {d.n_live} candidates")
     lines.append("")
     return lines

@@ -87,6 +87,7 @@ class DecisionRank:
     n_kept: int
     forced: bool
     spearman: float | None  # partial vs final reward over those candidates (None: undefined)
+    signal: str = ""        # what was ranked: the method's own signal (``Round.signal``); "": the partial reward
 
 
 def decision_rank(r: Round, final: Mapping[int, float]) -> DecisionRank:
@@ -97,7 +98,7 @@ def decision_rank(r: Round, final: Mapping[int, float]) -> DecisionRank:
     if signal is not None:
         live = [c for c in live_at_decision(r) if c.id in final and c.id in signal]
         rho = spearman([signal[c.id] for c in live], [final[c.id] for c in live]) if len(live) > 1 else None
-        return DecisionRank(r.index, r.position, len(live), r.n_kept, r.forced, rho)
+        return DecisionRank(r.index, r.position, len(live), r.n_kept, r.forced, rho, r.signal)
     live = [c for c in live_at_decision(r) if c.id in final and c.score is not None]
     rho = spearman([c.score for c in live], [final[c.id] for c in live]) if len(live) > 1 else None
     return DecisionRank(r.index, r.position, len(live), r.n_kept, r.forced, rho)

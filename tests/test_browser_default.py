@@ -185,6 +185,7 @@ def test_a_link_reproduces_the_settings(browser, default_url):
     page.wait_for_selector("#seed input", state="visible")
     page.fill("#seed input", "7")
     page.locator("#seed input").press("Enter")
+    page.check("#deepconf input")   # a rival races too: the link carries it
     page.click("#link")
     page.wait_for_function("(document.querySelector('#link-box textarea, #link-box input') || {}).value"
                            "?.includes('seed=7')")
@@ -192,7 +193,8 @@ def test_a_link_reproduces_the_settings(browser, default_url):
     assert "prompt=Name+three+rivers." in link and page.url == link, (link, page.url)
     other = ready_page(browser, link)
     other.wait_for_function("document.querySelector('#prompt textarea').value === 'Name three rivers.'")
-    assert other.input_value("#seed input") == "7"
+    assert other.input_value("#seed input") == "7" and "deepconf=1" in link and "stbon=0" in link
+    assert other.is_checked("#deepconf input") and not other.is_checked("#stbon input")
     page.close(), other.close()
 
 

@@ -3,6 +3,7 @@ fp32, candidate i writes the same tokens in Best-of-N, DeepConf and ST-BoN, what
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -73,9 +74,31 @@ def test_a_rival_writes_best_of_ns_tokens_for_every_candidate_it_writes(lm32, le
 
 
 def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
+    from specrej.arms import parse_arms
+    from specrej.cli import summary
+    from specrej.compare import Tally
+
     cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0, warmup=2, window=4)
-    fins = {e.arm: e for e in race_arms(lm32, length_reward, cfg, ["bon", "sr", "deepconf", "stbon"])
-            if isinstance(e, Finished)}
+    events = list(race_arms(lm32, length_reward, cfg, ["bon", "sr", "deepconf", "stbon"]))
+    fins = {e.arm: e for e in events if isinstance(e, Finished)}
+    tally = Tally()
+    for e in events:
+        tally.add(e)
+    text = summary(parse_arms(["bon", "sr", "deepconf", "stbon"]), tally)   # the CLI names what each decision ranked
+    blocks = [b for b in text.split("== ")[1:] if " against " in b.split("\n")[0]]
+    ranked = {}
+    for label, signal in (("Speculative Rejection", "partial reward"), ("DeepConf", "group confidence"),
+                          ("ST-BoN", "consistency")):
+        block = next(b for b in blocks if b.startswith(label))
+        lines = [x for x in block.splitlines() if "decision " in x and "Spearman" in x]
+        assert all(f"Spearman({signal}, final reward)" in x for x in lines), block
+        ranked[label] = len(lines)
+    assert ranked["DeepConf"] and ranked["ST-BoN"], text   # the rivals decided on their own signals
+    tight = Tally()   # a budget that makes Speculative Rejection decide: its decisions rank the partial reward
+    for e in race_arms(lm32, length_reward, replace(cfg, budget=100), ["bon", "sr"]):
+        tight.add(e)
+    lines = [x for x in summary(parse_arms(["bon", "sr"]), tight).splitlines() if "Spearman" in x]
+    assert lines and all("Spearman(partial reward, final reward)" in x for x in lines)
     assert set(fins) == {"bon", "sr", "deepconf", "stbon"}
     bon = {c.id: c.score for c in fins["bon"].candidates}
     for arm in ("sr", "deepconf", "stbon"):   # every winner is one of Best-of-N's answers, with its reward

@@ -55,7 +55,8 @@ def tiny_app(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
 def test_links_round_trip_and_drop_what_they_do_not_know():
     from components import links
 
-    values = dict(prompt="Name three rivers.", n=16, alpha=0.5, seed=7, fit=True, step=False, decision="budget")
+    values = dict(prompt="Name three rivers.", n=16, alpha=0.5, seed=7, fit=True, step=False, decision="budget",
+                  deepconf=True, stbon=False)
     q = links.query(values)
     assert "seed=7" in q and "fit=1" in q and "prompt=Name+three+rivers." in q
     parsed = dict(p.split("=", 1) for p in q.split("&"))
