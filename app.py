@@ -137,7 +137,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
                 return
             yield update
 
-    on_paper = c.paper.click(lambda: gr.Markdown(ui.PAPER_MEASURING, elem_classes=["status-live"]), None,
+    on_paper = c.paper.click(lambda: ui.paper_measuring(ctx), None,
                              [a.status], queue=False, api_visibility="private") \
         .then(paper_scale, [c.prompt, c.pace, c.step], ui.paper_outputs(page), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)

@@ -295,6 +295,13 @@ def paper_scale_updates(ctx: AppContext, page: "Page", plan: PaperPlan, prompt: 
 
 PAPER_MEASURING = ("**Paper scale:** measuring this machine's decoding speed to see whether the paper's "
                    "setting fits this deployment's time limit…")
+PAPER_WARMING = (" This server has just started: it first finishes loading the models and compiling the decoding "
+                 "step.")
+
+
+def paper_measuring(ctx: AppContext):
+    """Paper scale's first status: what it measures, and, on a server still warming up, what it waits for."""
+    return gr.Markdown(PAPER_MEASURING + (PAPER_WARMING if ctx.warming else ""), elem_classes=["status-live"])
 
 
 def waiting_status(ctx: AppContext):

@@ -670,6 +670,8 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     assert warm.warming
     frames = drawn(updates(warm, request(warm, **DECIDING)))
     assert next(frames).status == WARMING
+    from components import ui
+    assert ui.PAPER_WARMING in ui.paper_measuring(warm).value   # Paper scale says what it waits for too
     got = []
     waiter = threading.Thread(target=lambda: got.extend(frames))
     waiter.start()
@@ -678,6 +680,7 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     release.set()
     waiter.join(HANG_GUARD_S)
     assert not warm.warming and "ready to race" in said[-1]
+    assert ui.paper_measuring(warm).value == ui.PAPER_MEASURING
     assert got[-1].view.state == "done"
 
     stop, release = threading.Event(), threading.Event()
