@@ -145,3 +145,25 @@ def test_a_gpu_step_that_grows_with_rows_prices_every_step_at_its_rows(gpu_folde
     assert on_gpu["sr"].speedup != pytest.approx(cpu.speedup)   # another machine's step: another reading
     md = panels.summary_markdown(view)
     assert md.count("measured:") == 1 and md.index("On an H200, measured") < md.index("Improvement score")
+
+
+def test_the_gpu_checks_smollm2_config_is_the_model_the_page_races():
+    """The GPU check builds SmolLM2-135M from ``assets/configs/smollm2-135m.json`` with random weights; its
+    parameter count (what its JSON records) is the embedded generator's, read off a committed race's ledger, so
+    a real H200 JSON prices the page's races (and the 8B config's never does)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    counts = {}
+    for name in ("smollm2-135m", "llama-3-8b"):
+        spec = {k: v for k, v in json.loads((ROOT / f"assets/configs/{name}.json").read_text()).items()
+                if not k.startswith("_")}
+        with torch.device("meta"):   # shapes only: nothing allocated
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**spec))
+        counts[name] = sum(p.numel() for p in model.parameters())
+    view = replayed()
+    raced = gpu_steps.generator_params(view.arms[view.baseline].finished.ledger)
+    assert counts["smollm2-135m"] == SMOLLM2 and raced == pytest.approx(SMOLLM2)
+    steps = [gpu_steps.GpuStep("NVIDIA H200", n, c, "bfloat16", "cudagraphs", "2026-12-03", "2.11.0",
+                               StepCost((1,), (0.002,))) for n, c in counts.items()]
+    assert gpu_steps.pick(steps, raced).config == "smollm2-135m"
