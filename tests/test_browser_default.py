@@ -185,7 +185,6 @@ def test_a_link_reproduces_the_settings(browser, default_url):
     page.wait_for_selector("#seed input", state="visible")
     page.fill("#seed input", "7")
     page.locator("#seed input").press("Enter")
-    page.check("#deepconf input")   # a rival races too: the link carries it
     page.click("#link")
     page.wait_for_function("(document.querySelector('#link-box textarea, #link-box input') || {}).value"
                            "?.includes('seed=7')")
@@ -193,9 +192,18 @@ def test_a_link_reproduces_the_settings(browser, default_url):
     assert "prompt=Name+three+rivers." in link and page.url == link, (link, page.url)
     other = ready_page(browser, link)
     other.wait_for_function("document.querySelector('#prompt textarea').value === 'Name three rivers.'")
-    assert other.input_value("#seed input") == "7" and "deepconf=1" in link and "stbon=0" in link
-    assert other.is_checked("#deepconf input") and not other.is_checked("#stbon input")
+    assert other.input_value("#seed input") == "7"
     page.close(), other.close()
+    # a link with a rival ticks it, and that page's own link carries it on
+    rivals = ready_page(browser, url + "?prompt=Name+two+seas.&seed=3&deepconf=1")
+    rivals.wait_for_function("document.querySelector('#prompt textarea').value === 'Name two seas.'")
+    assert rivals.is_checked("#deepconf input") and not rivals.is_checked("#stbon input")
+    rivals.click("#link")
+    rivals.wait_for_function("(document.querySelector('#link-box textarea, #link-box input') || {}).value"
+                             "?.includes('seed=3')")
+    again = rivals.input_value("#link-box textarea, #link-box input")
+    assert "deepconf=1" in again and "stbon=0" in again, again
+    rivals.close()
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
