@@ -7,7 +7,7 @@ Presentation (this folder):
 - ``theme``   colours (Okabe-Ito, colour-blind safe) and number formats
 - ``looks``   each method's colour, chart kind and words
 - ``charts``  chart specs (plain plotly JSON) for each arm, the race and the verdict
-- ``panels``  status line, leaders, the end-of-run summary (``specrej.compare``), the candidates table
+- ``panels``  status line, leaders, the end-of-run summary (``specrej.analysis.compare``), the candidates table
 - ``frames``  ``Frame``, the frame builders (start, live, final, failure) and ``draw`` (an ``Update`` as a frame)
 - ``ui``      ``build_*()`` builders and the frame -> component update mapping
 - ``autospec_tab``  the parallel-sampling lab's tab

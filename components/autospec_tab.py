@@ -21,10 +21,10 @@ from specrej.autospec.report import scaling_figure
 from specrej.autospec.scaling import curve
 from specrej.autospec.targets import all_states
 
-from .deploy import memory
-from .state.shared import ASSETS
-from .deploy.clients import started
-from .state.fields import check_choice, check_number
+from components.deploy import memory
+from components.state.shared import ASSETS
+from components.deploy.clients import started
+from components.state.fields import check_choice, check_number
 
 MAX_N = 1024           # cells on the grid
 MAX_EXACT_N = 10

@@ -28,14 +28,14 @@ import json
 import math
 
 from specrej import Candidate
-from specrej.config import AUTO
+from specrej.core.config import AUTO
 from specrej.rewards import scale_of
-from specrej.verdict import SAME_TIME
+from specrej.analysis.verdict import SAME_TIME
 
-from .looks import SIGNAL_AXES, look
-from .looks import colour as arm_colour
-from .theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text, snippet
-from .state.view import ArmView, RunView, unit_step
+from components.looks import SIGNAL_AXES, look
+from components.looks import colour as arm_colour
+from components.theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text, snippet
+from components.state.view import ArmView, RunView, unit_step
 
 HEIGHT = 430
 X_AXES = {"time": "decoding time on this machine (s, log scale)", "flops": "compute (FLOPs, log scale)"}

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import charts, panels
-from .looks import colour, look
-from .state.summary import summary_dict
-from .state.update import Update
-from .state.view import RunView
+from components import charts, panels
+from components.looks import colour, look
+from components.state.summary import summary_dict
+from components.state.update import Update
+from components.state.view import RunView
 
 KEEP: Any = object()  # a Frame field left as it is ("skip")
 

@@ -11,7 +11,7 @@ import math
 from typing import Mapping
 from urllib.parse import urlencode
 
-from .state.shared import CLASSROOM  # noqa: F401  (the preset a link can carry)
+from components.state.shared import CLASSROOM  # noqa: F401  (the preset a link can carry)
 
 # Field -> kind. The prompt first; the rest as RunRequest names them (components/session/stream.py).
 FIELDS = {

@@ -1,6 +1,6 @@
 """Text panels: a ``RunView`` in, markdown / table rows / plain dicts out.
 
-Every number comparing two arms comes from ``specrej.compare`` (``RunView.comparisons``), the
+Every number comparing two arms comes from ``specrej.analysis.compare`` (``RunView.comparisons``), the
 rule the CLI and the bench use too; this module only words it. Coupled randomness makes the
 comparisons exact: candidate i writes the same text in every arm while it survives, so the
 baseline's (Best-of-N's) candidate i is what a pruned candidate i would have become.
@@ -11,17 +11,17 @@ import math
 
 
 from specrej import Candidate
-from specrej.compare import Comparison, fmt_times, reached
+from specrej.analysis.compare import Comparison, fmt_times, reached
 from specrej.rewards import scale_of
 
-from .looks import look
-from .theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
-from specrej.gpu_steps import GpuStep
-from specrej.verdict import SAME_TIME, Verdict
-from specrej.why import Why, paper_setting
-from specrej.why import from_race as why_from_race
-from .state.shared import gpu_steps
-from .state.view import ArmView, RunView
+from components.looks import look
+from components.theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
+from specrej.analysis.gpu_steps import GpuStep
+from specrej.analysis.verdict import SAME_TIME, Verdict
+from specrej.analysis.why import Why, paper_setting
+from specrej.analysis.why import from_race as why_from_race
+from components.state.shared import gpu_steps
+from components.state.view import ArmView, RunView
 
 # ---------------------------------------------------------------- status line
 
@@ -542,7 +542,7 @@ def _cause_words(w: Why, sr: str) -> str:
 
 
 def _paper_words(w: Why, machine: str) -> str:
-    """The same room arithmetic on the paper's setting (``specrej.why.paper_setting``)."""
+    """The same room arithmetic on the paper's setting (``specrej.analysis.why.paper_setting``)."""
     ps = paper_setting()
     first, big, (lo, hi) = ps.points[0], ps.largest, ps.bounds
     here = ""
@@ -559,7 +559,7 @@ def _paper_words(w: Why, machine: str) -> str:
 
 def why_markdown(view: RunView, verdicts: dict | None = None) -> str:
     """"Why this speed-up" (or "Why Speculative Rejection lost here") beside each verdict, from the race's
-    own numbers (``specrej.why``): the room Best-of-N's passes leave, the price of a wider step on the
+    own numbers (``specrej.analysis.why``): the room Best-of-N's passes leave, the price of a wider step on the
     machine that ran the race (a replay's: the recording's), the partial reward's rank correlation at the
     first decision and the fate of Best-of-N's winner; when Speculative Rejection lost or gained little,
     which of these made it; then the same arithmetic on the paper's setting. "" without a verdict."""
@@ -725,9 +725,9 @@ def decision_markdown(view: RunView, k: int) -> str:
     """Decision ``k`` (0-based, over every pruning arm's decisions in race order), in plain words: how
     many were writing, the threshold, who is cut, the rank correlation so far, and what Best-of-N's
     eventual winner is doing."""
-    from specrej.compare import decision_rank, final_scores
+    from specrej.analysis.compare import decision_rank, final_scores
 
-    from .charts import decision_pool
+    from components.charts import decision_pool
 
     cp = view.checkpoints[k]
     arm = cp.arms[cp.arm]

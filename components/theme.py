@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 
-from specrej.compare import fmt_flops  # noqa: F401  (one formatter for the CLI and the app)
+from specrej.analysis.compare import fmt_flops  # noqa: F401  (one formatter for the CLI and the app)
 
 WINNER = "#009E73"       # bluish green: the leader / winner star
 PRUNED = "#A0A0A0"       # grey lines of rejected candidates

@@ -17,16 +17,16 @@ from specrej import RunConfig
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
-from . import charts
-from .frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
-from .panels import SUMMARY_PLACEHOLDER, status_markdown
-from .state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
-from .state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
-from .state.view import RunView
-from .theme import duration, md_escape
+from components import charts
+from components.frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
+from components.panels import SUMMARY_PLACEHOLDER, status_markdown
+from components.state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
+from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
+from components.state.view import RunView
+from components.theme import duration, md_escape
 
 if TYPE_CHECKING:   # the runtime's shared context: read here, never imported at run time
-    from .session.context import AppContext
+    from components.session.context import AppContext
 
 PAPER = "https://arxiv.org/abs/2410.20290"
 HELP = RunConfig.help()
@@ -663,7 +663,7 @@ def same_race_updates(ctx: AppContext, page: "Page", prompt: str, fields: dict) 
 
 def classroom_updates(ctx: AppContext, page: "Page") -> dict:
     """The Classroom preset (``links.CLASSROOM``) on the controls, the Settings opened to show it."""
-    from .links import CLASSROOM
+    from components.links import CLASSROOM
 
     named = page.controls.by_name()
     out = {named[k]: v for k, v in CLASSROOM.items() if k in named}
@@ -701,7 +701,7 @@ LINK_JS = """(q) => {
 
 def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     """A link's settings on the controls (``links.settings``: unknown or invalid values are dropped)."""
-    from .links import FIELDS, settings
+    from components.links import FIELDS, settings
 
     named = page.controls.by_name()
     choices = {"reward": [k for _, k in ctx.rewards], "decision": [v for _, v in DECISIONS],

@@ -9,7 +9,7 @@ small width (same families, same code paths). Writes one JSON (written again aft
 so a check cut short keeps what it measured):
 
 - ``steps``: per config, per variant (``eager``: transformers' forward with the shared-prefix attention;
-  ``compiled``: ``specrej.compiled.Step`` under torch.compile; ``cudagraphs``: the same with
+  ``compiled``: ``specrej.engine.compiled.Step`` under torch.compile; ``cudagraphs``: the same with
   ``mode="reduce-overhead"``, CUDA only), per row count: the median ms of a decoding step;
 - ``race``: a coupled race of Best-of-N and Speculative Rejection on the random SmolLM2-sized model
   (the prune and keep paths on this device): every Speculative Rejection candidate's tokens against the
@@ -44,11 +44,11 @@ class IdText:
 
 
 def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool):
-    """The config's model with random weights, as a ``specrej.models.LM`` (shared-prefix attention installed)."""
+    """The config's model with random weights, as a ``specrej.engine.models.LM`` (shared-prefix attention installed)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from specrej import shared_prefix
-    from specrej.models import LM
+    from specrej.engine import shared_prefix
+    from specrej.engine.models import LM
 
     spec = {k: v for k, v in json.loads(CONFIGS[name].read_text()).items() if not k.startswith("_")}
     if tiny:   # the same family at a size a CPU builds in a second
@@ -64,10 +64,10 @@ def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool):
 
 
 def step_ms(lm, step, rows: int, steps: int) -> float:
-    """Median ms of ``steps`` decoding steps at ``rows`` rows (``specrej.steptime.time_steps``, after its warm-up
+    """Median ms of ``steps`` decoding steps at ``rows`` rows (``specrej.engine.steptime.time_steps``, after its warm-up
     step) with ``step`` (a ``compiled.Step``, or None for the eager forward)."""
-    from specrej import compiled
-    from specrej.steptime import time_steps
+    from specrej.engine import compiled
+    from specrej.engine.steptime import time_steps
 
     compiled.use(lm.model, step)
     return 1000 * statistics.median(time_steps(lm, list(range(3, 3 + PROMPT_TOKENS)), rows, steps)[0])
@@ -100,7 +100,7 @@ def coupled_race(lm, n: int, tokens: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from specrej import compiled
+    from specrej.engine import compiled
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

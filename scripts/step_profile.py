@@ -6,7 +6,7 @@
 Prints, from one process on one machine (run it quiet):
 1. per dtype, the roofline: the larger of (weights / measured read bandwidth) and (2 x params x rows /
    measured matmul FLOP/s), both measured here in that dtype by the bench's probes;
-2. ms per step at each row count, the compiled step (``specrej/compiled.py``, the default) and the eager
+2. ms per step at each row count, the compiled step (``specrej/engine/compiled.py``, the default) and the eager
    forward (transformers' modules, prepacked linears in fp32), alternating step by step on rows of the same
    size (paired), and each against the roofline;
 3. at the profile's row count (fp32), the compiled step's parts, timed alone on inputs of its shapes: the
@@ -36,7 +36,8 @@ def _median_ms(f, n: int) -> float:
 
 
 def main(argv=None) -> int:
-    from specrej import compiled, load_generator, precision
+    from specrej.engine import compiled, precision
+    from specrej import load_generator
     from specrej.backends.hf import Engine, Sampling, sample
     from specrej.bench.engine_speed import MatmulLimit, ReadBandwidth, weight_bytes
 

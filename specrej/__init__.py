@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-# ``compare`` is both a submodule and a function: load it now so the package attribute is the
-# function (as ``from specrej import compare`` always gave), not the module. It is torch-free.
-from .compare import Comparison, Ratio, Tally, compare, compare_all
+# ``compare`` (the function, as ``from specrej import compare`` always gave) is torch-free: load it now.
+from .analysis.compare import Comparison, Ratio, Tally, compare, compare_all
 
 _WHERE = {  # name -> the module (relative to this package) that defines it
     **dict.fromkeys(["DEFAULT_ARMS", "REGISTRY", "ArmKind", "ArmSpec", "ArmSpecError", "parse_arms", "race_arms",
@@ -20,7 +19,7 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
     "RunConfig": ".core.config",
     **dict.fromkeys(["Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict"], ".core.events"),
     **dict.fromkeys(["METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection"], ".methods"),
-    **dict.fromkeys(["LM", "ModelSpecError", "load_generator"], ".models"),
+    **dict.fromkeys(["LM", "ModelSpecError", "load_generator"], ".engine.models"),
     **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "load_reward"], ".rewards"),
 }
 

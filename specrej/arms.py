@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from .config import AUTO, RunConfig
-from .events import Event
+from .core.config import AUTO, RunConfig
+from .core.events import Event
 from .methods import METHODS, race
 
 class ArmSpecError(ValueError):

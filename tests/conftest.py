@@ -39,11 +39,11 @@ def pytest_configure(config):
 def cache_slots(rows) -> int:
     """KV slots the transformers engine's rows hold, read from their cache itself (not counted by the
     budget): the shared prompt once and each row's own tokens, or each row's whole copy."""
-    from specrej.shared_prefix import SharedPrefixCache
+    from specrej.engine.shared_prefix import SharedPrefixCache
 
     if rows.cache is None or not len(rows):
         return 0
-    from specrej.compiled import StaticRows
+    from specrej.engine.compiled import StaticRows
 
     if isinstance(rows.cache, (SharedPrefixCache, StaticRows)):
         return rows.cache.prefix_len + len(rows) * rows.cache.own_length()
@@ -257,9 +257,9 @@ def steps_by_prompt(monkeypatch):
 
 @pytest.fixture
 def compiled_on(monkeypatch):
-    """The compiled decoding step on for this test (``specrej/compiled.py``), whatever was decided for a model
+    """The compiled decoding step on for this test (``specrej/engine/compiled.py``), whatever was decided for a model
     before; decided afresh after it."""
-    from specrej import compiled
+    from specrej.engine import compiled
 
     monkeypatch.setenv(compiled.COMPILE_ENV, "1")
     compiled._steps.clear()

@@ -12,7 +12,7 @@ import pytest
 
 from specrej import Candidate, Finished, Ledger, Round, RunConfig, best_of_n, methods
 from specrej.arms import REGISTRY, ArmKind, ArmSpecError, parse_arm, parse_arms, race_arms
-from specrej.compare import Ratio, Tally, compare, first_match
+from specrej.analysis.compare import Ratio, Tally, compare, first_match
 
 
 # ---------------------------------------------------------------- arm specs

@@ -14,7 +14,7 @@ import torch
 
 from specrej import Candidate, Ledger, Round, RunConfig, best_of_n, run_to_completion, speculative_rejection
 from specrej.bench import load_prompts, main
-from specrej.compare import decision_rank, live_at_decision
+from specrej.analysis.compare import decision_rank, live_at_decision
 from specrej.bench.reference import speculative_rejection_reference_style
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -106,7 +106,7 @@ VERDICT = re.compile(r"(?:needs (?:about \d+ answers?|all \d+ answers)|never rea
 @pytest.fixture(scope="module")
 def default_url():
     pytest.importorskip("playwright.sync_api")
-    from specrej.models import EMBEDDED_GGUF, wheel_folder
+    from specrej.engine.models import EMBEDDED_GGUF, wheel_folder
 
     if wheel_folder(EMBEDDED_GGUF[0]) is None:
         pytest.skip("needs the embedded model wheel (scripts/setup.sh)")

@@ -1,4 +1,4 @@
-"""The compiled decoding step (specrej/compiled.py): the same model as the eager forward, row-wise exact,
+"""The compiled decoding step (specrej/engine/compiled.py): the same model as the eager forward, row-wise exact,
 switchable, and the GPU check's CPU dry run (scripts/gpu_check.sh with DRY=1)."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from specrej import compiled, load_generator
+from specrej.engine import compiled
+from specrej import load_generator
 from specrej.backends.hf import Engine, Sampling, next_logits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +71,7 @@ def test_switched_off_or_unsupported_the_engine_decodes_eagerly_and_says_why(tin
     monkeypatch.setenv(compiled.COMPILE_ENV, "0")
     lm = load_generator(tiny_lm_dir, dtype="fp32")
     model = type(lm.model)(copy.deepcopy(lm.model.config))   # a fresh model object: its step is not decided yet
-    with caplog.at_level(logging.WARNING, "specrej.compiled"):
+    with caplog.at_level(logging.WARNING, "specrej.engine.compiled"):
         assert compiled.step_for(model) is None
     assert "decoding eagerly" in caplog.text and "SPECREJ_COMPILE=0" in caplog.text
     monkeypatch.delenv(compiled.COMPILE_ENV)
@@ -108,7 +109,7 @@ def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path)
         assert race["pruned"] > 0 and race["compared"] == race["n"] and race["diverged"] == 0
     assert "done in" in (tmp_path / "summary.txt").read_text()
     # the page reads this format: a dry run never prices anything, the same file from a GPU would
-    from specrej import gpu_steps
+    from specrej.analysis import gpu_steps
     assert gpu_steps.read(tmp_path / "gpu_steps.json") == []
     as_gpu = tmp_path / "as_gpu.json"
     as_gpu.write_text(json.dumps({**report, "device": "cuda", "tiny": False}))
@@ -123,7 +124,7 @@ def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path)
 def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32):
     """Every layer's hidden state (ST-BoN's chain of embeddings) from the compiled step == the eager forward's."""
     from specrej.backends.hf import next_logits_hidden
-    from specrej.shared_prefix import SharedPrefixCache
+    from specrej.engine.shared_prefix import SharedPrefixCache
 
     ids = lm32.render("Write a haiku about the sea.")
     eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=8, hidden=True)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from specrej.core.cost import passes
-from specrej.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, expected_max, refill_steps,
+from specrej.analysis.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, expected_max, refill_steps,
                            order_weights, speedups)
 
 
@@ -67,7 +67,7 @@ def test_the_bench_prices_best_of_k_by_the_verdicts_rule():
     curve's time (``verdict.bon_curve``), plus the run's fixed time scaled by k/N. By hand: lengths 4, 2, 1,
     one pass of 2 random answers (k = 2): 3.8 s at 1 + 0.1 x rows (``test_verdict``), where rows that never
     leave would give 10/3 x 1.2 = 4.0 s."""
-    from specrej.verdict import bon_curve as verdict_curve
+    from specrej.analysis.verdict import bon_curve as verdict_curve
 
     step_s = lambda rows: 1.0 + 0.1 * rows   # noqa: E731
     run = PromptRun([0.3, 0.1, 0.7], [4, 2, 1], prompt_tokens=3, flops_per_token=2.0, fixed_s=0.6)
@@ -135,7 +135,7 @@ def test_paged_refill_steps_by_hand():
     """A paged KV cache: each answer holds its real length (its last token never fed), the next starts
     when its memory fits (first come, first served)."""
     from specrej.core.budget import KVBudget
-    from specrej.curve import paged_refill_steps, paged_schedule
+    from specrej.analysis.curve import paged_refill_steps, paged_schedule
 
     kv = KVBudget(10, 0, True)                    # 10 slots for the rows' own tokens
     lengths = [6, 5, 3, 2]                        # hold 5, 4, 2, 1 slots

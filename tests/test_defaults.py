@@ -8,13 +8,13 @@ import pytest
 from specrej import run_to_completion
 from specrej.backends.hf import Engine
 from specrej.core.budget import KVBudget
-from specrej.events import Round
+from specrej.core.events import Round
 
 
 @pytest.fixture(scope="module")
 def page():
     from components.session.context import AppContext, get_models
-    from specrej.models import EMBEDDED_GGUF, wheel_folder
+    from specrej.engine.models import EMBEDDED_GGUF, wheel_folder
 
     if wheel_folder(EMBEDDED_GGUF[0]) is None:
         pytest.skip("needs the embedded model wheel (scripts/setup.sh)")

@@ -11,7 +11,7 @@ from transformers import DynamicCache
 
 from specrej import load_generator
 from specrej.backends.hf import Engine, Sampling, coupled_uniforms, next_logits, sample
-from specrej.shared_prefix import SharedPrefixCache
+from specrej.engine.shared_prefix import SharedPrefixCache
 from specrej.core.budget import KVBudget
 from conftest import cache_slots
 
@@ -171,7 +171,7 @@ def test_a_rows_attention_and_statistics_do_not_depend_on_its_place_in_the_batch
     log1p) and a lone row's reductions (split across threads) differently; the simulator's replay of a
     coupled run relies on these bits (a near-tie in a rule's ranking flipped once on an AVX-512 CPU)."""
     from specrej.backends.hf import Rows
-    from specrej.shared_prefix import SharedPrefixLayer, shared_prefix_attention
+    from specrej.engine.shared_prefix import SharedPrefixLayer, shared_prefix_attention
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -76,7 +76,7 @@ def test_a_rival_writes_best_of_ns_tokens_for_every_candidate_it_writes(lm32, le
 def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
     from specrej.arms import parse_arms
     from specrej.cli import summary
-    from specrej.compare import Tally
+    from specrej.analysis.compare import Tally
 
     cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0, warmup=2, window=4)
     events = list(race_arms(lm32, length_reward, cfg, ["bon", "sr", "deepconf", "stbon"]))

@@ -13,7 +13,7 @@ import torch
 gguf = pytest.importorskip("gguf")
 
 from specrej import RunConfig, best_of_n, load_generator, run_to_completion  # noqa: E402
-from specrej.models import _dequantised_copy  # noqa: E402
+from specrej.engine.models import _dequantised_copy  # noqa: E402
 
 QUANTISED = ("ffn_gate", "ffn_up", "ffn_down")   # Q8_0; every other tensor is F32
 PROMPT = "Give me three tips for staying healthy."

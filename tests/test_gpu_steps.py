@@ -1,4 +1,4 @@
-"""A race priced on a GPU's measured step (issue 31, item 5): ``specrej.gpu_steps`` reads the GPU check's JSON,
+"""A race priced on a GPU's measured step (issue 31, item 5): ``specrej.analysis.gpu_steps`` reads the GPU check's JSON,
 and the page prices a finished race (here a committed recording, replayed) on it as a second reading, only
 where a real GPU measurement of the race's model exists."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from components import panels
 from components.session import replay
 from components.state import shared
 from components.state.summary import summary_dict
-from specrej import gpu_steps
+from specrej.analysis import gpu_steps
 from specrej.core.cost import StepCost
 from specrej.record import decode, load
 
@@ -84,7 +84,7 @@ def test_a_broken_file_is_refused_by_name_and_skipped_by_the_loader(tmp_path, ca
     with pytest.raises(ValueError, match=words):
         gpu_steps.read(tmp_path / "bad.json")
     write(tmp_path, "good.json", check_json({"eager": lambda r: 3.0}))
-    with caplog.at_level(logging.WARNING, logger="specrej.gpu_steps"):
+    with caplog.at_level(logging.WARNING, logger="specrej.analysis.gpu_steps"):
         loaded = gpu_steps.load(tmp_path)
     assert [s.source for s in loaded] == ["good.json"] and "bad.json" in caplog.text
     assert gpu_steps.load(tmp_path / "absent") == []

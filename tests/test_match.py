@@ -6,8 +6,8 @@ import math
 
 
 from specrej import RunConfig, best_of_n, run_to_completion, speculative_rejection
-from specrej.events import Candidate, Finished, Ledger, Progress
-from specrej.match import StopWhenMatched
+from specrej.core.events import Candidate, Finished, Ledger, Progress
+from specrej.analysis.match import StopWhenMatched
 from specrej.methods import race
 from specrej.record import decode, record
 

@@ -1,10 +1,10 @@
-"""Tests for specrej.metrics on small hand-computed examples."""
+"""Tests for specrej.analysis.metrics on small hand-computed examples."""
 
 import math
 
 import pytest
 
-from specrej.metrics import (
+from specrej.analysis.metrics import (
     SpeedUp,
     best_of_k,
     improvement_score,
@@ -188,7 +188,7 @@ def test_best_of_k_rejects_out_of_range_k(k):
 
 
 def test_improvement_gains_capped_at_the_reference_best():
-    from specrej.metrics import improvement_gains
+    from specrej.analysis.metrics import improvement_gains
 
     # prompt 1 beats the reference's best by half its spread (drift); prompt 2 falls short by a quarter
     raw = improvement_gains([3.0, 1.5], [2.0, 2.0], [2.0, 2.0], [0.0, 0.0])
@@ -200,7 +200,7 @@ def test_improvement_gains_capped_at_the_reference_best():
 
 
 def test_bootstrap_interval_known_answers():
-    from specrej.metrics import bootstrap_ci
+    from specrej.analysis.metrics import bootstrap_ci
 
     assert bootstrap_ci([2.0, 2.0, 2.0]) == (2.0, 2.0)             # no spread, no interval
     # two prompts, 0 and 1: a resample's mean is 0, 0.5 or 1 with chances 1/4, 1/2, 1/4, so the

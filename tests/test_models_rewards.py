@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specrej import CallableReward, RewardError, load_generator, load_reward
-from specrej.models import ModelSpecError, resolve_spec
+from specrej.engine.models import ModelSpecError, resolve_spec
 from specrej.rewards import ConfidenceReward, HFRewardModel, TokenStats, checked
 
 
@@ -42,7 +42,7 @@ def test_the_generator_is_a_language_model_found_through_the_backend_registry(ti
 
 
 def test_dtype_choice(monkeypatch):
-    from specrej import precision
+    from specrej.engine import precision
 
     monkeypatch.delenv(precision.DTYPE_ENV, raising=False)
     cpu = torch.device("cpu")

@@ -1,8 +1,8 @@
-"""Prepacked oneDNN linears (specrej/packed.py): same math, row-invariant, switchable."""
+"""Prepacked oneDNN linears (specrej/engine/packed.py): same math, row-invariant, switchable."""
 import pytest
 import torch
 
-from specrej import packed
+from specrej.engine import packed
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
 

@@ -151,7 +151,7 @@ def test_n_auto_fills_the_budget_at_the_first_decision(tiny_lm, length_reward):
     from specrej import best_of_n, run_to_completion, speculative_rejection
     from specrej.arms import parse_arm
     from specrej.core.budget import BudgetError
-    from specrej.events import Round
+    from specrej.core.events import Round
 
     P = len(tiny_lm.render(PROMPT))
     shared = tiny_lm.shares_prefix
@@ -197,7 +197,7 @@ def test_a_coupled_run_larger_than_n_ref_replays_a_first_batch_beyond_it(tiny_lm
 
 
 def _gpu(seconds_at) -> "GpuStep":
-    from specrej.gpu_steps import GpuStep
+    from specrej.analysis.gpu_steps import GpuStep
 
     rows = (1, 8, 32, 128)
     return GpuStep("NVIDIA H200", "tiny", 1, "bfloat16", "cudagraphs", "2026-12-03", "2.11.0",
@@ -205,7 +205,7 @@ def _gpu(seconds_at) -> "GpuStep":
 
 
 def test_the_bench_prices_its_decode_steps_on_a_measured_gpu_step(tiny_lm, records):
-    """With a GPU step (``specrej.gpu_steps``), each point's steps are priced at it: a flat price gives the
+    """With a GPU step (``specrej.analysis.gpu_steps``), each point's steps are priced at it: a flat price gives the
     decode-step speed-up; a price linear in rows gives each point's time worked by hand from its rows per step,
     which sum to its generated tokens."""
     from specrej.bench.protocol import unrle

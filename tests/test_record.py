@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specrej import RunConfig, best_of_n, speculative_rejection
-from specrej.events import Finished, Progress, Round
+from specrej.core.events import Finished, Progress, Round
 from specrej.methods import race
 from specrej.record import Recording, RecordingError, decode, load, make_meta, record, replay
 

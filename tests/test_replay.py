@@ -150,7 +150,7 @@ def _sr(policy=None):
 
 
 def test_the_winners_fate_never_drawn_pruned_or_kept():
-    from specrej.compare import winner_fate
+    from specrej.analysis.compare import winner_fate
 
     fin, rounds = _sr()
     # decision 1 at token 4 keeps 1 ('f'), 3 ('e') and 4 ('dddd', finished): 2 goes

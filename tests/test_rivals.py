@@ -15,7 +15,7 @@ from specrej.methods.deepconf import (
     percentile,
 )
 from specrej.methods.stbon import inconsistency, most_consistent, vote
-from specrej.verdict import verdict
+from specrej.analysis.verdict import verdict
 
 
 def events(method: str, script: Script, cfg: RunConfig, *, refills: bool = True):

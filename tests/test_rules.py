@@ -11,7 +11,7 @@ from specrej.arms import ArmSpecError, parse_arm
 from specrej.bench.coupled import PrefixScorer, collect
 from specrej.bench.fit_rule import fit, logistic, samples
 from specrej.bench.simulate import simulate_sr
-from specrej.events import Finished, Round
+from specrej.core.events import Finished, Round
 from specrej.core.decisions import MemoryFull, decision_rule, rule_for
 from specrej.core.rules import FEATURES, RULES, CalibratedRule, Contender, PaperRule, features, get_rule
 

@@ -15,7 +15,7 @@ from specrej.core.budget import KVBudget
 from specrej.core.decisions import MemoryFull, Moment
 from specrej.core.rules import (KINDS, RULES, Contender, ScheduleRule, UpsideRule, WindowRule, get_rule, recent,
                                 rule_from_dict, upside_features)
-from specrej.events import Finished, Round
+from specrej.core.events import Finished, Round
 
 PROMPT = "Give me three tips for staying healthy."
 

@@ -8,7 +8,7 @@ from specrej import RunConfig, best_of_n, speculative_rejection, to_dict
 from specrej.bench.coupled import PrefixScorer, collect
 from specrej.bench.simulate import replay, simulate_sr
 from specrej.core.budget import KVBudget
-from specrej.events import Finished, Progress, Round
+from specrej.core.events import Finished, Progress, Round
 
 PROMPT = "Give me three tips for staying healthy."
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specrej import RewardError, RunConfig, load_reward
-from specrej.config import check_text
+from specrej.core.config import check_text
 from specrej.rewards import PreferenceReward
 
 LONE = ["\ud800", "a\udfffb", "tips \udc80 for", "🙂\ud83d"]   # the last: an emoji's high half, alone

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrej import Candidate, Finished, Ledger, Round
-from specrej.verdict import bon_curve, decode_cost, expected_pass_cost, from_race, place, verdict
+from specrej.analysis.verdict import bon_curve, decode_cost, expected_pass_cost, from_race, place, verdict
 
 
 def step(rows: int) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 from specrej import RunConfig
 from specrej.core.cost import StepCost
-from specrej.verdict import verdict
+from specrej.analysis.verdict import verdict
 
 from components import charts, panels
 from components.state.view import RunView

@@ -13,7 +13,7 @@ vllm = pytest.importorskip("vllm")
 
 from specrej import Finished, Round, RunConfig, load_generator, load_reward, race_arms, run_to_completion  # noqa: E402
 from specrej import best_of_n, speculative_rejection  # noqa: E402
-from specrej.events import Progress, to_dict  # noqa: E402
+from specrej.core.events import Progress, to_dict  # noqa: E402
 from specrej.methods import best_of_n_refill  # noqa: E402
 from specrej.backends.vllm import VllmEngine, load_vllm_generator  # noqa: E402
 
@@ -165,7 +165,7 @@ def test_paper_scale_measures_plans_and_races_on_vllm(vlm, monkeypatch, tmp_path
                                "SPECREJ_MAX_NEW_TOKENS": "32"}, trace_dir=str(tmp_path), min_frame_interval=0.0)
     plan = paper.plan(ctx, PROMPT)
     cost = ctx.step_costs[ctx.default_model]
-    from specrej.steptime import CALIBRATION_ROWS
+    from specrej.engine.steptime import CALIBRATION_ROWS
 
     assert cost.rows == CALIBRATION_ROWS and all(s > 0 for s in cost.seconds)
     assert plan.settings["n"] <= 8 and plan.settings["max_new_tokens"] <= 32 and plan.settings["sr_start"] == "auto"

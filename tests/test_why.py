@@ -1,4 +1,4 @@
-"""Why this speed-up (``specrej.why``) on hand-made coupled races, every number worked out by hand in the
+"""Why this speed-up (``specrej.analysis.why``) on hand-made coupled races, every number worked out by hand in the
 comments; the words the page puts beside the verdict (``components.panels.why_markdown``), live and
 replayed; and the box on the page's summary after a real tiny race."""
 from __future__ import annotations
@@ -7,13 +7,13 @@ import pytest
 
 from specrej import Candidate, Finished, Ledger, Round
 from specrej.arms import parse_arms
-from specrej.config import RunConfig
+from specrej.core.config import RunConfig
 from specrej.core.budget import KVBudget
 from specrej.core.cost import StepCost
-from specrej.verdict import from_race as verdict_from_race
-from specrej.why import (PAPER_FIRST_BATCH_CAP, causes_of, explain, outcome_of, paper_cap_prompt,
+from specrej.analysis.verdict import from_race as verdict_from_race
+from specrej.analysis.why import (PAPER_FIRST_BATCH_CAP, causes_of, explain, outcome_of, paper_cap_prompt,
                          paper_first_batch, paper_setting, signal_strength)
-from specrej.why import from_race as why_from_race
+from specrej.analysis.why import from_race as why_from_race
 
 
 # ---------------------------------------------------------------- hand-made races
@@ -272,7 +272,7 @@ def test_the_box_for_the_defaults_reads_aloud():
     assert "At the first decision (token 14) the partial reward ranked 29 answers with Spearman ρ = 0.52 (moderate" in text
     assert "Best-of-N's winner #0 was kept to the end." in text
     assert "What made it lose" not in text and "What kept the gain small" not in text
-    # the paper's setting, every number from specrej.why's cited constants
+    # the paper's setting, every number from specrej.analysis.why's cited constants
     assert ("Best-of-120 to Best-of-3,840 is 1 to 32 passes of 120 rows (run side by side on 1 to 32 GPUs" in text
             and "up to 1,000 rows on one GPU" in text and "shrink up to 32x" in text and "16-32x" in text)
     assert "barely more with more rows" in text and "on this machine it grows with them: 1.6x from 8 rows to 29." in text

@@ -42,9 +42,9 @@ from typing import Any
 
 import gradio as gr
 
-from specrej.config import env_int
+from specrej.core.config import env_int
 
-from . import gradio_private, surface
+from components.deploy import gradio_private, surface
 
 log = logging.getLogger("specrej.app")
 MAX_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_CLIENT"

@@ -26,8 +26,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..state.fields import excerpt, short
-from .clients import Guard
+from components.state.fields import excerpt, short
+from components.deploy.clients import Guard
 
 NOT_SERVED = "Not served by this deployment."   # the gate's 404 for a route off the public surface
 MALFORMED = "This request does not match the event it names: send the values the page sends (gradio_client does)."

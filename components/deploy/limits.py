@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from specrej.config import AUTO, RunConfig, env_int
+from specrej.core.config import AUTO, RunConfig, env_int
 
 
 class LimitError(ValueError):

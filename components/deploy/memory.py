@@ -60,7 +60,7 @@ class SessionSweeper:
 
     def sweep(self) -> int:
         """Forget the idle sessions now; how many went."""
-        from . import gradio_private
+        from components.deploy import gradio_private
 
         blocks = self._blocks()
         gone = gradio_private.drop_idle_sessions(blocks, self.idle_s) if blocks is not None else 0

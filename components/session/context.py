@@ -24,7 +24,7 @@ Environment:
   SPECREJ_MAX_* and SPECREJ_ALLOWED_MODELS: the deployment's limits and model policy
                        (``components.deploy.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_DTYPE        the generator's dtype: fp32 (default: coupled randomness is exact, and the recorded page
-                       races, fp32, are the races the page runs), bf16 or auto (``specrej.precision``)
+                       races, fp32, are the races the page runs), bf16 or auto (``specrej.engine.precision``)
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
                        written (atomically: a temp file in that folder, then a rename); unset: none
 """
@@ -40,12 +40,12 @@ from pathlib import Path
 from specrej import load_reward
 from specrej.backends import load_lm
 from specrej.arms import DEFAULT_ARMS, parse_arms
-from specrej.config import env_int
+from specrej.core.config import env_int
 from components.deploy.limits import Limits, ModelPolicy
-from specrej.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
+from specrej.engine.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
 from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, offered_kinds
 
-from ..state.shared import ASSETS, PAGE_RACES, PREFERENCE, model_label, reward_kind_label  # noqa: F401  (the names both wings read)
+from components.state.shared import ASSETS, PAGE_RACES, PREFERENCE, model_label, reward_kind_label  # noqa: F401  (the names both wings read)
 
 MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
 
@@ -191,8 +191,8 @@ class AppContext:
 
     def warm(self) -> None:
         """Load the default models now (on the app's torch thread), compiling the decoding step with the first
-        engine (``specrej.compiled.step_for``) and measuring it, so the first Run starts at once."""
-        from .worker import torch_worker
+        engine (``specrej.engine.compiled.step_for``) and measuring it, so the first Run starts at once."""
+        from components.session.worker import torch_worker
 
         lm, _ = torch_worker().call(lambda: get_models(*self.resolve(self.default_model, self.default_reward,
                                                                      self.default_preference), dtype=self.dtype))
@@ -224,21 +224,21 @@ class AppContext:
         return self.warm_thread
 
     def quiet_step(self, model: str, lm=None):
-        """This machine's decoding step for ``model`` (``specrej.steptime.measure``: the fastest of 3 steps at 1,
+        """This machine's decoding step for ``model`` (``specrej.engine.steptime.measure``: the fastest of 3 steps at 1,
         8, 32 and 128 rows, on the torch thread), measured on first use, then kept: the machine at its quietest.
         Measured once even when a Run asks while the warm-up measures it."""
         with self._quiet_lock:
             if model not in self.step_costs:
-                from specrej.steptime import measure
+                from specrej.engine.steptime import measure
 
-                from .worker import torch_worker
+                from components.session.worker import torch_worker
 
                 self.step_costs[model] = torch_worker().call(measure, lm or self.generator(model))
             return self.step_costs[model]
 
     def generator(self, model: str):
         """The generator ``model`` (loaded once per process), loaded on the torch thread."""
-        from .worker import torch_worker
+        from components.session.worker import torch_worker
 
         return torch_worker().call(lambda: get_models(*self.resolve(model, self.default_reward,
                                                                     self.default_preference), dtype=self.dtype)[0])

@@ -16,7 +16,7 @@ Before a race, on the app's torch thread:
    the estimate is past the deployment's time limit the race does not start live (``stream.updates`` plays
    the labelled recording of that same race where one exists, or says what would fit).
 
-The step times now also price the verdict (``specrej.verdict``): Best-of-N's curve in seconds on this
+The step times now also price the verdict (``specrej.analysis.verdict``): Best-of-N's curve in seconds on this
 machine as it is during the race. Nothing here knows Gradio.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ from specrej.backends import planned_budget
 from specrej.core.budget import KVBudget, sharing
 from specrej.core.cost import StepCost, race_seconds
 
-from .context import AppContext
-from .worker import torch_worker
+from components.session.context import AppContext
+from components.session.worker import torch_worker
 
 PROBE_ROWS = (8, 32)
 SLOW = 1.6            # a probe this many times the quiet step: try one thread
@@ -81,7 +81,7 @@ def _probe(lm, threads: int) -> list[float]:
     """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads``."""
     import torch
 
-    from specrej.steptime import measure
+    from specrej.engine.steptime import measure
 
     torch.set_num_threads(threads)
     return list(measure(lm, PROBE_ROWS, steps=2).seconds)

@@ -14,10 +14,10 @@ from specrej.core.budget import KVBudget, sharing
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.cost import StepCost, race_rows
 
-from .context import AppContext
-from ..state.shared import PAPER_SCALE, PaperPlan
-from .replay import find
-from .worker import torch_worker
+from components.session.context import AppContext
+from components.state.shared import PAPER_SCALE, PaperPlan
+from components.session.replay import find
+from components.session.worker import torch_worker
 
 FIT_SHARE = 0.5
 # The paper's protocol (auto first batch, memory-full decisions, alpha 0.5), smaller: each step halves the

@@ -20,10 +20,10 @@ from specrej.record import Recording, RecordingError, load, replay
 
 from specrej.core.cost import StepCost
 
-from ..state.fields import check_choice, check_text_field
-from ..state.shared import ASSETS, PACES, PAGE_RACES, model_label, reward_kind_label
-from ..state.update import Update
-from ..state.view import RunView
+from components.state.fields import check_choice, check_text_field
+from components.state.shared import ASSETS, PACES, PAGE_RACES, model_label, reward_kind_label
+from components.state.update import Update
+from components.state.view import RunView
 
 RECORDINGS = ASSETS / "recordings"
 

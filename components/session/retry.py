@@ -15,7 +15,7 @@ import torch
 
 from components.deploy.limits import smaller_budget
 
-from ..state.view import RunView
+from components.state.view import RunView
 
 log = logging.getLogger("specrej.app")
 

@@ -24,24 +24,24 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from specrej import Progress, RunConfig
-from specrej.config import AUTO
-from specrej.match import StopWhenMatched
+from specrej.core.config import AUTO
+from specrej.analysis.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
-from specrej.config import env_int
+from specrej.core.config import env_int
 from components.deploy.limits import PolicyError
 
-from ..state.request import REQUEST_FIELDS, RunRequest
-from ..state.update import Update
-from ..state.view import RunView
-from ..state.shared import CLASSROOM
-from .context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
-from . import replay
-from ..deploy import memory
-from .gpu import GPU
-from .retry import OutOfMemory, retry_on_oom
-from .trace import write_traces
-from . import pace
-from .worker import torch_worker
+from components.state.request import REQUEST_FIELDS, RunRequest
+from components.state.update import Update
+from components.state.view import RunView
+from components.state.shared import CLASSROOM
+from components.session.context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
+from components.session import replay
+from components.deploy import memory
+from components.session.gpu import GPU
+from components.session.retry import OutOfMemory, retry_on_oom
+from components.session.trace import write_traces
+from components.session import pace
+from components.session.worker import torch_worker
 
 log = logging.getLogger("specrej.app")
 GPU_DURATION = env_int("SPECREJ_GPU_DURATION", 120)
@@ -78,7 +78,7 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
     """``pace.fit`` for this race: this machine now and the race's expected time (None when it cannot measure:
     the race then runs as asked, and the verdict counts decoding steps instead of seconds). The measurement runs on the torch thread as one job; this
     handler waits for it but answers a cancel at once (the job is dropped if it has not started)."""
-    from .gpu import ZERO_GPU
+    from components.session.gpu import ZERO_GPU
 
     if ZERO_GPU:   # the race runs in ZeroGPU's own process on a GPU lent per call: this process cannot time it
         return None

@@ -8,8 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..state.summary import summary_dict
-from ..state.view import RunView
+from components.state.summary import summary_dict
+from components.state.view import RunView
 
 FORMAT = "specrej-trace/1"
 KEEP_S = 3600  # traces older than this are removed from the app's folder

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specrej.config import check_text
+from specrej.core.config import check_text
 
 EXCERPT_CHARS = 40        # of a value a client sent, in a message
 MAX_MESSAGE_CHARS = 200   # a refusal's whole message

@@ -18,11 +18,11 @@ from typing import Any
 
 from specrej import RunConfig
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
-from specrej.config import AUTO, DECISIONS
+from specrej.core.config import AUTO, DECISIONS
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
-from .fields import MAX_WHOLE, FieldError, Spec
+from components.state.fields import MAX_WHOLE, FieldError, Spec
 
 MAX_SEED = MAX_WHOLE
 MAX_ARMS = 5   # arm slots on the page: Best-of-N, two Speculative Rejection settings, the two rivals

@@ -6,8 +6,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrej import gpu_steps as _gpu_steps
-from specrej.models import EMBEDDED
+from specrej.analysis import gpu_steps as _gpu_steps
+from specrej.engine.models import EMBEDDED
 from specrej.rewards import REWARDS
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"

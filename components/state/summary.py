@@ -6,8 +6,8 @@ import dataclasses
 
 from specrej import Candidate
 
-from .shared import gpu_steps
-from .view import RunView
+from components.state.shared import gpu_steps
+from components.state.view import RunView
 
 
 def _cand(c: Candidate) -> dict:

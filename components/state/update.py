@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .view import RunView
+from components.state.view import RunView
 
 KINDS = ("error", "measuring", "start", "live", "end", "limit", "failure")
 

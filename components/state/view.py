@@ -15,12 +15,12 @@ from typing import Any, Sequence
 
 from specrej import Candidate, Finished, Ledger, Progress, Round, RunConfig, to_dict
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
-from specrej.compare import Comparison, best_finished, compare_all
+from specrej.analysis.compare import Comparison, best_finished, compare_all
 from specrej.core.cost import StepCost
-from specrej.gpu_steps import GpuStep, generator_params
-from specrej.gpu_steps import pick as pick_gpu
-from specrej.verdict import Verdict
-from specrej.verdict import from_race as verdict_from_race
+from specrej.analysis.gpu_steps import GpuStep, generator_params
+from specrej.analysis.gpu_steps import pick as pick_gpu
+from specrej.analysis.verdict import Verdict
+from specrej.analysis.verdict import from_race as verdict_from_race
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class RunView:
         return sorted(self.arms.values(), key=lambda a: not a.prunes)
 
     def verdicts(self, cost: StepCost | None = None) -> dict[str, Verdict]:
-        """Every pruning arm placed on the baseline's Best-of-N curve (``specrej.verdict``), once all are
+        """Every pruning arm placed on the baseline's Best-of-N curve (``specrej.analysis.verdict``), once all are
         finished and the baseline wrote every answer; priced at ``cost`` (default: ``step``, this machine's;
         without either, one unit per step)."""
         if not self.done:
@@ -160,7 +160,7 @@ class RunView:
         return out
 
     def gpu_step(self, measured: Sequence[GpuStep]) -> GpuStep | None:
-        """The GPU step measured for this race's generator (``specrej.gpu_steps.pick``), once it is done."""
+        """The GPU step measured for this race's generator (``specrej.analysis.gpu_steps.pick``), once it is done."""
         if not self.done or not measured:
             return None
         return pick_gpu(measured, generator_params(self.arms[self.baseline].finished.ledger))
@@ -171,7 +171,7 @@ class RunView:
         return gpu, (self.verdicts(gpu.cost) if gpu is not None else {})
 
     def comparisons(self) -> dict[str, Comparison]:
-        """Every other arm against the baseline (``specrej.compare``), once all are finished."""
+        """Every other arm against the baseline (``specrej.analysis.compare``), once all are finished."""
         if not self.done:
             return {}
         return compare_all({a: v.finished for a, v in self.arms.items()},

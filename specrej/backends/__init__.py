@@ -172,7 +172,7 @@ class LanguageModel(Protocol):
 
 def _load_transformers(spec: str, *, trust_remote_code: bool = False, dtype: str | None = None,
                        kv_slots: int | None = None) -> LanguageModel:
-    from ..models import load_generator
+    from ..engine.models import load_generator
 
     return load_generator(spec, trust_remote_code=trust_remote_code, dtype=dtype)
 

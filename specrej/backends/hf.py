@@ -28,13 +28,13 @@ from typing import Callable
 
 import torch
 
-from .. import compiled
-from ..config import RunConfig
+from ..engine import compiled
+from ..core.config import RunConfig
 from ..core.budget import cpu_budget
-from ..kvcache import grow_in_place
-from ..models import LM
-from ..packed import PackedLinear, lone_row_padded
-from ..shared_prefix import SharedPrefixCache
+from ..engine.kvcache import grow_in_place
+from ..engine.models import LM
+from ..engine.packed import PackedLinear, lone_row_padded
+from ..engine.shared_prefix import SharedPrefixCache
 from . import Done, Sampling
 
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits

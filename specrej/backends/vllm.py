@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.budget import cpu_budget
-from ..models import ModelSpecError, _dequantised_copy, render_chat, resolve_spec
+from ..engine.models import ModelSpecError, _dequantised_copy, render_chat, resolve_spec
 from . import Done, Sampling
 
 DEFAULT_BLOCK_SIZE = 16

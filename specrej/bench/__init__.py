@@ -7,7 +7,7 @@ Run it as ``python -m specrej.bench [--quick]`` (``--help`` lists the options), 
 The protocol (``protocol``), per prompt:
 
 - the reference: one coupled Best-of-N_ref run (in one batch; its tokens do not depend on it);
-- Best-of-k for every k <= N_ref by order statistics (``specrej.curve``): the expected best of k
+- Best-of-k for every k <= N_ref by order statistics (``specrej.analysis.curve``): the expected best of k
   random candidates, and the expected compute of Best-of-k under the memory budget (passes of
   the rows that fit at full length) in tokens, FLOPs, decode steps, and wall time modelled from
   step times measured at the budgeted batch;
@@ -21,7 +21,7 @@ its best, with 90% bootstrap intervals; relative compute; the speed-up at equal 
 decode steps (against fixed passes, refilled slots and a paged KV cache, each with an interval),
 FLOPs and wall time (a lower bound when SR beats Best-of-N_ref), what became of Best-of-N's winner
 (kept, pruned at decision d, never drawn), the oracle ceiling at each point, and the Spearman of
-partial against final reward at each decision (``specrej.compare``). The simulator (``simulate``)
+partial against final reward at each decision (``specrej.analysis.compare``). The simulator (``simulate``)
 is the live method driving a replay of one coupled run (``backends.replay``); ``reward_study``
 uses it to compare reward kinds.
 

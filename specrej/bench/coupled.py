@@ -7,7 +7,7 @@ model again:
 - the reward of every candidate at every prefix (a partial reward at any decision length),
   for any reward kind: text rewards read ``decode(tokens[:t])``; the confidence rewards read the
   cumulative log-probability / self-certainty kept here per position;
-- the Best-of-N curve by order statistics (``specrej.curve``);
+- the Best-of-N curve by order statistics (``specrej.analysis.curve``);
 - Speculative Rejection replayed offline at any budget, alpha and first decision
   (``specrej.bench.simulate``: the live methods driving a replay of this run,
   ``backends.replay``): a cheap way to choose defaults and to score rules.
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from ..config import RunConfig
+from ..core.config import RunConfig
 from ..backends.replay import MemoReward, recorded_stats
-from ..models import LM
+from ..engine.models import LM
 from ..rewards import Reward, TokenStats, checked
 
 
@@ -150,7 +150,7 @@ def load_runs(path: Path) -> tuple[dict, list[CoupledRun]]:
 def partial_spearman(runs, scorers, t: int) -> list[float]:
     """Spearman(partial reward after ``t`` tokens, final reward) over each run's candidates still writing
     at ``t`` (longer than ``t``), one per run; a run with fewer than 3 such candidates is left out."""
-    from ..metrics import spearman
+    from ..analysis.metrics import spearman
 
     rhos = []
     for run, scorer in zip(runs, scorers):

@@ -27,13 +27,13 @@ from dataclasses import replace
 
 import torch
 
-from ..config import RunConfig
+from ..core.config import RunConfig
 from ..backends.hf import Engine, Sampling
 from ..core.budget import KVBudget
 from ..core.cost import flops
-from ..events import Finished
+from ..core.events import Finished
 from ..methods import speculative_rejection
-from ..steptime import _sync, time_steps
+from ..engine.steptime import _sync, time_steps
 from .reference import speculative_rejection_reference_style
 
 

@@ -211,7 +211,7 @@ def table(runs, scorers, lm, reward, rules, *, budget: int, points, max_new_toke
     out-of-sample estimate); ``fitters``: {name: f(runs, scorers) -> rule}, refitted so for each prompt.
     ``n_ref``: Best-of-N's candidates are each run's first n_ref (default: all; a run of more candidates
     replays a larger first batch)."""
-    from ..config import RunConfig
+    from ..core.config import RunConfig
     from .protocol import aggregate, run_prompt
     from .report import paper_table
 
@@ -233,7 +233,7 @@ def table(runs, scorers, lm, reward, rules, *, budget: int, points, max_new_toke
 
 
 def _load(path: str, reward_spec: str, model: str):
-    from ..models import load_generator
+    from ..engine.models import load_generator
     from ..rewards import load_reward
     from .coupled import PrefixScorer, load_runs
 

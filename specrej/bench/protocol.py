@@ -6,7 +6,7 @@ Per prompt:
 1. **The reference**: one coupled Best-of-N_ref run. It runs as one batch (faster than passes;
    its tokens do not depend on the batch), so its wall time is not a budgeted one. What the
    curve needs from it is every candidate's final score and length.
-2. **The Best-of-N curve** for every k <= N_ref by order statistics (``specrej.curve``): the
+2. **The Best-of-N curve** for every k <= N_ref by order statistics (``specrej.analysis.curve``): the
    expected best of k random candidates, and the expected compute of Best-of-k *under the
    budget*: tokens, FLOPs, decode steps in fixed passes of the rows that fit at full length,
    decode steps with those slots refilled as answers end (static refill), decode steps with a
@@ -33,16 +33,16 @@ from typing import Callable
 
 import torch
 
-from ..compare import decision_rank, live_at_decision, winner_fate
-from ..config import AUTO, RunConfig
+from ..analysis.compare import decision_rank, live_at_decision, winner_fate
+from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
 from ..core.cost import StepCost, flops
 from ..core.oracle import OracleRule
-from ..curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, improvement, improvement_gains,
+from ..analysis.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, improvement, improvement_gains,
                      speedups)
-from ..events import Finished, Round
+from ..core.events import Finished, Round
 from ..methods import speculative_rejection
-from ..metrics import bootstrap_ci, speedup
+from ..analysis.metrics import bootstrap_ci, speedup
 from .coupled import CoupledRun, PrefixScorer, collect
 from .simulate import simulate_sr
 
@@ -310,7 +310,7 @@ def unrle(runs) -> list[int]:
 
 
 def gpu_priced(records: list[dict], gpu, curve: list[dict], runs: list[PromptRun], points: list[dict]) -> dict | None:
-    """Decode steps priced on a GPU's measured step (``specrej.gpu_steps.GpuStep``), as the page's second reading:
+    """Decode steps priced on a GPU's measured step (``specrej.analysis.gpu_steps.GpuStep``), as the page's second reading:
     Best-of-k's passes (``curve.bon_point``, the rows decoding at each step) and each point's own steps
     (``profile``: its rows at each step), each step at the GPU's time for its rows; the speed-up at equal
     improvement score by the same interpolation as the other measures. Adds ``speedup_gpu`` and ``gpu_s`` to each
@@ -345,7 +345,7 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
     bound when the method beats Best-of-N_ref; ``speedup_<m>_ci90``: the speed-up at each end of the
     improvement's 90% interval. The improvement score comes raw and capped (each prompt's best at most
     Best-of-N_ref's), each with a 90% bootstrap interval over prompts; beside it the oracle ceiling and
-    the gap to it, and Best-of-N_ref's winner's fate on each prompt. ``gpu``: a ``specrej.gpu_steps.GpuStep``
+    the gap to it, and Best-of-N_ref's winner's fate on each prompt. ``gpu``: a ``specrej.analysis.gpu_steps.GpuStep``
     for this generator: the decode steps priced on it as well (``gpu_priced``)."""
     if not records:
         raise ValueError("no prompt results to aggregate")

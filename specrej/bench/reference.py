@@ -22,12 +22,12 @@ from typing import Iterator
 
 import torch
 
-from ..config import RunConfig
+from ..core.config import RunConfig
 from ..backends.hf import Engine, Rows
-from ..kvcache import grow_in_place
-from ..events import Event
+from ..engine.kvcache import grow_in_place
+from ..core.events import Event
 from ..methods import speculative_rejection
-from ..models import LM
+from ..engine.models import LM
 from ..rewards import Reward
 
 

@@ -27,8 +27,8 @@ REWARD_KINDS = ["preference", "sentiment", "confidence", "self-certainty"]
 def collect_main(args) -> None:
     import torch
 
-    from ..config import RunConfig
-    from ..models import load_generator
+    from ..core.config import RunConfig
+    from ..engine.models import load_generator
     from .coupled import collect, save_runs
     from .prompts import load_prompts
 
@@ -86,7 +86,7 @@ def main(argv=None) -> None:
 
 def analyse_run(lm, reward, runs, *, ks, budgets, alphas, first_decisions, max_new_tokens) -> dict:
     """Curve, rank correlations and simulated Speculative Rejection for one reward on the collected runs."""
-    from ..curve import PromptRun, bon_curve, curves_by_measure, improvement, speedups
+    from ..analysis.curve import PromptRun, bon_curve, curves_by_measure, improvement, speedups
     from .coupled import PrefixScorer, partial_spearman
     from ..core.budget import KVBudget
     from ..core.cost import flops
@@ -151,7 +151,7 @@ def table(res: dict) -> str:
 def analyse_main(args) -> None:
     import torch
 
-    from ..models import load_generator
+    from ..engine.models import load_generator
     from ..rewards import load_reward
     from .coupled import load_runs
 

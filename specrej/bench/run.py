@@ -147,9 +147,9 @@ def _state():
 
 
 def _gpu_step(where: str | None, params: int):
-    """The GPU step measured for a generator of ``params`` parameters (``specrej.gpu_steps.pick``) in ``where``
+    """The GPU step measured for a generator of ``params`` parameters (``specrej.analysis.gpu_steps.pick``) in ``where``
     (a JSON or a folder; default: the checkout's ``assets/gpu``), or None."""
-    from .. import gpu_steps
+    from ..analysis import gpu_steps
 
     path = Path(where) if where else Path(__file__).resolve().parents[2] / "assets" / "gpu"
     try:
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     torch.set_num_threads(threads)
 
     from ..core.budget import BudgetError, KVBudget, sharing
-    from ..config import RunConfig
+    from ..core.config import RunConfig
     from ..backends import load_lm
     from ..rewards import load_reward
     from .coupled import save_runs

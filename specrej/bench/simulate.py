@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from ..backends.replay import Replay
-from ..compare import Fate, decision_rank, live_at_decision, winner_fate
+from ..analysis.compare import Fate, decision_rank, live_at_decision, winner_fate
 from ..core.config import RunConfig
 from ..core import cost
 from ..core.decisions import DecisionRule, decision_rule

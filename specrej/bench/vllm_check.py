@@ -23,7 +23,7 @@ import json
 import statistics
 import time
 
-from ..config import RunConfig
+from ..core.config import RunConfig
 from ..methods import best_of_n, best_of_n_refill, run_to_completion, speculative_rejection
 from .prompts import load_prompts
 

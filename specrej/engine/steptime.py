@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from .backends.hf import Sampling
-from .core.budget import KVBudget, sharing
-from .core.cost import StepCost
+from ..backends.hf import Sampling
+from ..core.budget import KVBudget, sharing
+from ..core.cost import StepCost
 
 CALIBRATION_ROWS = (1, 8, 32, 128)
 

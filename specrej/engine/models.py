@@ -103,7 +103,7 @@ class LM:
     @property
     def backend(self):
         """The transformers engine (``backends.hf.Engine``)."""
-        from .backends.hf import Engine
+        from ..backends.hf import Engine
 
         return Engine
 

@@ -5,7 +5,7 @@ variant (``eager``, ``compiled``, ``cudagraphs``), the median ms of a decoding s
 module reads such files (``assets/gpu/*.json`` for the page) into ``GpuStep``: a ``core.cost.StepCost`` with
 where and how it was measured. A race run here (or replayed) can then be priced on that step as well as on
 this machine's: the same decoding steps, the same rows at each, the same passes and memory budget, each step
-priced at the GPU's time for its rows (``specrej.verdict.from_race`` with ``GpuStep.cost.step``).
+priced at the GPU's time for its rows (``specrej.analysis.verdict.from_race`` with ``GpuStep.cost.step``).
 
 Only real measurements price anything: a file from the CPU dry run (``device`` is not ``cuda``, or
 ``tiny``) is skipped, and so is one whose model is not the race's (``GpuStep.matches``: the same parameter
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .core.cost import StepCost
+from ..core.cost import StepCost
 
 log = logging.getLogger(__name__)
 

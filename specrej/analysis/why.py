@@ -1,6 +1,6 @@
 """Why this speed-up: the reasons behind one race's verdict, from the race's own numbers. No torch, no UI.
 
-The verdict (``specrej.verdict``) is a ratio of two times at equal reward: Best-of-k's (k read off
+The verdict (``specrej.analysis.verdict``) is a ratio of two times at equal reward: Best-of-k's (k read off
 Best-of-N's curve) over Speculative Rejection's. It factors exactly into what a lecturer can name::
 
     speed-up = (Best-of-k's decoding steps / Speculative Rejection's)          the steps it saved
@@ -40,9 +40,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 from .compare import Fate, decision_rank, final_scores, live_at_decision, winner_fate
-from .core.budget import KVBudget
-from .core.cost import StepCost, passes
-from .events import Finished, Round
+from ..core.budget import KVBudget
+from ..core.cost import StepCost, passes
+from ..core.events import Finished, Round
 from .verdict import Verdict, place
 
 LITTLE = 1.5        # a speed-up below this "gains little": the page does not sell it as the paper's effect

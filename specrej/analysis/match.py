@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .compare import best_finished
-from .events import Event, Finished, Ledger, Match
+from ..core.events import Event, Finished, Ledger, Match
 
 
 def _best_finished(candidates) -> tuple[float | None, int]:

@@ -41,8 +41,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .core.budget import KVBudget
-from .core.cost import expected_pass_cost, passes
+from ..core.budget import KVBudget
+from ..core.cost import expected_pass_cost, passes
 from .metrics import SpeedUp, speedup
 
 MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "wall")

@@ -30,7 +30,7 @@ import torch
 
 from .packed import lone_row_padded
 
-log = logging.getLogger("specrej.compiled")
+log = logging.getLogger("specrej.engine.compiled")
 COMPILE_ENV = "SPECREJ_COMPILE"
 CHUNK = 32            # own-token buffers grow by this many positions
 FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}

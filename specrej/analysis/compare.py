@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Sequence
 
-from .events import Candidate, Event, Finished, Round
+from ..core.events import Candidate, Event, Finished, Round
 from .metrics import spearman
 
 
