@@ -44,11 +44,11 @@ class IdText:
 
 
 def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool):
-    """The config's model with random weights, as a ``specrej.engine.models.LM`` (shared-prefix attention installed)."""
+    """The config's model with random weights, as a ``specrej.backends.hf.LM`` (shared-prefix attention installed)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from specrej.engine import shared_prefix
-    from specrej.engine.models import LM
+    from specrej.backends.hf import LM
 
     spec = {k: v for k, v in json.loads(CONFIGS[name].read_text()).items() if not k.startswith("_")}
     if tiny:   # the same family at a size a CPU builds in a second
@@ -64,10 +64,10 @@ def build(name: str, device: torch.device, dtype: torch.dtype, tiny: bool):
 
 
 def step_ms(lm, step, rows: int, steps: int) -> float:
-    """Median ms of ``steps`` decoding steps at ``rows`` rows (``specrej.engine.steptime.time_steps``, after its warm-up
+    """Median ms of ``steps`` decoding steps at ``rows`` rows (``specrej.backends.steptime.time_steps``, after its warm-up
     step) with ``step`` (a ``compiled.Step``, or None for the eager forward)."""
     from specrej.engine import compiled
-    from specrej.engine.steptime import time_steps
+    from specrej.backends.steptime import time_steps
 
     compiled.use(lm.model, step)
     return 1000 * statistics.median(time_steps(lm, list(range(3, 3 + PROMPT_TOKENS)), rows, steps)[0])

@@ -12,7 +12,7 @@ too (the same dequantised numbers the engine runs) and at the file's own.
 For each file and row count: the prompt is decoded once into sequence 0 and shared with every other sequence
 (``llama_memory_seq_cp``: one unified KV cache, like this engine's shared prompt); then every step decodes one
 token for each of the ``rows`` sequences in one batch (``llama_decode``), logits for every row. Printed: the
-median ms of a batch step and tokens/s, beside this engine's step (``specrej.engine.steptime.time_steps``: sampling
+median ms of a batch step and tokens/s, beside this engine's step (``specrej.backends.steptime.time_steps``: sampling
 included, which llama.cpp's batch step leaves out) in fp32 and bf16, compiled (the default) and eager.
 """
 from __future__ import annotations
@@ -107,7 +107,7 @@ def llama_steps(ll, path: Path, ids: list[int], rows: int, steps: int, threads: 
 def engine_step(dtype: str, compiled_step: bool, ids: list[int], rows: int, steps: int) -> float:
     from specrej.engine import compiled
     from specrej import load_generator
-    from specrej.engine.steptime import time_steps
+    from specrej.backends.steptime import time_steps
 
     lm = load_generator("embedded", dtype=dtype)
     st = compiled.step_for(lm.model)              # built (and compiled) once per model

@@ -17,7 +17,7 @@ from specrej.bench.coupled import PrefixScorer, load_runs
 from specrej.bench.protocol import sr_rows
 from specrej.bench.simulate import simulate_sr
 from specrej.methods import run_to_completion
-from specrej.engine.models import load_generator
+from specrej.backends.hf import load_generator
 from specrej.rewards import load_reward
 
 

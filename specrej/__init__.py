@@ -19,7 +19,8 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
     "RunConfig": ".core.config",
     **dict.fromkeys(["Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict"], ".core.events"),
     **dict.fromkeys(["METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection"], ".methods"),
-    **dict.fromkeys(["LM", "ModelSpecError", "load_generator"], ".engine.models"),
+    **dict.fromkeys(["LM", "load_generator"], ".backends.hf"),
+    "ModelSpecError": ".engine.models",
     **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "load_reward"], ".rewards"),
 }
 

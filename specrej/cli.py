@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows)", file=sys.stderr)
         step_cost = None
         if record:   # this machine's decoding step, so that a replay prices Best-of-N's curve in seconds here
-            from .engine.steptime import measure
+            from .backends.steptime import measure
 
             cost = measure(lm, steps=3)
             step_cost = {"rows": list(cost.rows), "seconds": list(cost.seconds)}

@@ -106,7 +106,7 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     from specrej.core.cost import StepCost
 
     measured = ctx.quiet_step(ctx.default_model)     # measured for real on the tiny model
-    from specrej.engine.steptime import CALIBRATION_ROWS
+    from specrej.backends.steptime import CALIBRATION_ROWS
 
     assert measured.rows == CALIBRATION_ROWS and all(s > 0 for s in measured.seconds)
 

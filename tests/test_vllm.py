@@ -165,7 +165,7 @@ def test_paper_scale_measures_plans_and_races_on_vllm(vlm, monkeypatch, tmp_path
                                "SPECREJ_MAX_NEW_TOKENS": "32"}, trace_dir=str(tmp_path), min_frame_interval=0.0)
     plan = paper.plan(ctx, PROMPT)
     cost = ctx.step_costs[ctx.default_model]
-    from specrej.engine.steptime import CALIBRATION_ROWS
+    from specrej.backends.steptime import CALIBRATION_ROWS
 
     assert cost.rows == CALIBRATION_ROWS and all(s > 0 for s in cost.seconds)
     assert plan.settings["n"] <= 8 and plan.settings["max_new_tokens"] <= 32 and plan.settings["sr_start"] == "auto"

@@ -224,12 +224,12 @@ class AppContext:
         return self.warm_thread
 
     def quiet_step(self, model: str, lm=None):
-        """This machine's decoding step for ``model`` (``specrej.engine.steptime.measure``: the fastest of 3 steps at 1,
+        """This machine's decoding step for ``model`` (``specrej.backends.steptime.measure``: the fastest of 3 steps at 1,
         8, 32 and 128 rows, on the torch thread), measured on first use, then kept: the machine at its quietest.
         Measured once even when a Run asks while the warm-up measures it."""
         with self._quiet_lock:
             if model not in self.step_costs:
-                from specrej.engine.steptime import measure
+                from specrej.backends.steptime import measure
 
                 from components.session.worker import torch_worker
 

@@ -81,7 +81,7 @@ def _probe(lm, threads: int) -> list[float]:
     """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads``."""
     import torch
 
-    from specrej.engine.steptime import measure
+    from specrej.backends.steptime import measure
 
     torch.set_num_threads(threads)
     return list(measure(lm, PROBE_ROWS, steps=2).seconds)

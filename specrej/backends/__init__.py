@@ -6,7 +6,7 @@ turns one prompt into many sampled continuations. It knows tokens, not rewards, 
 the methods (``specrej.methods``) decide which rows live, with the scheduling core
 (``specrej.core``), whose budget turns the rows' lengths into KV slots. Implementations:
 
-- ``hf.Engine``: the transformers engine (the default; CPU or one GPU), ``models.LM``'s backend;
+- ``hf.Engine``: the transformers engine (the default; CPU or one GPU), ``hf.LM``'s backend;
 - ``specrej.bench.reference.RefEngine``: that engine re-prefilling at every decision, as the
   paper's reference code does (for the bench's comparison);
 - ``vllm.VllmEngine``: vLLM's ``LLMEngine`` (paged KV cache, prefix caching), ``vllm.VllmLM``'s backend;
@@ -134,7 +134,7 @@ class BackendFactory(Protocol):
 
 
 class LanguageModel(Protocol):
-    """The generator as the methods, the budget and the ledger read it (``models.LM``, ``vllm.VllmLM``)."""
+    """The generator as the methods, the budget and the ledger read it (``hf.LM``, ``vllm.VllmLM``)."""
 
     name: str                     # its spec (the trace's "model")
     tokenizer: object             # the Hugging Face tokenizer (the bench's reference engine re-tokenises)
@@ -172,7 +172,7 @@ class LanguageModel(Protocol):
 
 def _load_transformers(spec: str, *, trust_remote_code: bool = False, dtype: str | None = None,
                        kv_slots: int | None = None) -> LanguageModel:
-    from ..engine.models import load_generator
+    from .hf import load_generator
 
     return load_generator(spec, trust_remote_code=trust_remote_code, dtype=dtype)
 

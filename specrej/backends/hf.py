@@ -1,4 +1,5 @@
-"""The batched decoder both methods share.
+"""The transformers backend: ``LM`` (a loaded model and its tokenizer, from ``load_generator``) and the
+batched decoder both methods share, ``Engine``.
 
 Contract: the engine turns one prompt into many sampled continuations. It knows nothing about
 rewards, rounds or budgets; the methods decide which rows live. It knows tokens, not text,
@@ -24,18 +25,90 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from ..engine import compiled
-from ..core.config import RunConfig
 from ..core.budget import cpu_budget
+from ..core.config import RunConfig
+from ..engine import compiled, precision
 from ..engine.kvcache import grow_in_place
-from ..engine.models import LM
+from ..engine.models import EMBEDDED, default_device, load_weights, render_chat
 from ..engine.packed import PackedLinear, lone_row_padded
 from ..engine.shared_prefix import SharedPrefixCache
 from . import Done, Sampling
+
+
+@dataclass
+class LM:
+    """A causal LM and its tokenizer, ready for the engine (a ``backends.LanguageModel``)."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    eos_ids: frozenset[int]
+    shares_prefix: bool = False   # the shared-prefix attention is installed: rows can share the prompt's cache
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_positions(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    @property
+    def kv_bytes_per_slot(self) -> int:
+        """Bytes of KV cache one token of one row takes (keys and values, every layer)."""
+        c = self.model.config
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        elem = torch.finfo(self.model.dtype).bits // 8
+        return 2 * c.num_hidden_layers * kv_heads * head_dim * elem
+
+    @property
+    def backend(self):
+        """The transformers engine (``Engine``, below)."""
+        return Engine
+
+    def render(self, prompt: str) -> list[int]:
+        """Token ids of the prompt through the chat template (as is for base models)."""
+        return render_chat(self.tokenizer, prompt)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+_lock = threading.Lock()
+_loaded: dict[tuple, LM] = {}
+
+
+def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False, dtype: str | None = None) -> LM:
+    """Load (once per process and dtype) the generator named by ``spec``.
+
+    ``dtype``: "auto" (default, or ``SPECREJ_DTYPE``), "fp32" or "bf16"; see ``precision``."""
+    torch_dtype = precision.resolve(dtype, default_device())
+    key = (spec, trust_remote_code, torch_dtype)
+    with _lock:
+        if key not in _loaded:
+            model, tokenizer, eos, shares = load_weights(spec, trust_remote_code, torch_dtype)
+            _loaded[key] = LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=eos, shares_prefix=shares)
+        return _loaded[key]
+
 
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
 

@@ -26,7 +26,7 @@ import torch
 
 from ..core.config import RunConfig
 from ..backends.replay import MemoReward, recorded_stats
-from ..engine.models import LM
+from ..backends.hf import LM
 from ..rewards import Reward, TokenStats, checked
 
 

@@ -33,7 +33,7 @@ from ..core.budget import KVBudget
 from ..core.cost import flops
 from ..core.events import Finished
 from ..methods import speculative_rejection
-from ..engine.steptime import _sync, time_steps
+from ..backends.steptime import _sync, time_steps
 from .reference import speculative_rejection_reference_style
 
 

@@ -233,7 +233,7 @@ def table(runs, scorers, lm, reward, rules, *, budget: int, points, max_new_toke
 
 
 def _load(path: str, reward_spec: str, model: str):
-    from ..engine.models import load_generator
+    from ..backends.hf import load_generator
     from ..rewards import load_reward
     from .coupled import PrefixScorer, load_runs
 

@@ -27,7 +27,7 @@ from ..backends.hf import Engine, Rows
 from ..engine.kvcache import grow_in_place
 from ..core.events import Event
 from ..methods import speculative_rejection
-from ..engine.models import LM
+from ..backends.hf import LM
 from ..rewards import Reward
 
 

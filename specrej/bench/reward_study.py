@@ -28,7 +28,7 @@ def collect_main(args) -> None:
     import torch
 
     from ..core.config import RunConfig
-    from ..engine.models import load_generator
+    from ..backends.hf import load_generator
     from .coupled import collect, save_runs
     from .prompts import load_prompts
 
@@ -151,7 +151,7 @@ def table(res: dict) -> str:
 def analyse_main(args) -> None:
     import torch
 
-    from ..engine.models import load_generator
+    from ..backends.hf import load_generator
     from ..rewards import load_reward
     from .coupled import load_runs
 

@@ -122,7 +122,7 @@ class StepCost:
     fitted points are joined linearly; below the smallest, its time (by monotonicity, a bound from
     above); beyond the largest (``extrapolates``), the last fitted segment's slope, which is never
     negative: a step's cost assumed to grow at most linearly in its rows, never measured there. One
-    measured size: that time at every size. The app measures it (``specrej.engine.steptime.measure``), the
+    measured size: that time at every size. The app measures it (``specrej.backends.steptime.measure``), the
     bench from its real passes (``from_passes``). ``rows`` and ``seconds`` stay as measured."""
 
     rows: tuple[int, ...]

@@ -8,7 +8,7 @@ dequantised once and cached as safetensors under ``SPECREJ_CACHE`` (default
 faster, fp32 otherwise (``dtype``, ``SPECREJ_DTYPE``: see ``precision``). Llama/Mistral/Qwen-style
 models get the shared-prefix attention (``shared_prefix``), so rows can share the prompt's cache.
 
-This module knows nothing about sampling or rewards; ``LM`` is a thin handle that renders a
+This module knows nothing about sampling or rewards; ``backends.hf.LM`` is the thin handle that renders a
 prompt to token ids and describes the model's size for the compute ledger.
 """
 from __future__ import annotations
@@ -18,8 +18,6 @@ import importlib.util
 import os
 import shutil
 import tempfile
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -61,76 +59,6 @@ def render_chat(tokenizer, prompt: str) -> list[int]:
     return tokenizer(prompt)["input_ids"]
 
 
-@dataclass
-class LM:
-    """A causal LM and its tokenizer, ready for the engine (a ``backends.LanguageModel``)."""
-
-    name: str
-    model: torch.nn.Module
-    tokenizer: object
-    eos_ids: frozenset[int]
-    shares_prefix: bool = False   # the shared-prefix attention is installed: rows can share the prompt's cache
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.get_input_embeddings().weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.model.dtype
-
-    @property
-    def n_params(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
-
-    @property
-    def vocab_size(self) -> int:
-        return self.model.get_output_embeddings().weight.shape[0]
-
-    @property
-    def max_positions(self) -> int | None:
-        return getattr(self.model.config, "max_position_embeddings", None)
-
-    @property
-    def kv_bytes_per_slot(self) -> int:
-        """Bytes of KV cache one token of one row takes (keys and values, every layer)."""
-        c = self.model.config
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-        elem = torch.finfo(self.model.dtype).bits // 8
-        return 2 * c.num_hidden_layers * kv_heads * head_dim * elem
-
-    @property
-    def backend(self):
-        """The transformers engine (``backends.hf.Engine``)."""
-        from ..backends.hf import Engine
-
-        return Engine
-
-    def render(self, prompt: str) -> list[int]:
-        """Token ids of the prompt through the chat template (as is for base models)."""
-        return render_chat(self.tokenizer, prompt)
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-
-_lock = threading.Lock()
-_loaded: dict[tuple, LM] = {}
-
-
-def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False, dtype: str | None = None) -> LM:
-    """Load (once per process and dtype) the generator named by ``spec``.
-
-    ``dtype``: "auto" (default, or ``SPECREJ_DTYPE``), "fp32" or "bf16"; see ``precision``."""
-    torch_dtype = precision.resolve(dtype, default_device())
-    key = (spec, trust_remote_code, torch_dtype)
-    with _lock:
-        if key not in _loaded:
-            _loaded[key] = _load(spec, trust_remote_code, torch_dtype)
-        return _loaded[key]
-
-
 def resolve_spec(spec: str) -> tuple[str, str | None]:
     """(folder or hub id, gguf file name or None) for a spec; raises ModelSpecError."""
     if not isinstance(spec, str) or not spec.strip():
@@ -161,7 +89,9 @@ def resolve_spec(spec: str) -> tuple[str, str | None]:
     )
 
 
-def _load(spec: str, trust_remote_code: bool, dtype: torch.dtype) -> LM:
+def load_weights(spec: str, trust_remote_code: bool, dtype: torch.dtype) -> tuple[torch.nn.Module, object, frozenset[int], bool]:
+    """(model, tokenizer, end-of-sequence ids, shares the prompt's cache) for a spec: the weights loaded,
+    prepacked and given the shared-prefix attention; ``backends.hf.load_generator`` wraps them in an ``LM``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source, gguf = resolve_spec(spec)
@@ -183,7 +113,7 @@ def _load(spec: str, trust_remote_code: bool, dtype: torch.dtype) -> LM:
             eos.update(ids if isinstance(ids, (list, tuple)) else [ids])
     packed.pack(model)            # CPU fp32: weights prepacked for oneDNN (a faster decoding step)
     shares = shared_prefix.install(model)
-    return LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=frozenset(eos), shares_prefix=shares)
+    return model, tokenizer, frozenset(eos), shares
 
 
 def _dequantised_copy(gguf_path: Path) -> Path:

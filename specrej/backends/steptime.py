@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from ..backends.hf import Sampling
+from . import Sampling
 from ..core.budget import KVBudget, sharing
 from ..core.cost import StepCost
 
