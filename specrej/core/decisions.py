@@ -7,7 +7,7 @@ A rule answers two questions for the methods (``specrej.methods``), live or repl
   how many are live, the slots a row will hold after the next step and when the last decision was.
 - ``select(live, finished, cap)``: rank the contenders (``core.rules.Contender``) with the
   policy's rejection rule (``core.rules``: the paper's, highest partial reward, or another) and
-  keep the top ``keep_count`` (the rule's own ``keep_count`` where it has one: a schedule;
+  keep the top ``keep_count`` (the rule's ``keep_count``: the paper's, or a schedule's own;
   finished candidates compete too unless ``keep_finished``); if more kept live rows remain than
   memory can hold (``cap``), memory forces more pruning, lowest-ranked first (``Selection.forced``).
 - ``probe(moment)``: score the live rows before the next step without deciding? Only for a rule
@@ -26,6 +26,7 @@ from typing import Protocol, Sequence
 from .config import RunConfig
 from .budget import KVBudget
 from .rules import PAPER, Contender, RejectionRule, get_rule
+from .rules.base import paper_keep_count as keep_count
 
 
 @dataclass(frozen=True)
@@ -50,17 +51,10 @@ class Selection:
     threshold: float | None       # the lowest kept score
 
 
-def keep_count(alpha: float, pool: int) -> int:
-    """Candidates a decision keeps out of ``pool``: max(1, round((1 - alpha) * pool))."""
-    return max(1, round((1 - alpha) * pool))
-
-
 def rule_keep_count(rule: RejectionRule, alpha: float, pool: int, position: int) -> int:
-    """What ``rule`` keeps out of ``pool`` at a decision after ``position`` tokens: its own
-    ``keep_count`` (a schedule) or the paper's ``keep_count``; always 1..pool."""
-    own = getattr(rule, "keep_count", None)
-    n = own(alpha, pool, position) if own is not None else keep_count(alpha, pool)
-    return min(pool, max(1, int(n))) if pool else 0
+    """What ``rule`` keeps out of ``pool`` at a decision after ``position`` tokens (its ``keep_count``);
+    always 1..pool."""
+    return min(pool, max(1, int(rule.keep_count(alpha, pool, position)))) if pool else 0
 
 
 class DecisionRule(Protocol):
@@ -92,7 +86,7 @@ class MemoryFull:
     def probe(self, at: Moment) -> bool:
         """Score the live rows now (no decision): every ``score_every`` tokens of a rule that reads
         earlier prefixes' scores (``core.rules.WindowRule``, ``UpsideRule``); never for the paper's."""
-        every = getattr(self.rule, "score_every", 0)
+        every = self.rule.score_every
         return bool(every) and at.generated > 0 and at.generated % every == 0
 
     def select(self, live: Sequence[Contender], finished: Sequence[Contender], cap: int) -> Selection:

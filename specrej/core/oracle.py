@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .rules import Contender, rank
+from .rules import Contender, RuleDefaults, rank
 
 
 @dataclass(frozen=True)
-class OracleRule:
+class OracleRule(RuleDefaults):
     """Rank by final reward, best first (ties: the lower id); ``final`` maps candidate id -> final reward."""
 
     final: Mapping[int, float]

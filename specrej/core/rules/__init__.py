@@ -31,13 +31,13 @@ from __future__ import annotations
 import json
 from importlib.resources import files
 
-from .base import PAPER, Contender, PaperRule, RejectionRule, rank, recent, zscores
+from .base import PAPER, Contender, PaperRule, RejectionRule, RuleDefaults, rank, recent, zscores
 from .calibrated import FEATURES, CalibratedRule, features
 from .schedule import ScheduleRule
 from .upside import UPSIDE_FEATURES, UpsideRule, upside_features
 from .window import WindowRule
 
-__all__ = ["PAPER", "Contender", "PaperRule", "RejectionRule", "rank", "recent", "zscores", "FEATURES",
+__all__ = ["PAPER", "Contender", "PaperRule", "RejectionRule", "RuleDefaults", "rank", "recent", "zscores", "FEATURES",
            "CalibratedRule", "features", "ScheduleRule", "UPSIDE_FEATURES", "UpsideRule", "upside_features",
            "WindowRule", "KINDS", "RULE_DIR", "RULES", "DEFAULT_RULE", "rule_from_dict", "get_rule"]
 

@@ -1,10 +1,11 @@
 """What every rejection rule shares: the ``Contender`` a rule sees, the protocol, the paper's rule. No torch.
 
 A rule ranks a decision's pool, best first; the decision policy (``core.decisions``) keeps the head
-of that ranking. Two optional hooks extend the seam without touching the methods' loop:
+of that ranking. Two more parts of the protocol extend the seam without touching the methods' loop
+(``RuleDefaults`` gives the paper's answer to both; a rule overrides what it changes):
 
-- ``keep_count(alpha, pool, position) -> int``: how many of the pool to keep (default: the
-  policy's ``max(1, round((1 - alpha) * pool))``). Memory may still force more pruning.
+- ``keep_count(alpha, pool, position) -> int``: how many of the pool to keep (the paper's
+  ``max(1, round((1 - alpha) * pool))``). Memory may still force more pruning.
 - ``score_every: int``: score the live rows every this many generated tokens between decisions
   too (0: only at decisions, the paper's), so that ``Contender.history`` holds the scores of
   earlier prefixes. Each extra score is a reward call, counted in the ledger's reward tokens.
@@ -34,17 +35,36 @@ def rank(scores: dict[int, float]) -> list[int]:
     return sorted(scores, key=lambda c: (-scores[c], c))
 
 
+def paper_keep_count(alpha: float, pool: int) -> int:
+    """Candidates a decision keeps out of ``pool`` (the paper's): max(1, round((1 - alpha) * pool))."""
+    return max(1, round((1 - alpha) * pool))
+
+
 class RejectionRule(Protocol):
     name: str
     label: str
     uses_token_stats: bool   # reads mean_logprob / mean_self_certainty
+    score_every: int         # score the live rows every this many tokens between decisions too (0: never)
 
     def rank(self, pool: Sequence[Contender], position: int) -> list[int]:
         """The pool's ids, the ones to keep first. ``position``: tokens the live rows have generated."""
 
+    def keep_count(self, alpha: float, pool: int, position: int) -> int:
+        """How many of ``pool`` a decision after ``position`` tokens keeps."""
+
+
+class RuleDefaults:
+    """The paper's answers to the protocol's ``keep_count`` and ``score_every``, for a rule that changes
+    only its ranking."""
+
+    score_every = 0
+
+    def keep_count(self, alpha: float, pool: int, position: int) -> int:
+        return paper_keep_count(alpha, pool)
+
 
 @dataclass(frozen=True)
-class PaperRule:
+class PaperRule(RuleDefaults):
     """Keep the highest partial rewards (the paper's rule)."""
 
     name: str = "paper"

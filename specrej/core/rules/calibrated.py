@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .base import Contender, zscores
+from .base import Contender, RuleDefaults, zscores
 
 FEATURES = ("score", "logprob", "self_certainty", "finished", "log_length")
 
@@ -32,7 +32,7 @@ def nearest(positions: Sequence[int], position: int) -> int:
 
 
 @dataclass(frozen=True)
-class CalibratedRule:
+class CalibratedRule(RuleDefaults):
     """A linear score of ``features`` with weights per decision length (the nearest fitted length
     on a log scale), fitted on coupled runs. Ties: the paper's order."""
 

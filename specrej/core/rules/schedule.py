@@ -20,13 +20,13 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .base import Contender, rank
+from .base import Contender, RuleDefaults, rank
 
 MAX_REJECT = 0.95   # a decision keeps at least 5% of its pool, however reliable the score
 
 
 @dataclass(frozen=True)
-class ScheduleRule:
+class ScheduleRule(RuleDefaults):
     """The paper's ranking, with a keep count that follows the partial score's measured reliability."""
 
     name: str

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .base import Contender, recent, zscores
+from .base import Contender, RuleDefaults, recent, zscores
 from .calibrated import nearest
 
 UPSIDE_FEATURES = ("score", "trend", "finished")
@@ -37,7 +37,7 @@ def _sigmoid(z: float) -> float:
 
 
 @dataclass(frozen=True)
-class UpsideRule:
+class UpsideRule(RuleDefaults):
     """Rank by the fitted P(ends in the pool's top ``top``) from the partial score and its movement."""
 
     name: str

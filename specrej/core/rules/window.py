@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .base import Contender, recent
+from .base import Contender, RuleDefaults, recent
 
 
 @dataclass(frozen=True)
-class WindowRule:
+class WindowRule(RuleDefaults):
     """Rank by the mean score over the last ``window`` tokens' prefixes (scored every ``every`` tokens)."""
 
     name: str = "window"
