@@ -257,7 +257,7 @@ class MemoReward:
 
     @property
     def uses_token_stats(self) -> bool:
-        return bool(getattr(self.reward, "uses_token_stats", True))
+        return bool(self.reward.uses_token_stats)
 
     def _key(self, prompt: str, response: str, stats: TokenStats | None):
         return (prompt, response, stats if self.uses_token_stats else None)

@@ -62,7 +62,7 @@ class _Run:
         self.arm, self.lm, self.reward, self.cfg, self.engine_factory = arm, lm, reward, cfg, engine
         self.auto_n = auto_n   # n='auto' allowed: the first batch fills the budget at cfg.first_decision
         # rewards that never read the engine's token statistics spare it computing them
-        self.stats = bool(getattr(reward, "uses_token_stats", True))
+        self.stats = bool(reward.uses_token_stats)
         self.prompt_ids = lm.render(cfg.prompt)
         # an engine that re-prefills (the bench's reference style) keeps a copy of the prompt per row
         self.shared = sharing(lm, engine)
