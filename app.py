@@ -4,7 +4,7 @@ Run ``python app.py`` and open the URL it prints. This file only assembles the p
 ``components``, wires the events and sets the queue; it loads the shared models once (an
 ``AppContext``). ``build_demo(ctx)`` builds the app for any context (the tests use tiny
 models); ``app.demo`` is built on first access from the environment (SPECREJ_MODEL,
-SPECREJ_REWARD, see ``components/context.py``), so importing this module loads nothing.
+SPECREJ_REWARD, see ``components/session/context.py``), so importing this module loads nothing.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     ``events_fn`` (tests only: fault injection) replaces the function that runs the race; it is
     never reachable from a request. The queue holds at most ``ctx.max_queue`` waiting runs
     (SPECREJ_MAX_QUEUE): past that a new run is refused with "Queue is full, try again". ``guard``
-    (``components/deploy/guard.py``, from the environment by default) caps each client's runs, checks the
+    (``components/deploy/clients.py``, from the environment by default) caps each client's runs, checks the
     raw inputs, stops runs cancelled before they had an event id or by /stop, and keeps the API to
     /run, /stop and /autospec_sample: every other handler is reachable only as the page's own event."""
     ctx = ctx or AppContext.from_env()

@@ -271,7 +271,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     Every outcome is an update: bad input a "Can't run" status (nothing starts); a failure mid-run
     a status-only update (the charts keep what they showed) and a trace marked failed; a GPU
     out-of-memory error one retry with half the budget (``retry.retry_on_oom``), said on the page.
-    ``stop_requested`` (``guard.Guard.stop_requested``) is asked at every event: a run whose client
+    ``stop_requested`` (what ``deploy.clients.Guard.on_start`` returns) is asked at every event: a run whose client
     cancelled it stops there, as if closed."""
     try:
         request, prep = prepare(ctx, request, fits=False)
