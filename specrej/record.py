@@ -6,7 +6,7 @@ stored as changes against the same arm's previous event (text as kept-prefix + n
 new history entries only), scores rounded to ``DIGITS`` decimals, so a paper-scale race of
 hundreds of candidates takes tens of kilobytes.
 
-``replay`` yields ``Progress`` / ``Round`` / ``Finished`` events equal to the recorded ones (up
+``paced`` yields ``Progress`` / ``Round`` / ``Finished`` events equal to the recorded ones (up
 to the rounding), at the recorded pace times ``speed`` (``math.inf``: at once), so a UI shows
 a replay through the same code as a live run. It knows nothing of the UI.
 
@@ -42,7 +42,7 @@ class RecordingError(ValueError):
 @dataclass(frozen=True)
 class Recording:
     meta: dict
-    events: list[dict]   # encoded; ``replay`` decodes them
+    events: list[dict]   # encoded; ``paced`` decodes them
 
     @property
     def duration_s(self) -> float:
@@ -207,7 +207,7 @@ def decode(rec: Recording) -> Iterator[tuple[float, Event]]:
         raise RecordingError(f"the recording is damaged ({type(err).__name__}: {err}).") from err
 
 
-def replay(rec: Recording, speed: float = 1.0, sleep: Callable[[float], None] = time.sleep,
+def paced(rec: Recording, speed: float = 1.0, sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic) -> Iterator[Event]:
     """The recorded events at the recorded pace x ``speed`` (``math.inf`` or 0 waits: at once)."""
     if not (speed > 0):

@@ -9,7 +9,7 @@ import pytest
 from specrej import RunConfig, best_of_n, speculative_rejection
 from specrej.core.events import Finished, Progress, Round
 from specrej.methods import race
-from specrej.record import Recording, RecordingError, decode, load, make_meta, record, replay
+from specrej.record import Recording, RecordingError, decode, load, make_meta, paced, record
 
 PROMPT = "Give me three tips for staying healthy."
 
@@ -46,7 +46,7 @@ def _same(a, b):
 def test_replay_gives_back_the_same_events(live_and_recorded, tmp_path):
     live, rec = live_and_recorded
     size = rec.save(tmp_path / "r.json.gz")
-    back = list(replay(load(tmp_path / "r.json.gz"), speed=math.inf))
+    back = list(paced(load(tmp_path / "r.json.gz"), speed=math.inf))
     assert len(back) == len(live)
     for a, b in zip(live, back):
         _same(a, b)
@@ -64,11 +64,11 @@ def test_replay_keeps_the_pace_scaled_by_speed(live_and_recorded):
         slept.append(s)
         now[0] += s
 
-    events = list(replay(rec, speed=4.0, sleep=sleep, clock=lambda: now[0]))
+    events = list(paced(rec, speed=4.0, sleep=sleep, clock=lambda: now[0]))
     assert now[0] == pytest.approx(rec.duration_s / 4.0)
     assert len(events) == len(rec.events) and all(s > 0 for s in slept)
     with pytest.raises(ValueError):
-        next(replay(rec, speed=0))
+        next(paced(rec, speed=0))
 
 
 def test_label_names_model_reward_hardware_date_and_settings(live_and_recorded):
@@ -105,7 +105,7 @@ def test_cli_records_a_paper_scale_race_that_replays(tiny_lm_dir, tiny_reward_di
     rec = load(out)
     assert rec.meta["settings"]["arms"] == "bon:n=12 sr:n=auto,first_decision=4"
     assert rec.meta["prompt"] == PROMPT and "recorded:" in rec.label()
-    events = list(replay(rec, speed=math.inf))
+    events = list(paced(rec, speed=math.inf))
     fins = {e.arm: e for e in events if isinstance(e, Finished)}
     assert set(fins) == {"bon", "sr"} and fins["bon"].match is not None
     assert len(fins["sr"].candidates) > 12 // 2     # n=auto: the rows that fill 600 slots at 4 tokens

@@ -6,7 +6,7 @@ import pytest
 
 from specrej import RunConfig, best_of_n, speculative_rejection, to_dict
 from specrej.bench.coupled import PrefixScorer, collect
-from specrej.bench.simulate import replay, simulate_sr
+from specrej.bench.simulate import rerun, simulate_sr
 from specrej.core.budget import KVBudget
 from specrej.core.events import Finished, Progress, Round
 
@@ -63,7 +63,7 @@ def test_replay_reproduces_a_live_run_event_for_event(tiny_lm, length_reward, co
                     budget=coupled.prompt_tokens + 16 * extra, **kw)
     live = list(method(tiny_lm, length_reward, cfg))
     scorer = PrefixScorer(tiny_lm, length_reward, coupled)
-    replayed = list(replay(method, coupled, scorer, cfg))
+    replayed = list(rerun(method, coupled, scorer, cfg))
     assert [type(e) for e in replayed] == [type(e) for e in live]
     assert sum(isinstance(e, Round) for e in live) >= 2 and any(isinstance(e, Progress) for e in live)
     assert [_same(e) for e in replayed] == [_same(e) for e in live]
@@ -95,7 +95,7 @@ def test_replay_refuses_what_the_recording_does_not_hold(tiny_lm, length_reward,
     with pytest.raises(ValueError, match="recorded run"):
         simulate_sr(coupled, scorer, budget=P + 17 * 6, alpha=0.5, n0=17, max_new_tokens=24)
     with pytest.raises(ValueError, match="prompt"):
-        list(replay(speculative_rejection, coupled, scorer, RunConfig(prompt="Something else entirely.", n=4,
+        list(rerun(speculative_rejection, coupled, scorer, RunConfig(prompt="Something else entirely.", n=4,
                                                                        max_new_tokens=24, budget=400)))
 
 

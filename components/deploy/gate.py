@@ -90,10 +90,10 @@ class ApiGate:
             if wrong:
                 return await _json(send, 400, {"detail": wrong})
 
-        async def replay():   # hand Gradio the messages already read, then the rest
+        async def resend():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()
 
-        return await self.app(scope, replay, send if head == "cancel" else _plain_errors(send))
+        return await self.app(scope, resend, send if head == "cancel" else _plain_errors(send))
 
     def _wrong_count(self, head: str, route: list[str], body: Any) -> str | None:
         """Why a positional call (``data``: a list) has too few or too many values for its event (None: it

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from specrej import Progress, RunConfig
 from specrej.arms import parse_arms
-from specrej.record import Recording, RecordingError, load, replay
+from specrej.record import Recording, RecordingError, load, paced
 
 from specrej.core.cost import StepCost
 
@@ -186,7 +186,7 @@ def play(path: Path, speed: float, *, min_frame_interval: float = 0.25, sleep=ti
     view.stepping, view.fallback = step is True, fallback
     yield Update("start", view, replay={"speed": speed})   # a live run's start, but nothing loads or prefills
     last = 0.0
-    for event in replay(rec, speed=speed, sleep=sleep):
+    for event in paced(rec, speed=speed, sleep=sleep):
         view.apply(event)
         now = time.perf_counter()
         if isinstance(event, Progress) and (now - last < min_frame_interval or not math.isfinite(speed)):

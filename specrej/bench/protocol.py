@@ -167,7 +167,7 @@ def _rivals(lm, reward, run: CoupledRun, scorer: PrefixScorer, row: dict, base: 
     from ..arms import parse_arm
     from ..methods import METHODS
     from ..backends.replay import Replay
-    from .simulate import replay
+    from .simulate import rerun
 
     arm = parse_arm(spec)
     cfg = arm.config(replace(rival_settings(base, n_ref), prompt=row["prompt"], budget=budget, progress_every=0))
@@ -178,7 +178,7 @@ def _rivals(lm, reward, run: CoupledRun, scorer: PrefixScorer, row: dict, base: 
     for way, refills in ways:
         engine = Replay(run, allow_sharing=shared)
         engine.refills = refills
-        fin, rounds = _drain(replay(METHODS[arm.method], run, scorer, cfg, shared=shared, engine=engine))
+        fin, rounds = _drain(rerun(METHODS[arm.method], run, scorer, cfg, shared=shared, engine=engine))
         entry = _rival_entry(arm.spec, way, fin, rounds, finals, winner, lm, reward, run.prompt_tokens, texts)
         entry["source"] = "simulated"
         if live and not refills or live and arm.method != "deepconf":

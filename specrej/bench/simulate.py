@@ -51,7 +51,7 @@ class SimResult:
         return cost.flops(gen_params, prompt_tokens + self.generated_tokens) + cost.flops(reward_params, self.scored_tokens)
 
 
-def replay(method: Callable[..., Iterator[Event]], run: CoupledRun, scorer: PrefixScorer, cfg: RunConfig, *,
+def rerun(method: Callable[..., Iterator[Event]], run: CoupledRun, scorer: PrefixScorer, cfg: RunConfig, *,
            shared: bool = True, engine: Replay | None = None, **kw) -> Iterator[Event]:
     """``method`` (a live method: ``speculative_rejection``, ``best_of_n``, ...) on ``cfg``, driving a replay
     of ``run`` whose rewards come from ``scorer``'s memo. ``shared``: the prompt's slots are held once
@@ -83,7 +83,7 @@ def simulate_sr(run: CoupledRun, scorer: PrefixScorer, *, budget: int, alpha: fl
                     keep_finished=keep_finished, decision=decision, interval=interval, rule=name, progress_every=0)
     rounds: list[Round] = []
     fin = None
-    for ev in replay(speculative_rejection, run, scorer, cfg, shared=shared, policy=policy):
+    for ev in rerun(speculative_rejection, run, scorer, cfg, shared=shared, policy=policy):
         if isinstance(ev, Round):
             rounds.append(ev)
         elif isinstance(ev, Finished):
