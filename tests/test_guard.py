@@ -400,3 +400,23 @@ def test_a_64_of_ipv6_addresses_is_capped_like_one_address():
     mapped = [g.admit(req(f"m{i}", "::ffff:203.0.113.9" if i % 2 else "203.0.113.9"), 4)
               for i in range(7)]
     assert mapped.count(None) == 5
+
+
+def test_a_five_arm_race_at_the_limits_is_refused_for_the_memory_all_its_arms_hold(ctx):
+    """Issue 42 (3): every arm was checked against its own budget while the race holds every arm's cache at
+    once: five arms at the largest budget held about 3.5 x the slots the docs promise a run holds at most. The
+    deployment's budget is now for the whole race (``Limits.check_race``, before anything loads or is
+    measured), on a CPU and a GPU alike; five arms sharing it pass."""
+    from components.deploy.limits import LimitError
+    from components.session.stream import prepare
+
+    top = ctx.limits.max_budget
+    five = dict(second=True, deepconf=True, stbon=True)
+    with pytest.raises(LimitError, match="SPECREJ_MAX_BUDGET") as e:
+        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32)), **five), fits=False)
+    assert f"5 arms would hold {' + '.join([str(top)] * 5)} = {5 * top} KV slots" in str(e.value)
+    assert f"lower the budget to {top // 5}" in str(e.value)
+    with pytest.raises(LimitError, match="2 arms"):   # Best-of-N and Speculative Rejection at the largest budget
+        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32))), fits=False)
+    _, prep = prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top // 5)), **five), fits=False)
+    assert len(prep.arms) == 5
