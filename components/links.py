@@ -22,6 +22,7 @@ FIELDS = {
     "fit": "bool", "step": "bool", "deepconf": "bool", "stbon": "bool",
 }
 MAX_TEXT = 2000
+MAX_DIGITS = 19   # a whole number's digits a link may carry: the largest seed, 2**63 - 1, has 19
 
 
 
@@ -46,15 +47,15 @@ def _parse(kind: str, raw: str, choices=None):
         return {"1": True, "true": True, "0": False, "false": False}.get(raw.lower())
     if kind == "choice":
         return raw if choices is None or raw in choices else None
+    if kind == "int":   # read as an integer, never through float (a seed past 2**53 stays exact)
+        if not raw.isascii() or not raw.isdigit() or len(raw) > MAX_DIGITS:
+            return None
+        return int(raw)
     try:
         v = float(raw)
     except ValueError:
         return None
-    if not math.isfinite(v):
-        return None
-    if kind == "int":
-        return int(v) if v == int(v) and v >= 0 else None
-    return v
+    return v if math.isfinite(v) else None
 
 
 def settings(params: Mapping[str, str], choices: Mapping[str, list] | None = None,

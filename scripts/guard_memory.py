@@ -66,6 +66,7 @@ def main() -> None:
     from components.session.context import AppContext
     from components.session.replay import RECORDINGS, load
     from components.state.request import RunRequest
+    from specrej.core.budget import opening_rows
 
     if args.no_trim:
         memory._trim = None
@@ -95,9 +96,11 @@ def main() -> None:
     out["idle_before_mb"] = mb(idle(rss))
     if not args.skip_race:
         with Peak(rss) as p:
-            # auto N = budget / first decision must stay within SPECREJ_MAX_AUTO_N
-            out["race_status"] = race(n=lim.max_n, max_new_tokens=lim.max_new_tokens, budget=lim.max_budget,
-                                      sr_start="auto", first_decision=-(-lim.max_budget // lim.max_auto_n))
+            # the race's two arms share SPECREJ_MAX_BUDGET; auto N must stay within SPECREJ_MAX_AUTO_N
+            each = lim.max_budget // 2
+            first = next(fd for fd in range(1, each + 2) if opening_rows(each, fd) <= lim.max_auto_n)
+            out["race_status"] = race(n=lim.max_n, max_new_tokens=lim.max_new_tokens, budget=each,
+                                      sr_start="auto", first_decision=first)
         out["race_peak_mb"] = mb(p.peak)
         out["idle_after_race_mb"] = mb(idle(rss))
         out["after_over_before"] = round(out["idle_after_race_mb"] / out["idle_before_mb"], 3)

@@ -136,3 +136,41 @@ def test_vllm_on_a_cpu_sizes_its_kv_pool_from_the_race_not_from_all_memory():
     assert kv_pool_bytes(cfg, 4, 1024) == kv_pool_bytes(cfg, 4, 8192)   # never below one whole sequence
     assert kv_pool_bytes(cfg, 4, 1024, max_model_len=2048) < kv_pool_bytes(cfg, 4, 8192)
     assert kv_pool_bytes(cfg, 2, 16384) < kv_pool_bytes(cfg, 4, 16384) < 2**30   # the largest public budget: < 1 GiB
+
+
+def test_one_admission_answers_fits_or_why_with_the_slots_granted_and_its_inverse():
+    """Issue 41 (1): ``core.budget.admit`` is the one answer to "does this run fit?" (n='auto' resolved, the
+    rows checked), ``admit_race`` sums every arm a race holds at once, ``budget_for`` is the inverse."""
+    from specrej.core.budget import BudgetError, admit, admit_race, budget_for, opening_rows
+
+    cfg = RunConfig(prompt="x", n="auto", first_decision=8, max_new_tokens=32)
+    a = admit(cfg, budget=448, prompt_len=20, shared=True)
+    assert a.fits and a.slots == 448 and a.granted().n == (448 - 20) // 8
+    assert budget_for(a.cfg.n, 8, 20, True) <= 448 < budget_for(a.cfg.n + 1, 8, 20, True)   # the inverse
+    assert budget_for(32, 14) == 448 and opening_rows(448, 14) == 32 and opening_rows(10**9, 1) == 4096
+    big = admit(RunConfig(prompt="x", n=64, max_new_tokens=32), budget=100, prompt_len=20, shared=False)
+    assert not big.fits and "raise the budget" in big.why
+    with pytest.raises(BudgetError, match="raise the budget"):
+        big.granted()
+    assert admit_race([448, 448], 1000) is None
+    why = admit_race([16384] * 5, 16384, limit_name="the cap")
+    assert "5 arms would hold" in why and "81920" in why and "the cap is 16384" in why and "to 3276" in why
+
+
+SLOT_ARITHMETIC = [   # what the hand-written slot sums looked like (issue 41's list), outside core/budget.py
+    r"budget\s*//\s*\w*first_decision", r"\bn\"?\]?\s*\*\s*\w*\[?\"?first_decision", r"DEFAULT_CPU_BUDGET\s*//",
+    r"max_budget\s*//\s*\w*max_auto_n", r"KVBudget\(\s*cfg\.budget",
+]
+
+
+def test_no_slot_arithmetic_outside_the_admission():
+    """Issue 41 (1): slots are computed in ``specrej/core/budget.py`` only; the methods, the page's check before
+    a race, the deployment's limits, Paper scale, the request's defaults and the scripts ask it."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [p for d in ("specrej", "components", "scripts") for p in (root / d).rglob("*.py")] + [root / "app.py"]
+    found = [f"{p.relative_to(root)}: {m.group(0)}" for p in files if p.name != "budget.py"
+             for pattern in SLOT_ARITHMETIC for m in re.finditer(pattern, p.read_text(encoding="utf-8"))]
+    assert not found, found

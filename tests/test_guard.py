@@ -366,3 +366,57 @@ def test_the_api_is_run_and_stop_only(served_gated):
     # exactly one handler runs a race: the Run button and Enter in the prompt share it
     assert sum(fn.api_name == "run" for fn in demo.fns.values()) == 1
     assert not any(str(fn.api_name).startswith("run_") for fn in demo.fns.values())
+
+
+def test_a_64_of_ipv6_addresses_is_capped_like_one_address():
+    """Issue 42 (1): seven runs from seven addresses of one /64 were all admitted; now they share one
+    address's cap (5 of a queue of 10), an IPv4-mapped address is its IPv4 address, and another /64 is
+    another address. SPECREJ_IPV6_PREFIX sets the network."""
+    from types import SimpleNamespace as NS
+
+    from components.deploy.clients import Guard, address_cap, address_group
+
+    assert address_group("2001:db8::1") == address_group("2001:db8::ffff:1:2:3") == "2001:db8::/64"
+    assert address_group("2001:db8:0:1::1") != address_group("2001:db8::1")
+    assert address_group("::ffff:203.0.113.5") == address_group("203.0.113.5") == "203.0.113.5"
+    assert address_group("2001:db8:0:1::1", 48) == address_group("2001:db8::1", 48)
+    assert address_group("testclient") == "testclient" and address_group(None) is None
+    assert Guard.from_env({}).ipv6_prefix == 64 and Guard.from_env({"SPECREJ_IPV6_PREFIX": "56"}).ipv6_prefix == 56
+    for bad in ("129", "8", "x"):
+        with pytest.raises(ValueError, match="SPECREJ_IPV6_PREFIX"):
+            Guard.from_env({"SPECREJ_IPV6_PREFIX": bad})
+
+    g = Guard(max_runs_per_address=address_cap(10), queued_fns=frozenset({4}), trusted_proxy=True)
+    held = []
+
+    def req(session, forwarded):
+        headers = NS(getlist=lambda name: [forwarded] if name == "x-forwarded-for" else [])
+        held.append(NS(session_hash=session, client=NS(host="10.16.0.3"), headers=headers, request=NS(state=NS())))
+        return held[-1]
+
+    answers = [g.admit(req(f"s{i}", f"6.6.6.6, 2001:db8::{i}"), 4) for i in range(1, 8)]
+    assert answers[:5] == [None] * 5 and all("SPECREJ_MAX_RUNS_PER_ADDRESS" in a for a in answers[5:])
+    assert g.admit(req("elsewhere", "2001:db8:0:1::1"), 4) is None   # the next /64: another host
+    mapped = [g.admit(req(f"m{i}", "::ffff:203.0.113.9" if i % 2 else "203.0.113.9"), 4)
+              for i in range(7)]
+    assert mapped.count(None) == 5
+
+
+def test_a_five_arm_race_at_the_limits_is_refused_for_the_memory_all_its_arms_hold(ctx):
+    """Issue 42 (3): every arm was checked against its own budget while the race holds every arm's cache at
+    once: five arms at the largest budget held about 3.5 x the slots the docs promise a run holds at most. The
+    deployment's budget is now for the whole race (``Limits.check_race``, before anything loads or is
+    measured), on a CPU and a GPU alike; five arms sharing it pass."""
+    from components.deploy.limits import LimitError
+    from components.session.stream import prepare
+
+    top = ctx.limits.max_budget
+    five = dict(second=True, deepconf=True, stbon=True)
+    with pytest.raises(LimitError, match="SPECREJ_MAX_BUDGET") as e:
+        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32)), **five), fits=False)
+    assert f"5 arms would hold {' + '.join([str(top)] * 5)} = {5 * top} KV slots" in str(e.value)
+    assert f"lower the budget to {top // 5}" in str(e.value)
+    with pytest.raises(LimitError, match="2 arms"):   # Best-of-N and Speculative Rejection at the largest budget
+        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32))), fits=False)
+    _, prep = prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top // 5)), **five), fits=False)
+    assert len(prep.arms) == 5

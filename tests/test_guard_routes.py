@@ -201,6 +201,52 @@ def test_a_body_over_the_limit_is_refused_before_gradio_reads_it(served):
     assert r.status_code == 413
 
 
+def test_junk_streams_and_the_probes_request_classes_get_short_4xx_and_a_quiet_log(served, capfd, caplog):
+    """Issue 42 (2, 6): ``queue/data`` of a session that does not exist answered a 200 and then wrote an
+    80-line traceback per request; now the gate answers it, and every request class of the probe, with a short
+    4xx before Gradio opens a response, and the log holds no traceback. A real client still gets its stream."""
+    from components.deploy.gate import BAD_ID, NO_STREAM, TOO_LONG_NUMBER
+
+    demo, ctx, url, gate = served
+    base = url.rstrip("/") + "/gradio_api"
+    join = fn_index(demo, "replay")
+    classes = [   # (what, request, status)
+        ("stream of no session", lambda: httpx.get(f"{base}/queue/data", params={"session_hash": "nosuch"}), 404),
+        ("stream, no session_hash", lambda: httpx.get(f"{base}/queue/data"), 400),
+        ("stream, session_hash of 5 kB", lambda: httpx.get(f"{base}/queue/data", params={"session_hash": "a" * 5000}), 400),
+        ("stream, session_hash of odd letters", lambda: httpx.get(f"{base}/queue/data?session_hash=%00%27<x>"), 400),
+        ("call result of no event", lambda: httpx.get(f"{base}/call/run/nosuch"), 404),
+        ("call result of a malformed event id", lambda: httpx.get(f"{base}/call/v2/run/{'x' * 100}"), 400),
+        ("join, session_hash of 500 kB", lambda: httpx.post(f"{base}/queue/join", json={
+            "data": [None], "fn_index": join, "session_hash": "s" * 500_000}), 400),
+        ("join, session_hash a list", lambda: httpx.post(f"{base}/queue/join", json={
+            "data": [None], "fn_index": join, "session_hash": ["x"]}), 400),
+        ("cancel without event_id", lambda: httpx.post(f"{base}/cancel", json={"fn_index": join, "session_hash": "abc"}), 422),
+        ("a 5,000-digit number", lambda: httpx.post(f"{base}/queue/join", content=b'{"data": [' + b"9" * 5000 + b"]}",
+                                                      headers={"content-type": "application/json"}), 400),
+        ("nested body", lambda: httpx.post(f"{base}/queue/join", content=b"[" * 5000,
+                                           headers={"content-type": "application/json"}), 400),
+    ]
+    capfd.readouterr()
+    for what, send, status in classes:
+        r = send()
+        assert r.status_code == status, (what, r.status_code, r.text[:300])
+        assert set(r.json()) == {"detail"} and len(r.text) < 300, (what, r.text[:300])
+    texts = {what: send().json()["detail"] for what, send, _ in classes}
+    assert texts["stream of no session"] == NO_STREAM.format(what="session")
+    assert texts["stream, session_hash of 5 kB"] == BAD_ID.format(what="session_hash")
+    assert texts["a 5,000-digit number"] == TOO_LONG_NUMBER
+    assert "event_id" in texts["cancel without event_id"] and "abc" not in texts["cancel without event_id"]
+    out, err = capfd.readouterr()
+    logged = out + err + caplog.text
+    assert "Traceback" not in logged and "Exception in ASGI application" not in logged, logged[-2000:]
+    # a client that joined gets its stream
+    from gradio_client import Client
+
+    c = Client(url, verbose=False, analytics_enabled=False, headers={"X-Forwarded-For": fresh_address()})
+    assert c.predict(**kwargs(ctx), api_name="/run") is not None
+
+
 # ---------------------------------------------------------------- /stop through the API
 
 def test_stop_through_the_api_stops_the_callers_own_race_within_a_step(served, steps_by_prompt, monkeypatch):

@@ -4,7 +4,9 @@
   a run joins the queue, before it waits): at most ``SPECREJ_MAX_RUNS_PER_CLIENT`` (default 2) runs queued
   plus running per visitor, and per network address at most ``SPECREJ_MAX_RUNS_PER_ADDRESS``, which is at
   most half the queue's places (``address_cap``: with the default queue of 10, 5), so one address never
-  takes the whole queue and the other half is always left to other addresses. A visitor is a session (the
+  takes the whole queue and the other half is always left to other addresses. An IPv6 address counts as its
+  /64 (``SPECREJ_IPV6_PREFIX``; one host may use any address of its /64), an IPv4-mapped one as its IPv4
+  address (``address_group``). A visitor is a session (the
   page's tab, a gradio_client ``Client``); a request without one of its own (``/gradio_api/call/<name>``,
   where Gradio makes up a session per request) is its address. The cap counts every queued endpoint
   together (races, replays, the lab's samples, measurements and exactness checks).
@@ -51,6 +53,8 @@ MAX_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_CLIENT"
 DEFAULT_MAX_RUNS = 2
 MAX_ADDRESS_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_ADDRESS"
 TRUSTED_PROXY_ENV = "SPECREJ_TRUSTED_PROXY"
+IPV6_PREFIX_ENV = "SPECREJ_IPV6_PREFIX"
+DEFAULT_IPV6_PREFIX = 64   # an ordinary IPv6 host may use any address of its /64
 IN_FLIGHT_S = 10.0   # an admitted run shows up in Gradio's queue within milliseconds; forget it after this
 DOWNLOAD_NAME = re.compile(r"specrej-trace-[A-Za-z0-9._-]+\.json")   # components/session/trace.py names them
 
@@ -112,6 +116,24 @@ def client_address(request, trusted_proxy: bool = False) -> str | None:
     client = getattr(request, "client", None)
     host = getattr(client, "host", None) if client is not None else None
     return host if isinstance(host, str) and host else None
+
+
+def address_group(address: str | None, ipv6_prefix: int = DEFAULT_IPV6_PREFIX) -> str | None:
+    """The network a per-address cap counts ``address`` in: an IPv4 address itself (an IPv4-mapped IPv6
+    address, ``::ffff:a.b.c.d``, read as that IPv4 address); an IPv6 address its ``/ipv6_prefix`` network
+    (``2001:db8::1`` and ``2001:db8::7`` are one /64: one host may use any address of it). Anything that is
+    not an IP address (a test client's name) is itself."""
+    if address is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv4Address):
+        return str(ip)
+    return str(ipaddress.ip_network(f"{ip}/{ipv6_prefix}", strict=False))
 
 
 def client_key(request, address: str | None = None) -> str:
@@ -176,6 +198,7 @@ class Guard:
     max_runs_per_client: int = DEFAULT_MAX_RUNS               # per visitor (session)
     max_runs_per_address: int | None = None   # per network address, every visitor there (None: half the queue)
     trusted_proxy: bool = False   # one proxy in front: the address is the right-most X-Forwarded-For entry
+    ipv6_prefix: int = DEFAULT_IPV6_PREFIX   # IPv6 addresses are capped together per network of this prefix
     monitoring: bool = False      # Gradio's /monitoring routes answer (SPECREJ_MONITORING=1)
     blocks: Any = None                         # the gr.Blocks, once bound
     queued_fns: frozenset[int] = frozenset()   # every queued event: all count towards the per-client cap
@@ -189,13 +212,18 @@ class Guard:
     @classmethod
     def from_env(cls, env=None) -> Guard:
         """SPECREJ_MAX_RUNS_PER_CLIENT, SPECREJ_MAX_RUNS_PER_ADDRESS (default: half the queue, ``address_cap``),
-        SPECREJ_TRUSTED_PROXY (default: on on a Hugging Face Space, whose proxy is the only way in) and
+        SPECREJ_TRUSTED_PROXY (default: on on a Hugging Face Space, whose proxy is the only way in),
+        SPECREJ_IPV6_PREFIX (default 64: the IPv6 network one address cap counts, 32 to 128) and
         SPECREJ_MONITORING (default off)."""
         env = os.environ if env is None else env
         asked = env_int(MAX_ADDRESS_RUNS_ENV, 0, env=env, lo=0) or None
+        prefix = env_int(IPV6_PREFIX_ENV, DEFAULT_IPV6_PREFIX, env=env, lo=32)
+        if prefix > 128:
+            raise ValueError(f"{IPV6_PREFIX_ENV}={prefix}: an IPv6 prefix is 32 to 128 bits.")
         return cls(max_runs_per_client=env_int(MAX_RUNS_ENV, DEFAULT_MAX_RUNS, env=env),
                    max_runs_per_address=asked,
                    trusted_proxy=_flag(env, TRUSTED_PROXY_ENV, bool(str(env.get("SPACE_ID", "")).strip())),
+                   ipv6_prefix=prefix,
                    monitoring=_flag(env, surface.MONITORING_ENV, False))
 
     def serves(self, method: str, path: str) -> bool:
@@ -264,7 +292,7 @@ class Guard:
         guard admitted that is on its way, queued or running."""
         if request is None:
             return None
-        address = client_address(request, self.trusted_proxy)
+        address = address_group(client_address(request, self.trusted_proxy), self.ipv6_prefix)
         key, session = client_key(request, address), getattr(request, "session_hash", None)
         with self._lock:
             self._reconcile()

@@ -13,7 +13,10 @@
 - ``queue/join``, ``call/<name>``, ``run/<name>``, ``api/<name>``: 400 for fewer or more input values than the
   event takes; any other 400 or 422 of Gradio's there becomes a short message (Gradio's and FastAPI's text can
   name a handler and echo the whole body);
-- ``cancel``: noted for ``Guard.note_cancel``.
+- ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too;
+- ``queue/join``, ``cancel``: 400 for a ``session_hash`` that is not 1 to 64 of ``[A-Za-z0-9_-]``;
+- ``GET queue/data`` and ``GET call/<name>/<event_id>``: 400 for a malformed session hash or event id, 404 for
+  one Gradio holds no event stream for (Gradio would start a 200 and then log a traceback per request).
 Every refusal is a short JSON ``{"detail": ...}`` (at most ``fields.MAX_MESSAGE_CHARS`` characters, values cut
 to ``fields.EXCERPT_CHARS``); what passes reaches Gradio byte for byte.
 """
@@ -21,12 +24,15 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
+from urllib.parse import parse_qs
 from collections.abc import Sequence
 from typing import Any
 
 import gradio as gr
 
 from components.state.fields import excerpt, short
+from components.deploy import gradio_private
 from components.deploy.clients import Guard
 
 NOT_SERVED = "Not served by this deployment."   # the gate's 404 for a route off the public surface
@@ -35,6 +41,10 @@ NOT_JSON = "The request body must be a JSON object (nested at most {depth} deep)
 CANCEL_BODY_LIMIT = 4096
 MAX_BODY = 1 << 20     # bytes of a POST the gate reads (prompts are capped at a few kB)
 MAX_DEPTH = 32         # nesting of a body's JSON: the app's inputs need three or four levels
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")   # a session hash or event id: the page's (11 of a-z0-9), a uuid
+NO_STREAM = "No event stream for this {what}: join the queue first (the page and gradio_client do)."
+BAD_ID = "A {what} is 1 to 64 letters, digits, '-' or '_'."
+TOO_LONG_NUMBER = "A number in the request body has more than 4300 digits."
 
 class ApiGate:
     """ASGI middleware in front of Gradio's routes (this module's docstring says what it refuses)."""
@@ -52,6 +62,9 @@ class ApiGate:
             return await _json(send, 404, {"detail": NOT_SERVED}, [(b"x-specrej-gate", b"not-served")])
         path = path.rstrip("/")
         if scope.get("method") != "POST":   # the surface's other routes are GET and HEAD: no body is read
+            refused = self._refuse_stream(path, scope.get("query_string", b""))
+            if refused:
+                return await _json(send, refused[0], {"detail": refused[1]})
             return await self.app(scope, receive, send)
         route = path[len("/gradio_api/"):].split("/") if path.startswith("/gradio_api/") else [path]
         head = route[0]
@@ -77,7 +90,10 @@ class ApiGate:
             return await _json(send, 400, {"detail": why})
         if head == "cancel":
             self.guard.note_cancel(body)
-        elif head in ("run", "api") or route == ["queue", "join"]:
+        if head in ("cancel", "queue") and "session_hash" in body and body["session_hash"] is not None \
+                and not (isinstance(body["session_hash"], str) and SESSION_ID.fullmatch(body["session_hash"])):
+            return await _json(send, 400, {"detail": BAD_ID.format(what="session_hash")})
+        if head in ("run", "api") or route == ["queue", "join"]:
             refused = self._refuse(head, route[1] if len(route) > 1 else "", body)
             if refused:
                 return await _json(send, 404, {"detail": short(refused)})
@@ -93,7 +109,28 @@ class ApiGate:
         async def resend():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()
 
-        return await self.app(scope, resend, send if head == "cancel" else _plain_errors(send))
+        return await self.app(scope, resend, _plain_errors(send, plain_400=head != "cancel"))
+
+    def _refuse_stream(self, path: str, query: bytes) -> tuple[int, str] | None:
+        """(status, why) for an event stream Gradio would open and then fail inside (a traceback in the log per
+        request, after a 200 has started): ``queue/data`` of a session with no stream, ``call/<name>/<event_id>``
+        of an event with none; a malformed session hash or event id: 400. None: the stream exists."""
+        if self.guard.blocks is None:
+            return None
+        if path == "/gradio_api/queue/data":
+            hashes = parse_qs(query.decode("latin-1"), keep_blank_values=True).get("session_hash", [])
+            if len(hashes) != 1 or not SESSION_ID.fullmatch(hashes[0]):
+                return 400, BAD_ID.format(what="session_hash")
+            if not gradio_private.has_stream(self.guard.blocks, hashes[0]):
+                return 404, NO_STREAM.format(what="session")
+            return None
+        route = path[len("/gradio_api/call/"):].split("/") if path.startswith("/gradio_api/call/") else []
+        if len(route) in (2, 3) and (len(route) == 2 or route[0] == "v2"):
+            if not SESSION_ID.fullmatch(route[-1]):
+                return 400, BAD_ID.format(what="event id")
+            if not gradio_private.event_has_stream(self.guard.blocks, route[-1]):
+                return 404, NO_STREAM.format(what="event")
+        return None
 
     def _wrong_count(self, head: str, route: list[str], body: Any) -> str | None:
         """Why a positional call (``data``: a list) has too few or too many values for its event (None: it
@@ -158,8 +195,10 @@ def parse_body(raw: bytes) -> tuple[Any, str | None]:
     why = NOT_JSON.format(depth=MAX_DEPTH)
     try:
         body = json.loads(raw or b"{}")
-    except (ValueError, RecursionError):
+    except RecursionError:
         return None, why
+    except ValueError as e:
+        return None, TOO_LONG_NUMBER if "digits" in str(e) and "integer string conversion" in str(e) else why
     if not isinstance(body, dict) or _depth(body) > MAX_DEPTH:
         return None, why
     return body, None
@@ -193,13 +232,14 @@ def _fastapi_words(body: bytes) -> str | None:
     return short(f"This request's {where} is not what this route takes: {str(first.get('msg', ''))[:80]}.")
 
 
-def _plain_errors(send):
-    """``send`` that replaces the body of a 400 response with ``MALFORMED`` and FastAPI's 422 (which
-    echoes the whole body it could not read) with one short line."""
+def _plain_errors(send, *, plain_400: bool = True):
+    """``send`` that replaces the body of a 400 response with ``MALFORMED`` (not with ``plain_400=False``: a
+    cancel's) and FastAPI's 422 (which echoes the whole body it could not read) with one short line."""
     state: dict = {"held": None, "chunks": []}
+    caught = (400, 422) if plain_400 else (422,)
 
     async def plain(message):
-        if message["type"] == "http.response.start" and message.get("status") in (400, 422):
+        if message["type"] == "http.response.start" and message.get("status") in caught:
             state["held"] = message
             return None
         if state["held"] is None or message["type"] != "http.response.body":

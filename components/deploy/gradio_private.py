@@ -6,7 +6,8 @@ folder it serves downloads from, and the sessions it holds state for (to forget 
 move; here each is read through one small function, and ``check(blocks)`` looks for every one of them, so
 ``tests/test_gradio_private.py`` fails loudly, naming the attribute, when a release moves one (checked
 against ``TESTED_WITH``). Nothing else in the app reads ``_queue``, ``event_queue_per_concurrency_id``,
-``active_jobs``, an event's ``_id``, a function's ``_id`` or the ``state_holder``.
+``active_jobs``, ``pending_messages_per_session``, ``pending_event_ids_session``, ``event_ids_to_events``, an
+event's ``_id``, a function's ``_id`` or the ``state_holder``.
 """
 from __future__ import annotations
 
@@ -49,6 +50,24 @@ def event_id(event) -> str | None:
 def event_request(event) -> Any:
     """The starlette request a queued event was joined with (the guard knows its runs by it)."""
     return getattr(event, "request", None)
+
+
+def has_stream(blocks, session_hash: str) -> bool:
+    """Whether Gradio holds an event stream's messages for this session (it made one when the session joined
+    the queue): ``/queue/data`` of any other session raises inside Gradio's stream after a 200 has started."""
+    return session_hash in getattr(_queue(blocks), "pending_messages_per_session", {})
+
+
+def event_has_stream(blocks, event_id: str) -> bool:
+    """Whether ``GET /call/<name>/<event_id>`` would find the event's stream, as Gradio looks for it: the event
+    queued or running, else a session still holding its id, else (a call without a session) the id itself."""
+    queue = _queue(blocks)
+    event = getattr(queue, "event_ids_to_events", {}).get(event_id)
+    if event is not None:
+        return has_stream(blocks, getattr(event, "session_hash", event_id))
+    held = getattr(queue, "pending_event_ids_session", {})
+    session = next((s for s, ids in list(held.items()) if event_id in ids), event_id)
+    return has_stream(blocks, session)
 
 
 def slow_queue_polling(blocks, seconds: float) -> None:
@@ -97,6 +116,8 @@ def check(blocks, *, event: Any = None) -> None:
         missing.append("Blocks._queue")
     else:
         for name, kind in (("event_queue_per_concurrency_id", dict), ("active_jobs", list),
+                           ("pending_messages_per_session", dict), ("pending_event_ids_session", dict),
+                           ("event_ids_to_events", dict),
                            ("sleep_when_free", (int, float)), ("progress_update_sleep_when_free", (int, float))):
             if not isinstance(getattr(queue, name, None), kind):
                 missing.append(f"Queue.{name}")

@@ -11,7 +11,7 @@ at all. Both read environment variables so a private deployment can lift them:
   SPECREJ_ALLOW_REMOTE_CODE (default 0)      SPECREJ_ALLOW_CUSTOM_MODELS (default 0)
 
 The defaults are sized for a free CPU Space (2 vCPUs, 16 GB, one run at a time): a run at every
-limit holds at most 16384 slots of KV cache (0.75 GB for the embedded model in fp32) and the
+limit holds at most 16384 slots of KV cache over all its arms (``check_race``) (0.75 GB for the embedded model in fp32) and the
 worker for at most two minutes; with the app's per-client cap (SPECREJ_MAX_RUNS_PER_CLIENT, 2)
 one client can hold the worker for at most two such runs.
 """
@@ -71,6 +71,20 @@ class Limits:
                 raise LimitError(f"{what} is {value} {unit}; this deployment allows at most {limit} "
                                  f"(limit {self.ENV[name]}).")
 
+    def check_race(self, cfgs) -> None:
+        """LimitError where a race's arms (``cfgs``: each arm's config), holding their caches at once, would hold
+        more than ``max_budget`` slots together (``core.budget.admit_race``): a race at every limit holds at
+        most ``max_budget``. An arm counts the budget it will get (``backends.planned_budget``: its own, the
+        CPU budget on a CPU); on a GPU an automatic budget is sized from the memory free as the arm starts."""
+        from specrej.backends import planned_budget
+        from specrej.core.budget import admit_race
+
+        planned = [planned_budget(cfg.budget) for cfg in cfgs]
+        why = admit_race([b for b in planned if b is not None], self.max_budget,
+                         limit_name=f"this deployment's memory budget ({self.ENV['max_budget']})")
+        if why:
+            raise LimitError(why[0].upper() + why[1:])
+
 
 @dataclass(frozen=True)
 class ModelPolicy:
@@ -107,10 +121,10 @@ def auto_rows_bound(cfg: RunConfig) -> int:
     the run will get (``backends.planned_budget``: on a GPU it comes from free memory, unknown before
     the model loads, so the bound is AUTO_MAX_ROWS)."""
     from specrej.backends import planned_budget
-    from specrej.core.budget import AUTO_MAX_ROWS
+    from specrej.core.budget import AUTO_MAX_ROWS, opening_rows
 
     budget = planned_budget(cfg.budget)
-    return AUTO_MAX_ROWS if budget is None else min(AUTO_MAX_ROWS, budget // cfg.first_decision)
+    return AUTO_MAX_ROWS if budget is None else opening_rows(budget, cfg.first_decision)
 
 
 def smaller_budget(cfg: RunConfig, used_budget: int) -> RunConfig:

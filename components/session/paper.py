@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from specrej import RunConfig
 from specrej.core.budget import KVBudget, sharing
+from specrej.core.budget import budget_for
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.cost import StepCost, race_rows
 
@@ -36,7 +37,7 @@ def capped(ctx: AppContext, settings: dict) -> dict:
     if ctx.limits.max_budget:
         out["budget"] = min(out["budget"], ctx.limits.max_budget)
     # N capped by the deployment: the budget follows, so that the first batch still fits in N
-    out["budget"] = min(out["budget"], out["n"] * out["first_decision"])
+    out["budget"] = min(out["budget"], budget_for(out["n"], out["first_decision"]))
     return out
 
 

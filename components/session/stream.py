@@ -152,6 +152,7 @@ def prepare(ctx: AppContext, request, *, fits: bool = True) -> tuple[RunRequest,
     arms = request.arms(ctx.arms)
     for arm in arms:
         ctx.limits.check(arm.config(cfg))   # an arm's own N, and the rows an 'auto' start opens with
+    ctx.limits.check_race([arm.config(cfg) for arm in arms])   # every arm's cache, held at once
     kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
     kw["dtype"] = ctx.dtype
     if request.stop_when_matched:
@@ -164,10 +165,10 @@ def prepare(ctx: AppContext, request, *, fits: bool = True) -> tuple[RunRequest,
 
 def check_fits(ctx: AppContext, prep: Prepared) -> None:
     """BudgetError (naming the fix, quoting the settings as sent) where an arm's rows cannot run at its
-    memory budget with this prompt: the check each arm makes as it starts (``specrej.core.budget.KVBudget``,
-    as ``specrej.methods`` builds it), made on the torch thread before the machine is measured. A model that
+    memory budget with this prompt: the admission each arm asks as it starts (``specrej.core.budget.admit``,
+    as ``specrej.methods`` asks it), made on the torch thread before the machine is measured. A model that
     cannot load is left to the race, which says so."""
-    from specrej.core.budget import KVBudget, sharing
+    from specrej.core.budget import admit, sharing
 
     def job():
         try:
@@ -179,9 +180,8 @@ def check_fits(ctx: AppContext, prep: Prepared) -> None:
             return
         for arm in prep.arms:
             cfg = arm.config(prep.cfg)
-            kv = KVBudget(cfg.budget if cfg.budget is not None else engine.default_budget(lm), prompt_len, shared)
-            cfg = kv.resolve_n(cfg)
-            kv.check(cfg.n, cfg.max_new_tokens, lm.max_positions)
+            admit(cfg, budget=cfg.budget if cfg.budget is not None else engine.default_budget(lm), prompt_len=prompt_len,
+                  shared=shared, max_positions=lm.max_positions).granted()
 
     torch_worker().call(job)
 

@@ -19,6 +19,7 @@ from typing import Any
 from specrej import RunConfig
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
 from specrej.core.config import AUTO, DECISIONS
+from specrej.core.budget import opening_rows
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
@@ -35,7 +36,7 @@ CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed",
 # tokens (32): Speculative Rejection opens with at most as many rows as Best-of-N writes answers, so with coupled
 # randomness every answer it can pick is one Best-of-N writes too, and its result always falls on Best-of-N's
 # curve (the verdict is a time, never only a bound). Two decisions on every example prompt.
-PAGE_DEFAULTS = {"n": DEFAULT_CPU_BUDGET // 14, "first_decision": 14}
+PAGE_DEFAULTS = {"n": opening_rows(DEFAULT_CPU_BUDGET, 14), "first_decision": 14}
 _DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE_DEFAULTS}
 _HELP = RunConfig.help()
 

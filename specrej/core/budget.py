@@ -127,3 +127,70 @@ class KVBudget:
             raise BudgetError(f"budget of {budget} KV slots cannot fit N={n} rows of this prompt ({p} "
                               f"tokens) for even {FEW_TOKENS} tokens: raise the budget to at least {need} or lower "
                               f"N to {max(1, self.rows_that_fit(few))}.")
+
+
+# ---------------------------------------------------------------- admission: the one answer to "does this run fit?"
+
+@dataclass(frozen=True)
+class Admission:
+    """What ``admit`` answers: the run's config (n='auto' resolved to the rows it opens with), the slots it
+    is granted (its budget: the most its rows hold at once), and ``why`` it cannot run (None: it fits)."""
+
+    cfg: RunConfig
+    kv: KVBudget
+    why: str | None = None
+
+    @property
+    def slots(self) -> int:
+        return self.kv.total
+
+    @property
+    def fits(self) -> bool:
+        return self.why is None
+
+    def granted(self) -> RunConfig:
+        """The config to run, or BudgetError saying why it cannot run (naming the fix)."""
+        if self.why is not None:
+            raise BudgetError(self.why)
+        return self.cfg
+
+
+def admit(cfg: RunConfig, *, budget: int, prompt_len: int, shared: bool,
+          max_positions: int | None = None) -> Admission:
+    """Does a run of ``cfg`` fit ``budget`` KV slots with a prompt of ``prompt_len`` tokens (``shared``:
+    held once for all rows) and a model of ``max_positions`` positions? The one admission the methods, the
+    page's check before a race and the bench ask: n='auto' resolved (``KVBudget.resolve_n``), then the
+    rows checked at full length and for the first tokens (``KVBudget.check``)."""
+    kv = KVBudget(budget, prompt_len, shared)
+    try:
+        cfg = kv.resolve_n(cfg)
+        kv.check(cfg.n, cfg.max_new_tokens, max_positions)
+    except BudgetError as e:
+        return Admission(cfg, kv, str(e))
+    return Admission(cfg, kv)
+
+
+def admit_race(slots: list[int] | tuple[int, ...], limit: int | None, *, limit_name: str = "the limit") -> str | None:
+    """Why a race whose arms are granted these ``slots`` does not fit ``limit`` slots in all (None: it fits).
+    A race's arms take turns, but each holds its cache until it ends, so the race holds every arm's at once:
+    the sum is what it needs."""
+    total = sum(slots)
+    if limit is None or total <= limit:
+        return None
+    k = len(slots)
+    each = limit // max(k, 1)
+    return (f"this race's {k} arms would hold {' + '.join(str(s) for s in slots)} = {total} KV slots at once "
+            f"(every arm keeps its cache until it ends); {limit_name} is {limit} for a whole race: lower the "
+            f"budget to {each} or race fewer arms.")
+
+
+def budget_for(rows: int, tokens: int, prompt_len: int = 0, shared: bool = True) -> int:
+    """The inverse of admission: the budget in which ``rows`` rows of ``tokens`` tokens each fit (with the
+    prompt's slots: once when ``shared``, else per row)."""
+    return KVBudget(0, prompt_len, shared).slots(rows, tokens)
+
+
+def opening_rows(budget: int, first_decision: int) -> int:
+    """The most rows n='auto' can open with in ``budget`` slots at ``first_decision`` tokens, before the
+    prompt is known (the prompt's own slots only lower it), at most AUTO_MAX_ROWS."""
+    return KVBudget(budget, 0, True).auto_n(first_decision)

@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
-from ..core.budget import KVBudget, sharing
+from ..core.budget import admit, sharing
 from ..core.cost import flops
 from ..core.decisions import Moment
 from ..core.rules import Contender
@@ -66,14 +66,13 @@ class _Run:
         self.prompt_ids = lm.render(cfg.prompt)
         # an engine that re-prefills (the bench's reference style) keeps a copy of the prompt per row
         self.shared = sharing(lm, engine)
-        self.kv = KVBudget(cfg.budget if cfg.budget is not None else engine.default_budget(lm),
-                           len(self.prompt_ids), self.shared)
-        self.budget = self.kv.total
         if cfg.n == AUTO and not self.auto_n:
             raise ValueError(f"n='auto' is for Speculative Rejection (its first batch fills memory); give {arm} a "
                              "number of candidates, e.g. bon:n=128.")
-        cfg = self.cfg = self.kv.resolve_n(cfg)
-        self.kv.check(cfg.n, cfg.max_new_tokens, lm.max_positions)
+        admitted = admit(cfg, budget=cfg.budget if cfg.budget is not None else engine.default_budget(lm),
+                         prompt_len=len(self.prompt_ids), shared=self.shared, max_positions=lm.max_positions)
+        cfg = self.cfg = admitted.granted()
+        self.kv, self.budget = admitted.kv, admitted.slots
         self.recs = [_Rec(i) for i in range(cfg.n)]
         self.prompt_tokens = self.generated = self.reward_tokens = 0
         self.peak_slots = 0
