@@ -62,8 +62,11 @@ def css_path() -> Path:
 
 def page_head() -> str:
     """CSS for the page around the app (Gradio scopes ``css_paths`` to inside the app, so rules on its own
-    container go in the page's head): on a phone the container's side padding shrinks to fit 390 px."""
-    return f"<style>{_read('page.css')}</style>"
+    container go in the page's head): on a phone the container's side padding shrinks to fit 390 px; lecture
+    mode's layout and the clicker's keys (``components/lecture.py``)."""
+    from components import lecture
+
+    return f"<style>{_read('page.css')}</style>" + lecture.head(_read("lecture.css"))
 
 
 # ---------------------------------------------------------------- controls
@@ -124,6 +127,7 @@ class Controls:
     link_box: gr.Textbox
     deepconf: gr.Checkbox
     stbon: gr.Checkbox
+    lecture: gr.Checkbox
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -137,6 +141,8 @@ def build_controls(ctx: AppContext) -> Controls:
         with gr.Column(scale=1, min_width=150, elem_id="buttons"):
             run = gr.Button("▶ Run", variant="primary", size="lg", elem_id="run")
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
+            lecture = gr.Checkbox(value=False, label="Lecture mode", elem_id="lecture", container=False,
+                                  info=None)
     gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
                 examples_per_page=len(ctx.examples) or 1, api_visibility="private")
     with gr.Row(elem_id="mode-row"):
@@ -242,7 +248,8 @@ def build_controls(ctx: AppContext) -> Controls:
                     second_decision=second_decision, second_group=second_group, sr_start=sr_start,
                     first_decision=first_decision, stop_when_matched=stop_when_matched, paper=paper, replay=replay,
                     pace=pace, settings=settings, paper_note=paper_note, rule=rule, fit=fit, step=step,
-                    classroom=classroom, link=link, link_box=link_box, deepconf=deepconf, stbon=stbon)
+                    classroom=classroom, link=link, link_box=link_box, deepconf=deepconf, stbon=stbon,
+                    lecture=lecture)
 
 
 def paper_outputs(page: "Page") -> list:
