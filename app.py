@@ -210,22 +210,30 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
     c.classroom.click(lambda: ui.classroom_updates(ctx, page), None, fields + [c.settings, page.arena.status],
                       queue=False, api_visibility="private")
 
-    def make_link(*values):
-        """The query string of the settings (a race runs as they say): raw values (preprocess=False), so only
-        plain scalars are kept."""
-        plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
-        return gr.Textbox(value=links.query(plain), visible=True)
+    defaults = ui.link_defaults(ctx)
 
-    c.link.click(make_link, fields, [c.link_box], queue=False, api_visibility="private",
+    def make_link(view, *values):
+        """The short query string of the race on screen (``links.race_query``; the boxes' settings before any
+        race): raw values (preprocess=False), so only plain scalars are kept."""
+        plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
+        return gr.Textbox(value=links.race_query(view, plain, defaults, plain.get("lecture") is True), visible=True)
+
+    def draw_qr(url):
+        svg = links.qr_svg(url if isinstance(url, str) else "")
+        return gr.HTML(f'<div class="qr" title="{links.html_escape(url)}">{svg}</div>' if svg else "", visible=bool(svg))
+
+    c.link.click(make_link, [page.view, *fields], [c.link_box], queue=False, api_visibility="private",
                  preprocess=False) \
-        .then(None, [c.link_box], [c.link_box], js=ui.LINK_JS, queue=False, api_visibility="private")
+        .then(None, [c.link_box], [c.link_box], js=ui.LINK_JS, queue=False, api_visibility="private") \
+        .then(draw_qr, [c.link_box], [c.link_qr], queue=False, api_visibility="private")
 
     def from_link(request: gr.Request):
         params = dict(getattr(request, "query_params", None) or {})
         return ui.link_updates(ctx, page, params)
 
     demo.load(from_link, None, fields + [c.settings, c.second_group, c.preference], queue=False,
-              api_visibility="private")
+              api_visibility="private") \
+        .then(None, None, None, js=ui.OPEN_REPLAY_JS, queue=False, api_visibility="private")
 
 
 def wire_toggles(page: ui.Page) -> None:

@@ -84,7 +84,7 @@ def in_lecture(view: Any) -> bool:
 def lockable(page: "Page") -> list:
     """Every control a visitor can change or press, but Stop: locked while something plays."""
     c, a = page.controls, page.arena
-    skip = {"stop", "settings", "second_group", "paper_note", "link_box"}   # Stop; containers and read-only boxes
+    skip = {"stop", "settings", "second_group", "paper_note", "link_box", "link_qr"}   # Stop; containers and read-only boxes
     named = [comp for name, comp in c.by_name().items() if name not in skip]
     return named + [a.live, a.x_axis, a.step.prev, a.step.next, a.step.end]
 

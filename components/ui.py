@@ -125,6 +125,7 @@ class Controls:
     classroom: gr.Button
     link: gr.Button
     link_box: gr.Textbox
+    link_qr: gr.HTML
     deepconf: gr.Checkbox
     stbon: gr.Checkbox
     lecture: gr.Checkbox
@@ -164,8 +165,10 @@ def build_controls(ctx: AppContext) -> Controls:
     with gr.Row(elem_id="link-row"):
         link = gr.Button("Link to this race", variant="secondary", size="md", scale=0, min_width=190,
                          elem_id="link", elem_classes=["action"])
-        link_box = gr.Textbox(label="Open this link to get the same race (the settings and the seed)",
+        link_box = gr.Textbox(label="Open this link (or scan the code) to get the race on screen: its settings "
+                                    "and seed, those left at the defaults left out",
                               interactive=False, buttons=["copy"], visible=False, elem_id="link-box", scale=4)
+        link_qr = gr.HTML("", visible=False, elem_id="link-qr", padding=False)
     with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings") as settings:
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
@@ -248,8 +251,8 @@ def build_controls(ctx: AppContext) -> Controls:
                     second_decision=second_decision, second_group=second_group, sr_start=sr_start,
                     first_decision=first_decision, stop_when_matched=stop_when_matched, paper=paper, replay=replay,
                     pace=pace, settings=settings, paper_note=paper_note, rule=rule, fit=fit, step=step,
-                    classroom=classroom, link=link, link_box=link_box, deepconf=deepconf, stbon=stbon,
-                    lecture=lecture)
+                    classroom=classroom, link=link, link_box=link_box, link_qr=link_qr, deepconf=deepconf,
+                    stbon=stbon, lecture=lecture)
 
 
 def paper_outputs(page: "Page") -> list:
@@ -704,6 +707,25 @@ LINK_JS = """(q) => {
   if (box) { box.style.display = ''; }
   return url;
 }"""
+
+
+# A link to a recorded race (``links.REPLAY``): once its prompt is set, play that recording as Replay does.
+OPEN_REPLAY_JS = """() => {
+  try {
+    if (new URLSearchParams(window.location.search).get('replay') === '1') {
+      setTimeout(() => document.querySelector('#replay')?.click(), 300);
+    }
+  } catch (e) {}
+}"""
+
+
+def link_defaults(ctx: AppContext) -> dict:
+    """The page's defaults as a link names them: a link leaves out every setting equal to these
+    (``links.query``), so it stays short and opens the same race."""
+    from components.state.request import RunRequest
+
+    return {**{f.name: f.default for f in dataclasses.fields(RunRequest)}, "reward": ctx.default_reward,
+            "preference": ctx.default_preference}
 
 
 def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:

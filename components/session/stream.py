@@ -192,6 +192,7 @@ def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
                    reward_label=reward_label(ctx, request.reward, request.preference), x_axis=prep.x_axis,
                    specs=prep.arms)
     view.fit, view.stepping, view.lecture = fitted, request.step, request.lecture
+    view.request = {k: getattr(request, k) for k in REQUEST_FIELDS}   # the race as it ran, for its link
     if fitted is not None:
         view.step = fitted.cost
     return view

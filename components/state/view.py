@@ -124,6 +124,7 @@ class RunView:
     step_shown: int | None = 0       # stepping: the decision the page shows (None once the result is shown)
     verdict_error: str = ""          # why a finished race has no verdict (a score the verdict refuses)
     lecture: bool = False            # asked for in lecture mode: the page draws its charts for a room
+    request: dict | None = None      # the request's fields as the race ran with them ("Link to this race")
     fallback: dict | None = None     # a Run that plays the recording of its race instead of racing live: why
                                      # ({"reason": "too_long" | "behind", "estimate_s", "limit_s", "load", ...})
 
