@@ -28,8 +28,10 @@ if TYPE_CHECKING:   # the page's builders (ui.py imports this module)
 FONT = 20          # a chart's text in lecture mode (the page's charts: 14)
 TICKS = 18
 TITLE = 21
-LEGEND = 18
-HEIGHT = 340       # a chart's height: two across, under the bar and the status, inside 720 px
+LEGEND = 17
+HEIGHT = 400       # a chart's height: two across, under the bar and the status, inside 720 px
+BOTTOM = 168       # its bottom margin: the ticks, the x-axis title and up to three rows of legend under them
+LEGEND_BELOW_PX = 88   # the legend's top, this far under the plot: below the x-axis title
 
 # ------------------------------------------------------------------ charts
 
@@ -45,15 +47,22 @@ def for_room(spec: dict | None) -> dict | None:
     layout["font"] = {**layout.get("font", {}), "size": FONT}
     layout["height"] = HEIGHT
     margin = layout.get("margin", {})
-    layout["margin"] = {**margin, "l": max(margin.get("l", 0), 96), "b": max(margin.get("b", 0), 110)}
+    top = margin.get("t", 20)
+    layout["margin"] = {**margin, "l": max(margin.get("l", 0), 100), "b": BOTTOM}
     for key in [k for k in layout if k.startswith(("xaxis", "yaxis"))]:
         axis = layout[key]
         axis["tickfont"] = {**axis.get("tickfont", {}), "size": TICKS}
         title = axis.get("title")
         if isinstance(title, dict):
-            axis["title"] = {**title, "font": {**title.get("font", {}), "size": TITLE}}
+            text = title.get("text")
+            if isinstance(text, str):   # a unit under the title, in small type: larger too
+                text = text.replace("font-size:12px", f"font-size:{TICKS - 2}px")
+            axis["title"] = {**title, "text": text, "font": {**title.get("font", {}), "size": TITLE}}
     if isinstance(layout.get("legend"), dict):
-        layout["legend"] = {**layout["legend"], "font": {**layout["legend"].get("font", {}), "size": LEGEND}}
+        legend = {**layout["legend"], "font": {**layout["legend"].get("font", {}), "size": LEGEND}}
+        if legend.get("orientation") == "h" and legend.get("yanchor") == "top":   # under the x-axis title
+            legend["y"] = -LEGEND_BELOW_PX / max(1, HEIGHT - top - BOTTOM)
+        layout["legend"] = legend
     for note in layout.get("annotations", []) or []:
         font = note.get("font") or {}
         note["font"] = {**font, "size": max(TICKS, font.get("size", 12) + 5)}
