@@ -343,7 +343,7 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
     if v.beyond:
         score = f"Improvement score **{v.improvement:.1f}**: above Best-of-{v.n}'s winner {scale}."
     elif all_n:
-        score = f"Improvement score **{v.improvement:.1f}**: Best-of-{v.n}'s winner, to float noise {scale}."
+        score = f"Improvement score **{v.improvement:.1f}**: Best-of-{v.n}'s winner, equal to the digits shown {scale}."
     else:
         score = (f"Improvement score **{v.improvement:.1f}**: {100 - v.improvement:.1f} points below "
                  f"Best-of-{v.n}'s winner {scale}, which Best-of-N reaches only with all {v.n}"
@@ -394,7 +394,7 @@ def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
                      f"coupled randomness answer #{bid} exists only in {base}, which wrote more.")
     elif not c.kept_baseline_winner:
         tokens, partial = c.baseline_winner_partial or ("?", None)
-        lines.append(f"{ask} Yes: candidate #{bid} was pruned in round {c.baseline_winner_round_pruned} with a "
+        lines.append(f"{ask} Yes: candidate #{bid} was pruned at decision {_decision_no(c.baseline_winner_round_pruned)} with a "
                      f"partial reward of {fmt_score(partial)} at token {tokens}; had it continued it would have "
                      f"scored {fmt_score(c.baseline_reward)}.")
     elif c.same_winner:
@@ -733,8 +733,13 @@ def _column_name(arm: ArmView, arms: list[ArmView], base=None) -> str:
 def _pruning_cells(c: Candidate | None, won: bool) -> list:
     if c is None:
         return ["–", None, None, None]
-    return ["winner" if won else c.status, c.round_pruned,
+    return ["winner" if won else c.status, _decision_no(c.round_pruned),
             round(c.score, 4) if c.score is not None else None, c.tokens]
+
+
+def _decision_no(index: int | None):
+    """A decision's number as the step panel counts it (from 1): events index rounds from 0."""
+    return None if index is None else index + 1
 
 
 def _final_cells(c: Candidate | None, rank: int | None) -> list:

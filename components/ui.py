@@ -34,6 +34,12 @@ DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE
 DECISIONS = [("when memory is full (the paper)", "budget"), ("every k tokens (and when memory is full)", "interval")]
 X_AXES = [("time", "time"), ("FLOPs", "flops")]
 SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
+# The Settings' title says whose settings the boxes hold: the defaults, or a preset that changed them
+SETTINGS_LABELS = {"defaults": "Settings: the defaults just work",
+                   "classroom": "Settings: the Classroom preset (change any box to make it yours)",
+                   "paper": "Settings: Paper scale", "paper-scaled": "Settings: Paper scale, scaled down to fit here",
+                   "recording": "Settings: the recording's, scaled down to fit here",
+                   "recording-same": "Settings: the recording's race", "link": "Settings: from the link"}
 PAPER_NOTE = ("**Paper scale** sets the paper's *protocol* (not its models, GPUs or answer lengths, so not its "
               "numbers): on this 135M model and this machine, Speculative Rejection opens with the rows that fill "
               "memory at token 16 and Best-of-N writes all 128 answers (or this deployment's largest N) of up to 256 "
@@ -45,8 +51,9 @@ HEADER = (f"# Speculative Rejection vs Best-of-N\n"
           f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
           f"([Sun et al., NeurIPS 2024]({PAPER})) starts as many answers as fit in memory at its first decision, "
           f"scores the partial answers whenever memory fills and stops writing the weakest. The paper's claim: the same reward in far less "
-          f"time. Press **Run**: the result places Speculative Rejection's answer on Best-of-N's reward-versus-N "
-          f"curve and says how much longer Best-of-N takes to match it, on this machine.")
+          f"time. Press **Run**: the result places Speculative Rejection's answer on Best-of-N's curve (its best "
+          f"reward with k answers, for every k up to N) and says how much longer Best-of-N takes to match it, on this "
+          f"machine.")
 
 
 def _read(name: str, fallback: str = "") -> str:
@@ -169,7 +176,7 @@ def build_controls(ctx: AppContext) -> Controls:
                                     "and seed, those left at the defaults left out",
                               interactive=False, buttons=["copy"], visible=False, elem_id="link-box", scale=4)
         link_qr = gr.HTML("", visible=False, elem_id="link-qr", padding=False)
-    with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings") as settings:
+    with gr.Accordion(SETTINGS_LABELS["defaults"], open=False, elem_id="settings") as settings:
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
                                 info="The language model both methods sample from.", elem_id="model")
@@ -294,7 +301,7 @@ def paper_scale_updates(ctx: AppContext, page: "Page", plan: PaperPlan, prompt: 
     out = {named[k]: v for k, v in plan.settings.items() if k in named}
     if any(k == PAPER_REWARD for _, k in ctx.rewards):
         out[c.reward] = PAPER_REWARD
-    out[c.settings] = gr.Accordion(open=True)
+    out[c.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["paper" if plan.fits else "paper-scaled"])
     words = paper_scale_words(ctx, plan)
     out[c.paper_note] = words
     out[page.arena.status] = gr.Markdown(words, elem_classes=["status-idle"])
@@ -656,7 +663,7 @@ def live_updates(ctx: AppContext, page: "Page", plan: PaperPlan) -> dict:
         f", scaled down to fit this deployment ({'; '.join(scaled)}): the same protocol, smaller. "
         if scaled else ". ") + "Starting…")
     out[page.arena.status] = gr.Markdown(words, elem_classes=["status-live"])
-    out[c.settings] = gr.Accordion(open=True)
+    out[c.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["recording" if scaled else "recording-same"])
     out[c.paper_note] = words
     return out
 
@@ -681,7 +688,7 @@ def classroom_updates(ctx: AppContext, page: "Page") -> dict:
     for k in ("prompt", "reward", "preference", "temperature", "top_p", "interval", "second_alpha",
               "second_decision"):
         out.setdefault(named[k], gr.skip())
-    out[page.controls.settings] = gr.Accordion(open=True)
+    out[page.controls.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["classroom"])
     out[page.arena.status] = gr.Markdown(
         f"**Classroom preset set** (see Settings): a small race (N = {CLASSROOM['n']}, up to "
         f"{CLASSROOM['max_new_tokens']} tokens, memory {CLASSROOM['budget']}) that steps through its decisions. Press "
@@ -745,7 +752,7 @@ def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     if "prompt" in got:
         out[named["prompt"]] = got["prompt"][:ctx.limits.max_prompt_chars]
     changed = bool(set(got) - {"prompt"})
-    out[page.controls.settings] = gr.Accordion(open=True) if changed else gr.skip()
+    out[page.controls.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["link"]) if changed else gr.skip()
     out[page.controls.second_group] = gr.Row(visible=bool(got.get("second"))) if "second" in got else gr.skip()
     out[named["preference"]] = (gr.Textbox(value=got["preference"], visible=got.get("reward") == PREFERENCE)
                                 if "preference" in got else

@@ -144,6 +144,9 @@ def recording_note(rec: Recording, view: RunView) -> str:
 
 
 def _show(v) -> str:
+    """A recorded setting as the status line says it (an automatic budget, recorded as None: "auto")."""
+    if v is None:
+        return "auto"
     return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
 
 
