@@ -15,7 +15,7 @@ import inspect
 
 import gradio as gr
 
-from components import charts, links, panels, ui
+from components import charts, lecture, links, panels, ui
 from components.autospec_tab import build_autospec_tab
 from components.deploy import gradio_private
 from components.deploy.clients import Guard, forwarded_headers_ignored
@@ -53,6 +53,7 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
         on_run = wire_race(ctx, page, guard, events_fn)
         on_replay, on_paper = wire_recordings(ctx, page, guard, on_run)
         wire_stop(page, guard, [on_run, on_replay, on_paper])
+        lecture.wire(page, ends=[on_run, on_replay, on_paper])
         wire_steps(page)
         wire_links(ctx, page, demo)
         wire_toggles(page)
@@ -101,21 +102,21 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
     """Replay, Paper scale and "Run it live" (the recording's settings scaled to fit, run here)."""
     c, a = page.controls, page.arena
 
-    def replay(prompt, pace, step, request: gr.Request):
+    def replay(prompt, pace, step, lecture_on, request: gr.Request):
         """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
         stop_requested = guard.on_start(request)
         for update in page.stream(drawn(replay_updates(prompt, pace, min_frame_interval=ctx.min_frame_interval,
                                                        max_prompt_chars=ctx.limits.max_prompt_chars,
-                                                       step=step is True))):
+                                                       step=step is True, lecture=lecture_on is True))):
             if stop_requested():
                 return
             yield update
 
-    on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step], page.outputs(), concurrency_id="replay",
+    on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
                                concurrency_limit=4, api_visibility="private", preprocess=False)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
-    def paper_scale(prompt, pace, step, request: gr.Request):
+    def paper_scale(prompt, pace, step, lecture_on, request: gr.Request):
         """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
         that fits, with the recorded paper-scale race played meanwhile."""
         stop_requested = guard.on_start(request)
@@ -132,14 +133,14 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
         for update in page.stream(drawn(replay_updates(plan.replay_prompt, pace,
                                                        min_frame_interval=ctx.min_frame_interval,
                                                        max_prompt_chars=ctx.limits.max_prompt_chars,
-                                                       step=step is True))):
+                                                       step=step is True, lecture=lecture_on is True))):
             if stop_requested():
                 return
             yield update
 
     on_paper = c.paper.click(lambda: ui.paper_measuring(ctx), None,
                              [a.status], queue=False, api_visibility="private") \
-        .then(paper_scale, [c.prompt, c.pace, c.step], ui.paper_outputs(page), concurrency_id="replay",
+        .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture], ui.paper_outputs(page), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)
 
     def recorded_settings(prompt, view):
@@ -191,9 +192,10 @@ def wire_steps(page: ui.Page) -> None:
             k = None if delta is None else int(k or 0) + delta
             if k is None or k >= len(view.checkpoints):
                 view.step_shown = None   # the result is shown: the x-axis switch redraws the verdict again
-                return page.updates(final_frame(view))
+                return page.updates(lecture.frame_for_room(final_frame(view)) if view.lecture else final_frame(view))
             view.step_shown = max(0, k)
-            return page.updates(step_frame(view, view.step_shown))
+            frame = step_frame(view, view.step_shown)
+            return page.updates(lecture.frame_for_room(frame) if view.lecture else frame)
         return show
 
     for button, delta in ((s.prev, -1), (s.next, 1), (s.end, None)):
@@ -208,22 +210,30 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
     c.classroom.click(lambda: ui.classroom_updates(ctx, page), None, fields + [c.settings, page.arena.status],
                       queue=False, api_visibility="private")
 
-    def make_link(*values):
-        """The query string of the settings (a race runs as they say): raw values (preprocess=False), so only
-        plain scalars are kept."""
-        plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
-        return gr.Textbox(value=links.query(plain), visible=True)
+    defaults = ui.link_defaults(ctx)
 
-    c.link.click(make_link, fields, [c.link_box], queue=False, api_visibility="private",
+    def make_link(view, *values):
+        """The short query string of the race on screen (``links.race_query``; the boxes' settings before any
+        race): raw values (preprocess=False), so only plain scalars are kept."""
+        plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
+        return gr.Textbox(value=links.race_query(view, plain, defaults, plain.get("lecture") is True), visible=True)
+
+    def draw_qr(url):
+        svg = links.qr_svg(url if isinstance(url, str) else "")
+        return gr.HTML(f'<div class="qr" title="{links.html_escape(url)}">{svg}</div>' if svg else "", visible=bool(svg))
+
+    c.link.click(make_link, [page.view, *fields], [c.link_box], queue=False, api_visibility="private",
                  preprocess=False) \
-        .then(None, [c.link_box], [c.link_box], js=ui.LINK_JS, queue=False, api_visibility="private")
+        .then(None, [c.link_box], [c.link_box], js=ui.LINK_JS, queue=False, api_visibility="private") \
+        .then(draw_qr, [c.link_box], [c.link_qr], queue=False, api_visibility="private")
 
     def from_link(request: gr.Request):
         params = dict(getattr(request, "query_params", None) or {})
         return ui.link_updates(ctx, page, params)
 
     demo.load(from_link, None, fields + [c.settings, c.second_group, c.preference], queue=False,
-              api_visibility="private")
+              api_visibility="private") \
+        .then(None, None, None, js=ui.OPEN_REPLAY_JS, queue=False, api_visibility="private")
 
 
 def wire_toggles(page: ui.Page) -> None:
@@ -271,7 +281,8 @@ def rerender_race(view, x_axis):
     if view.stepping and view.checkpoints and view.step_shown is not None:
         return gr.skip()   # stepping: the chart shows the race at a decision; the verdict stays hidden until the end
     # the label follows the axis: a verdict on FLOPs is not "against its time"
-    return gr.Plot(value=charts.as_plot(charts.race_chart(view, x_axis)), label=race_label(view, x_axis))
+    spec = charts.race_chart(view, x_axis)
+    return gr.Plot(value=charts.as_plot(lecture.for_room(spec) if view.lecture else spec), label=race_label(view, x_axis))
 
 
 def launch(demo: gr.Blocks, **kwargs):

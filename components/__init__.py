@@ -11,6 +11,8 @@ Presentation (this folder):
 - ``frames``  ``Frame``, the frame builders (start, live, final, failure) and ``draw`` (an ``Update`` as a frame)
 - ``ui``      ``build_*()`` builders and the frame -> component update mapping
 - ``autospec_tab``  the parallel-sampling lab's tab
+- ``lecture`` lecture mode: charts for a room, the controls locked while a play runs, the clicker's keys
+- ``links``   a race as a short link and its QR code; the Classroom preset
 
 ``state/``: the run's state, the room both wings read (imports only ``specrej``): the run's ``view``,
 the ``request``, the runtime's ``update``, the JSON ``summary``, ``shared`` names and presets.

@@ -472,7 +472,7 @@ def final_chart(view: RunView, arm_id: str) -> dict:
          "marker": {"symbol": "circle", "size": 9, "color": colour, "line": {"width": 1.5, "color": "white"}},
          "hovertemplate": hover},
         {"type": "scatter", "mode": "markers", "name": f"finished · pruned by {pruner}",
-         **pts(cut, lambda c: f"{pruner} pruned it in round {sr_pruned[c.id].round_pruned}"),
+         **pts(cut, lambda c: f"{pruner} pruned it at decision {sr_pruned[c.id].round_pruned + 1}"),
          "marker": {"symbol": "circle-open", "size": 10, "color": colour, "line": {"width": 2, "color": colour}},
          "hovertemplate": hover},
         _star(arm.leader() if done else None, "winner" if won else "leader", partial=False),
@@ -674,9 +674,10 @@ def pool_chart(view: RunView, checkpoint) -> dict:
     ranks = list(range(1, len(pool) + 1))
     cut = [c.status == "pruned" for c in pool]
     ys = [c.score for c in pool] + [final[c.id] for c in pool if c.id in final]
-    lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
+    lo, hi = (min(ys + [0.0]), max(ys + [0.0])) if ys else (0.0, 1.0)
     pad = max(0.08 * (hi - lo), 0.01)
-    floor = round(lo - pad, 4)   # bars grow from the bottom of the axis (rewards may be negative)
+    floor = 0.0   # bars grow from zero (down for a negative reward): an axis from near the lowest score made
+                  # small differences look large
 
     def bars(name, keep, colour_):
         sel = [(k, c) for k, c, x in zip(ranks, pool, cut) if x != keep]
@@ -700,7 +701,8 @@ def pool_chart(view: RunView, checkpoint) -> dict:
          "hovertemplate": "Best-of-N's eventual winner · partial reward %{y:.3f}<extra></extra>"},
     ]
     layout = _layout(f"rank by partial reward at token {r.position} (best left)",
-                     reward_title(view, "partial reward"), [0.4, len(pool) + 0.6], [floor, round(hi + pad, 4)],
+                     reward_title(view, "partial reward"), [0.4, len(pool) + 0.6],
+                     [round(lo - pad, 4) if lo < 0 else 0.0, round(hi + pad, 4)],
                      revision=f"pool-{checkpoint.arm}")
     layout.update(bargap=0.15, barmode="overlay")
     layout["meta"] = export_meta(view, f"{arm.spec.label}, decision at token {r.position}: every candidate ranked by "

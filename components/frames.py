@@ -168,7 +168,15 @@ def failure_frame(view: RunView) -> Frame:
 
 
 def draw(update: Update) -> Frame:
-    """The frame that shows one of the runtime's updates (``state/update.py``)."""
+    """The frame that shows one of the runtime's updates (``state/update.py``); a lecture-mode run's charts
+    drawn for a room (``lecture.frame_for_room``)."""
+    from components.lecture import frame_for_room, in_lecture
+
+    frame = _draw(update)
+    return frame_for_room(frame) if in_lecture(update.view) else frame
+
+
+def _draw(update: Update) -> Frame:
     view, replay = update.view, update.replay
     if update.kind == "error":
         return error_frame(update.message)

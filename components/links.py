@@ -1,6 +1,9 @@
-"""Links that reproduce a race, and the Classroom preset: settings <-> a URL's query string.
+"""Links that reproduce a race, and the Classroom preset: settings <-> a URL's query string, and its QR code.
 
-``query(values)`` writes the page's settings and seed as a query string; ``settings(params, ...)``
+``race_query(view, ...)`` writes the race on screen (the settings it ran with, not the boxes as they are now)
+as a short query string (settings at the page's defaults left out; a recorded paper-scale race as its prompt
+and ``replay=1``, which opens its recording); ``qr_svg(url)`` draws its QR code (``segno``).
+``query(values)`` writes settings and seed as a query string; ``settings(params, ...)``
 reads one back into control values, keeping only known fields with valid values (a link is typed,
 pasted and edited by people: anything else is dropped, never an error). A race runs as its settings say
 (load never changes them), so whoever opens the link gets the same race. Nothing here knows Gradio.
@@ -8,6 +11,7 @@ pasted and edited by people: anything else is dropped, never an error). A race r
 from __future__ import annotations
 
 import math
+from html import escape as html_escape  # noqa: F401  (app.py titles the code with its link)
 from typing import Mapping
 from urllib.parse import urlencode
 
@@ -19,7 +23,7 @@ FIELDS = {
     "max_new_tokens": "int", "temperature": "float", "top_p": "float", "seed": "int", "budget": "int",
     "decision": "choice", "interval": "int", "first_decision": "int", "sr_start": "choice", "rule": "choice",
     "stop_when_matched": "bool", "second": "bool", "second_alpha": "float", "second_decision": "choice",
-    "fit": "bool", "step": "bool", "deepconf": "bool", "stbon": "bool",
+    "fit": "bool", "step": "bool", "deepconf": "bool", "stbon": "bool", "lecture": "bool",
 }
 MAX_TEXT = 2000
 MAX_DIGITS = 19   # a whole number's digits a link may carry: the largest seed, 2**63 - 1, has 19
@@ -34,9 +38,58 @@ def _show(v) -> str:
     return str(v)
 
 
-def query(values: Mapping[str, object]) -> str:
-    """The query string of these settings (unknown fields and empty values left out)."""
-    return urlencode({k: _show(values[k]) for k in FIELDS if k in values and values[k] not in (None, "")})
+def query(values: Mapping[str, object], defaults: Mapping[str, object] | None = None) -> str:
+    """The query string of these settings (unknown fields and empty values left out; with ``defaults``, every
+    setting equal to the page's default too, so the link stays short: the page opens with its defaults)."""
+    def kept(k) -> bool:
+        if k not in values or values[k] in (None, ""):
+            return False
+        return defaults is None or k == "prompt" or k not in defaults or _show(values[k]) != _show(defaults[k])
+
+    return urlencode({k: _show(values[k]) for k in FIELDS if kept(k)})
+
+
+REPLAY = "replay"   # a link's parameter: open the recorded (paper-scale) race of its prompt, as Replay plays it
+
+
+def race_values(view) -> dict | None:
+    """The settings of the race on screen (a ``RunView``), for its link: a live race's request as it ran; the
+    page's own race in a recording, its recorded request and prompt; a paper-scale recording, its prompt and
+    ``replay`` (the link opens the recording). None with no race on screen."""
+    if view is None:
+        return None
+    recording = getattr(view, "recording", None)
+    if recording is not None:
+        request = recording.get("request")
+        if recording.get("page_race") and isinstance(request, dict):
+            return {**{k: v for k, v in request.items() if k in FIELDS}, "prompt": view.cfg.prompt}
+        return {"prompt": view.cfg.prompt, REPLAY: True}
+    request = getattr(view, "request", None)
+    return {k: v for k, v in request.items() if k in FIELDS} if isinstance(request, dict) else None
+
+
+def race_query(view, boxes: Mapping[str, object], defaults: Mapping[str, object], lecture: bool = False) -> str:
+    """The short query string of the race on screen (``race_values``), else of the settings in the boxes (no race
+    yet); ``lecture=1`` when the page is in lecture mode."""
+    values = race_values(view)
+    replay = bool(values and values.pop(REPLAY, False))
+    values = dict(boxes if values is None else values)
+    values["lecture"] = bool(lecture)
+    q = query(values, defaults)
+    return q + (f"&{REPLAY}=1" if replay else "")
+
+
+MAX_QR_CHARS = 2000   # a link longer than this gets no code (a QR code of 2,000 characters is too dense to scan)
+
+
+def qr_svg(url: str) -> str:
+    """The QR code of ``url`` as an inline SVG (``segno``, medium error correction), "" for an empty or
+    overlong one. Dark modules on white, with the quiet zone, so a phone reads it off a projector."""
+    import segno
+
+    if not isinstance(url, str) or not url.strip() or len(url) > MAX_QR_CHARS:
+        return ""
+    return segno.make(url.strip(), error="m").svg_inline(scale=6, dark="#000", light="#fff", border=4)
 
 
 def _parse(kind: str, raw: str, choices=None):

@@ -72,15 +72,22 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         return ("**Starting:** loading the models and prefilling the prompt…" + _expected_words(fit) + note)
     if view.recording is not None:   # a replay keeps its own clock: never "Done in" the recorded time
         took = fmt_s(view.recording.get("seconds", 0.0))
+        stated = (view.fallback or {}).get("stated_s")
+        of = f" of about {fmt_s(stated)}" if stated else ""
         head = (f"**Replay done** in {fmt_s(view.elapsed())} (the recorded race took {took})" if view.state == "done"
-                else f"**Replaying a recording** · {fmt_s(view.elapsed())} (recorded: {took})")
+                else f"**Replaying a recording** · {fmt_s(view.elapsed())}{of} (recorded: {took})")
         if view.fallback:
             note = f"\n\n{fallback_words(view)}" + note
+        if view.state == "done":
+            note += f"\n\n{RECORDED_TIMES}"
     elif view.state == "done":
         head = f"**Done** in {fmt_s(view.elapsed())}" + (f" (expected about {fmt_s(expected)})" if expected else "")
     elif expected and fit.late(view.elapsed()):
-        head = (f"**Racing, running late** · {fmt_s(view.elapsed())}, expected about {fmt_s(expected)}: this "
-                "machine got busier after it was measured. The race goes on as set")
+        load = getattr(fit, "load", 1.0)
+        measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
+        head = (f"**Racing, running late** · {fmt_s(view.elapsed())}, expected about {fmt_s(expected)} from this "
+                f"machine's decoding speed measured just before the race ({measured}): its steps have run slower "
+                "since. The race goes on as set")
     else:
         head = f"**Racing** · {fmt_s(view.elapsed())}" + (f" of about {fmt_s(expected)}" if expected else "")
     return " · ".join([head] + [_arm_status(a) for a in view.display_order()]) + note
@@ -103,16 +110,27 @@ def fallback_words(view: RunView) -> str:
     load = f.get("load", 1.0)
     busy = f" (this machine is {load:.1f}x slower than when quiet)" if load >= 1.3 else ""
     if f.get("reason") == "behind":
+        measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
         return (f"**The live race fell behind**: {fmt_s(f.get('elapsed_s', 0.0))} in, against about "
-                f"{fmt_s(f.get('estimate_s', 0.0))} expected{busy}, and this deployment stops a run at "
-                f"{f.get('limit_s', 0):.0f} s. Rather than cut it, this is the **recording of the same race** "
-                f"(the same settings and seed, {where}).")
+                f"{fmt_s(f.get('estimate_s', 0.0))} expected from this machine's decoding speed measured just "
+                f"before it started ({measured}), and this deployment stops a run at {f.get('limit_s', 0):.0f} s. "
+                f"Rather than cut it, this is the **recording of the same race** (the same settings and seed, "
+                f"{where}).")
+    if f.get("reason") == "lecture":
+        return (f"**Lecture mode: the recording of this race**, paced to end in about {fmt_s(f.get('stated_s', 0.0))}, "
+                f"the live race's time on this machine when quiet. Measured just now, this machine is "
+                f"{load:.1f}x slower than when quiet, so live it would take about {fmt_s(f.get('estimate_s', 0.0))}. "
+                f"The same settings and seed, {where}.")
     return (f"**Live, this race would take about {fmt_s(f.get('estimate_s', 0.0))} here now**{busy}, past this "
             f"deployment's time limit of {f.get('limit_s', 0):.0f} s, so this is the **recording of the same "
             f"race** (the same settings and seed, {where}). Press **Run** again when the machine is quieter to "
             "race it live.")
 
 
+# where a recording's wall times and the verdict's priced times show together (the status line and the result)
+RECORDED_TIMES = ("*Each method's \"done in\" is the recorded race's own clock on its machine (reward scoring, "
+                  "sampling and whatever else that machine ran included); the verdict prices only the decoding "
+                  "steps, each at that machine's measured step time, so its seconds are fewer.*")
 REPLAY_START = "**Replaying** the recorded race…"
 MEASURING = "**Measuring** this machine's decoding speed now, to size the race so it ends in time…"
 
@@ -325,7 +343,7 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
     if v.beyond:
         score = f"Improvement score **{v.improvement:.1f}**: above Best-of-{v.n}'s winner {scale}."
     elif all_n:
-        score = f"Improvement score **{v.improvement:.1f}**: Best-of-{v.n}'s winner, to float noise {scale}."
+        score = f"Improvement score **{v.improvement:.1f}**: Best-of-{v.n}'s winner, equal to the digits shown {scale}."
     else:
         score = (f"Improvement score **{v.improvement:.1f}**: {100 - v.improvement:.1f} points below "
                  f"Best-of-{v.n}'s winner {scale}, which Best-of-N reaches only with all {v.n}"
@@ -376,7 +394,7 @@ def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
                      f"coupled randomness answer #{bid} exists only in {base}, which wrote more.")
     elif not c.kept_baseline_winner:
         tokens, partial = c.baseline_winner_partial or ("?", None)
-        lines.append(f"{ask} Yes: candidate #{bid} was pruned in round {c.baseline_winner_round_pruned} with a "
+        lines.append(f"{ask} Yes: candidate #{bid} was pruned at decision {_decision_no(c.baseline_winner_round_pruned)} with a "
                      f"partial reward of {fmt_score(partial)} at token {tokens}; had it continued it would have "
                      f"scored {fmt_score(c.baseline_reward)}.")
     elif c.same_winner:
@@ -458,18 +476,27 @@ def _room_words(w: Why, sr: str, method: str = "sr") -> str:
     elif method == "stbon":
         head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} opens with "
                 f"{_count(w.opening_rows, 'row', 'rows')} in one pass and writes one answer on after it truncates, so "
-                f"its decoding steps can shrink at most {w.bound}x")
+                f"its decoding steps can shrink at most {w.bound}x" + _early_words(w))
     elif w.passes == 1:
         head = (f"Best-of-{w.n} at {w.length} tokens fits in one pass of {rows} {where}, so {sr}'s one pass "
                 "cannot shrink its decoding steps")
     else:
         head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} opens with "
                 f"{_count(w.opening_rows, 'row', 'rows')} in one pass, so its decoding steps can shrink at most "
-                f"{w.bound}x")
+                f"{w.bound}x" + _early_words(w))
     if w.beyond:
         return (head + f": all {w.bon_steps:,.0f} of Best-of-N's steps against its {w.sr_steps:,} "
                 f"({_fewer(w.step_ratio)}), and Best-of-N never reaches its reward.")
     return head + f": at equal reward, Best-of-N took {w.bon_steps:,.0f} steps against its {w.sr_steps:,} ({_fewer(w.step_ratio)})."
+
+
+def _early_words(w: Why) -> str:
+    """The passes bound holds for full-length answers; said so where answers that ended early beat it."""
+    if not w.past_bound:
+        return ""
+    return (f" were every answer written to full length; its answers ended early (a pass ends with its longest "
+            f"answer), so all {w.n} of Best-of-N's answers took {w.full_steps:,.0f} steps against its "
+            f"{w.sr_steps:,} ({_fewer(w.room)}), the most its steps could shrink here")
 
 
 def _price_words(w: Why, machine: str) -> str:
@@ -706,8 +733,13 @@ def _column_name(arm: ArmView, arms: list[ArmView], base=None) -> str:
 def _pruning_cells(c: Candidate | None, won: bool) -> list:
     if c is None:
         return ["–", None, None, None]
-    return ["winner" if won else c.status, c.round_pruned,
+    return ["winner" if won else c.status, _decision_no(c.round_pruned),
             round(c.score, 4) if c.score is not None else None, c.tokens]
+
+
+def _decision_no(index: int | None):
+    """A decision's number as the step panel counts it (from 1): events index rounds from 0."""
+    return None if index is None else index + 1
 
 
 def _final_cells(c: Candidate | None, rank: int | None) -> list:

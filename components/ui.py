@@ -34,6 +34,12 @@ DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAGE
 DECISIONS = [("when memory is full (the paper)", "budget"), ("every k tokens (and when memory is full)", "interval")]
 X_AXES = [("time", "time"), ("FLOPs", "flops")]
 SR_STARTS = [("Best-of-N's N", "same"), ("auto: fills memory at token T", "auto")]
+# The Settings' title says whose settings the boxes hold: the defaults, or a preset that changed them
+SETTINGS_LABELS = {"defaults": "Settings: the defaults just work",
+                   "classroom": "Settings: the Classroom preset (change any box to make it yours)",
+                   "paper": "Settings: Paper scale", "paper-scaled": "Settings: Paper scale, scaled down to fit here",
+                   "recording": "Settings: the recording's, scaled down to fit here",
+                   "recording-same": "Settings: the recording's race", "link": "Settings: from the link"}
 PAPER_NOTE = ("**Paper scale** sets the paper's *protocol* (not its models, GPUs or answer lengths, so not its "
               "numbers): on this 135M model and this machine, Speculative Rejection opens with the rows that fill "
               "memory at token 16 and Best-of-N writes all 128 answers (or this deployment's largest N) of up to 256 "
@@ -45,8 +51,9 @@ HEADER = (f"# Speculative Rejection vs Best-of-N\n"
           f"**Best-of-N** writes every answer to the end; **Speculative Rejection** "
           f"([Sun et al., NeurIPS 2024]({PAPER})) starts as many answers as fit in memory at its first decision, "
           f"scores the partial answers whenever memory fills and stops writing the weakest. The paper's claim: the same reward in far less "
-          f"time. Press **Run**: the result places Speculative Rejection's answer on Best-of-N's reward-versus-N "
-          f"curve and says how much longer Best-of-N takes to match it, on this machine.")
+          f"time. Press **Run**: the result places Speculative Rejection's answer on Best-of-N's curve (its best "
+          f"reward with k answers, for every k up to N) and says how much longer Best-of-N takes to match it, on this "
+          f"machine.")
 
 
 def _read(name: str, fallback: str = "") -> str:
@@ -62,8 +69,11 @@ def css_path() -> Path:
 
 def page_head() -> str:
     """CSS for the page around the app (Gradio scopes ``css_paths`` to inside the app, so rules on its own
-    container go in the page's head): on a phone the container's side padding shrinks to fit 390 px."""
-    return f"<style>{_read('page.css')}</style>"
+    container go in the page's head): on a phone the container's side padding shrinks to fit 390 px; lecture
+    mode's layout and the clicker's keys (``components/lecture.py``)."""
+    from components import lecture
+
+    return f"<style>{_read('page.css')}</style>" + lecture.head(_read("lecture.css"))
 
 
 # ---------------------------------------------------------------- controls
@@ -122,8 +132,10 @@ class Controls:
     classroom: gr.Button
     link: gr.Button
     link_box: gr.Textbox
+    link_qr: gr.HTML
     deepconf: gr.Checkbox
     stbon: gr.Checkbox
+    lecture: gr.Checkbox
 
     def by_name(self) -> dict[str, gr.components.Component]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -137,6 +149,8 @@ def build_controls(ctx: AppContext) -> Controls:
         with gr.Column(scale=1, min_width=150, elem_id="buttons"):
             run = gr.Button("▶ Run", variant="primary", size="lg", elem_id="run")
             stop = gr.Button("■ Stop", variant="stop", size="lg", elem_id="stop")
+            lecture = gr.Checkbox(value=False, label="Lecture mode", elem_id="lecture", container=False,
+                                  info=None)
     gr.Examples(examples=[[e] for e in ctx.examples], inputs=[prompt], label="Examples",
                 examples_per_page=len(ctx.examples) or 1, api_visibility="private")
     with gr.Row(elem_id="mode-row"):
@@ -158,9 +172,11 @@ def build_controls(ctx: AppContext) -> Controls:
     with gr.Row(elem_id="link-row"):
         link = gr.Button("Link to this race", variant="secondary", size="md", scale=0, min_width=190,
                          elem_id="link", elem_classes=["action"])
-        link_box = gr.Textbox(label="Open this link to get the same race (the settings and the seed)",
+        link_box = gr.Textbox(label="Open this link (or scan the code) to get the race on screen: its settings "
+                                    "and seed, those left at the defaults left out",
                               interactive=False, buttons=["copy"], visible=False, elem_id="link-box", scale=4)
-    with gr.Accordion("Settings: the defaults just work", open=False, elem_id="settings") as settings:
+        link_qr = gr.HTML("", visible=False, elem_id="link-qr", padding=False)
+    with gr.Accordion(SETTINGS_LABELS["defaults"], open=False, elem_id="settings") as settings:
         with gr.Row():
             model = gr.Dropdown(choices=list(ctx.models), value=ctx.default_model, label="Generator",
                                 info="The language model both methods sample from.", elem_id="model")
@@ -242,7 +258,8 @@ def build_controls(ctx: AppContext) -> Controls:
                     second_decision=second_decision, second_group=second_group, sr_start=sr_start,
                     first_decision=first_decision, stop_when_matched=stop_when_matched, paper=paper, replay=replay,
                     pace=pace, settings=settings, paper_note=paper_note, rule=rule, fit=fit, step=step,
-                    classroom=classroom, link=link, link_box=link_box, deepconf=deepconf, stbon=stbon)
+                    classroom=classroom, link=link, link_box=link_box, link_qr=link_qr, deepconf=deepconf,
+                    stbon=stbon, lecture=lecture)
 
 
 def paper_outputs(page: "Page") -> list:
@@ -284,7 +301,7 @@ def paper_scale_updates(ctx: AppContext, page: "Page", plan: PaperPlan, prompt: 
     out = {named[k]: v for k, v in plan.settings.items() if k in named}
     if any(k == PAPER_REWARD for _, k in ctx.rewards):
         out[c.reward] = PAPER_REWARD
-    out[c.settings] = gr.Accordion(open=True)
+    out[c.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["paper" if plan.fits else "paper-scaled"])
     words = paper_scale_words(ctx, plan)
     out[c.paper_note] = words
     out[page.arena.status] = gr.Markdown(words, elem_classes=["status-idle"])
@@ -646,7 +663,7 @@ def live_updates(ctx: AppContext, page: "Page", plan: PaperPlan) -> dict:
         f", scaled down to fit this deployment ({'; '.join(scaled)}): the same protocol, smaller. "
         if scaled else ". ") + "Starting…")
     out[page.arena.status] = gr.Markdown(words, elem_classes=["status-live"])
-    out[c.settings] = gr.Accordion(open=True)
+    out[c.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["recording" if scaled else "recording-same"])
     out[c.paper_note] = words
     return out
 
@@ -671,7 +688,7 @@ def classroom_updates(ctx: AppContext, page: "Page") -> dict:
     for k in ("prompt", "reward", "preference", "temperature", "top_p", "interval", "second_alpha",
               "second_decision"):
         out.setdefault(named[k], gr.skip())
-    out[page.controls.settings] = gr.Accordion(open=True)
+    out[page.controls.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["classroom"])
     out[page.arena.status] = gr.Markdown(
         f"**Classroom preset set** (see Settings): a small race (N = {CLASSROOM['n']}, up to "
         f"{CLASSROOM['max_new_tokens']} tokens, memory {CLASSROOM['budget']}) that steps through its decisions. Press "
@@ -699,6 +716,25 @@ LINK_JS = """(q) => {
 }"""
 
 
+# A link to a recorded race (``links.REPLAY``): once its prompt is set, play that recording as Replay does.
+OPEN_REPLAY_JS = """() => {
+  try {
+    if (new URLSearchParams(window.location.search).get('replay') === '1') {
+      setTimeout(() => document.querySelector('#replay')?.click(), 300);
+    }
+  } catch (e) {}
+}"""
+
+
+def link_defaults(ctx: AppContext) -> dict:
+    """The page's defaults as a link names them: a link leaves out every setting equal to these
+    (``links.query``), so it stays short and opens the same race."""
+    from components.state.request import RunRequest
+
+    return {**{f.name: f.default for f in dataclasses.fields(RunRequest)}, "reward": ctx.default_reward,
+            "preference": ctx.default_preference}
+
+
 def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     """A link's settings on the controls (``links.settings``: unknown or invalid values are dropped)."""
     from components.links import FIELDS, settings
@@ -716,7 +752,7 @@ def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     if "prompt" in got:
         out[named["prompt"]] = got["prompt"][:ctx.limits.max_prompt_chars]
     changed = bool(set(got) - {"prompt"})
-    out[page.controls.settings] = gr.Accordion(open=True) if changed else gr.skip()
+    out[page.controls.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["link"]) if changed else gr.skip()
     out[page.controls.second_group] = gr.Row(visible=bool(got.get("second"))) if "second" in got else gr.skip()
     out[named["preference"]] = (gr.Textbox(value=got["preference"], visible=got.get("reward") == PREFERENCE)
                                 if "preference" in got else

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ROOT / "components"
-PRESENTATION = {"ui", "charts", "panels", "frames", "looks", "theme", "links", "autospec_tab"}
+PRESENTATION = {"ui", "charts", "panels", "frames", "looks", "theme", "links", "autospec_tab", "lecture"}
 
 
 def imported(path: Path) -> set[str]:

@@ -120,9 +120,13 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     assert plan.scaled_s <= paper.FIT_SHARE * plan.limit_s
     ladder = [paper.capped(slow, s) for s in paper.SCALED_DOWN]
     chosen = ladder.index(plan.settings)
-    cost = slow.step_costs[ctx.default_model]   # every larger step of the ladder is too long
-    assert all(paper.live_seconds(slow, s, 10, True, cost) > paper.FIT_SHARE * plan.limit_s
+    # every larger step of the ladder is too long on the recordings' machine (never this machine's load)
+    ref = paper.reference_step()
+    assert ref is not None and ref.rows == (1, 8, 32, 128)
+    assert all(paper.live_seconds(slow, s, 10, True, ref, paper.REFERENCE_OVERHEAD) > paper.FIT_SHARE * plan.limit_s
                for s in ladder[:chosen])
+    busier = dataclasses.replace(slow, step_costs={ctx.default_model: StepCost((1, 128), (0.2, 2.0))}, overhead=3.0)
+    assert paper.plan(busier, "A prompt without a recording").settings == plan.settings   # the same scaled race
     assert plan.settings["sr_start"] == "auto" and plan.settings["stop_when_matched"] is False
     assert plan.replay_prompt in ctx.examples and find(plan.replay_prompt) is not None
     assert paper.plan(slow, PROMPT).replay_prompt == PROMPT   # its own recording when it has one

@@ -72,7 +72,7 @@ def test_k_equal_to_n_needs_all_and_past_it_is_at_least():
     text = _words(v, _timed_view())
     assert "needs all 4 answers (4.8 s) to reach Speculative Rejection's reward: Speculative Rejection took " \
            "2.18x less time** (2.2 s)" in text and "at least" not in text
-    assert "Improvement score **100.0**: Best-of-4's winner, to float noise" in text
+    assert "Improvement score **100.0**: Best-of-4's winner, equal to the digits shown" in text
     assert charts.verdict_short(v) == "2.18x less time than all 4 answers"
     # past the tolerance (1e-4 x 0.8): a lower bound
     past = _v(scores, lengths, 2, 0.95, [2])

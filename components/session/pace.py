@@ -77,6 +77,49 @@ class Fit:
         return bool(self.estimate_s) and elapsed_s > LATE * self.estimate_s + LATE_SLACK_S
 
 
+# ---------------------------------------------------------------- lecture mode: the rehearsal is the lecture
+
+TOLERANCE = 1.2   # lecture mode: a race starts live when its estimate now is at most this times its stated time
+
+
+@dataclass(frozen=True)
+class LecturePlan:
+    """How a race chosen in lecture mode plays (``lecture_plan``): ``live``, or ``recording`` (its labelled
+    recording at ``speed`` times the recorded pace), or ``too_long`` (no recording and no time for it live);
+    ``stated_s`` is the time the page states before it starts, the same whatever the load."""
+
+    mode: str
+    stated_s: float
+    speed: float = 1.0
+    target_s: float = 0.0    # the most the live race may be expected to take (stated x TOLERANCE, within the limit)
+
+
+def lecture_plan(estimate_s: float, load: float, limit_s: float, recorded_s: float | None) -> LecturePlan:
+    """Lecture mode's choice, a pure function of the measurement (``estimate_s``: the race's expected time now;
+    ``load``: this machine's slowdown against quiet), the deployment's time limit and the race's recording
+    (``recorded_s``: its recorded time; None when there is none).
+
+    The stated time is the race's time on this machine when quiet (estimate / load), within ``LIVE_SHARE`` of
+    the limit: a rehearsal on a quiet machine and the lecture on a busy one state the same time. The race
+    plays live when its estimate now is within ``TOLERANCE`` of that; otherwise its recording plays paced to
+    the stated time (``speed`` = recorded / stated), so it ends when the live race would have; without a
+    recording, live while the estimate is within ``LIVE_SHARE`` of the limit (stated: the estimate now, said
+    plainly), else ``too_long``. Decided before the race starts: no wait to see whether it falls behind."""
+    cap = LIVE_SHARE * limit_s if limit_s else float("inf")
+    if estimate_s <= 0:    # nothing estimated (a GPU, a busy torch thread): live, as asked
+        return LecturePlan("live", 0.0)
+    quiet_s = estimate_s / max(1.0, load)
+    stated = min(quiet_s, cap)
+    target = min(TOLERANCE * stated, cap)
+    if estimate_s <= target:
+        return LecturePlan("live", estimate_s, target_s=target)
+    if recorded_s is not None and recorded_s > 0:
+        return LecturePlan("recording", stated, speed=recorded_s / stated, target_s=target)
+    if estimate_s <= cap:
+        return LecturePlan("live", estimate_s, target_s=cap)
+    return LecturePlan("too_long", estimate_s, target_s=target)
+
+
 def _probe(lm, threads: int) -> list[float]:
     """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads``."""
     import torch

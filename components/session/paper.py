@@ -1,5 +1,7 @@
 """Paper scale on this deployment: does the paper's protocol fit the run limit live, and if not,
-which recording to play and the largest scaled-down setting that does fit.
+which recording to play and the largest scaled-down setting that does fit (sized from this deployment's limits
+on the recordings' machine, ``scaled_down``: never from the load, so the same deployment always runs the same
+scaled race).
 
 The estimate is the library's upper bound on the rows each arm decodes (``specrej.core.cost``)
 times this machine's decoding step, measured once per generator on the app's torch thread (the
@@ -9,6 +11,10 @@ other visitors' runs. Nothing here knows Gradio.
 """
 from __future__ import annotations
 
+import functools
+import statistics
+from pathlib import Path
+
 from specrej import RunConfig
 from specrej.core.budget import KVBudget, sharing
 from specrej.core.budget import budget_for
@@ -17,7 +23,7 @@ from specrej.core.cost import StepCost, race_rows
 
 from components.session.context import AppContext
 from components.state.shared import PAPER_SCALE, PaperPlan
-from components.session.replay import find
+from components.session.replay import RECORDINGS, RecordingError, find, load
 from components.session.worker import torch_worker
 
 FIT_SHARE = 0.5
@@ -41,14 +47,55 @@ def capped(ctx: AppContext, settings: dict) -> dict:
     return out
 
 
-def live_seconds(ctx: AppContext, settings: dict, prompt_len: int, shared: bool, cost: StepCost) -> float:
+def live_seconds(ctx: AppContext, settings: dict, prompt_len: int, shared: bool, cost: StepCost,
+                 overhead: float | None = None) -> float:
     """The estimated live time of a race at ``settings`` on a quiet machine: the decode-time bound times what
-    races here took over it (``ctx.overhead``), as ``pace`` estimates a Run, so a setting chosen here is one a
-    Run then starts live (at ``FIT_SHARE`` of the limit, against the Run's 80%: room for some load)."""
+    races here took over it (``overhead``, default ``ctx.overhead``), as ``pace`` estimates a Run, so a setting
+    chosen here is one a Run then starts live (at ``FIT_SHARE`` of the limit, against the Run's 80%: room for
+    some load)."""
     cfg = RunConfig(prompt="-", n=settings["n"], alpha=settings["alpha"], max_new_tokens=settings["max_new_tokens"],
                     budget=settings["budget"], first_decision=settings["first_decision"])
     rows = race_rows(KVBudget(settings["budget"], prompt_len, shared), cfg, sr_auto=settings["sr_start"] == "auto")
-    return ctx.overhead * sum(cost.total(r) for r in rows.values())
+    return (ctx.overhead if overhead is None else overhead) * sum(cost.total(r) for r in rows.values())
+
+
+# The scaled-down race is priced on the machine the paper-scale recordings were made on, not on this one now: the
+# same deployment (its limits) always gets the same scaled race, whatever the load when Paper scale is pressed
+# (two sessions got 96 tokens / 512 slots and 64 / 448). Its step: the median over the committed recordings of
+# each row count's measured step; its overhead: what the page's races took over their bound when first measured.
+REFERENCE_OVERHEAD = AppContext.__dataclass_fields__["overhead"].default
+
+
+@functools.cache
+def reference_step(folder: str = str(RECORDINGS)) -> StepCost | None:
+    """The median measured step of the paper-scale recordings in ``folder`` (None when none carries one)."""
+    costs = []
+    for path in sorted(Path(folder).glob("*.json.gz")):
+        try:
+            c = load(path).meta.get("step_cost") or {}
+            costs.append(StepCost(tuple(c["rows"]), tuple(c["seconds"])))
+        except (RecordingError, KeyError, TypeError, ValueError):
+            continue
+    rows = costs[0].rows if costs else ()
+    costs = [c for c in costs if c.rows == rows]
+    if not costs:
+        return None
+    return StepCost(rows, tuple(statistics.median(c.seconds[i] for c in costs) for i in range(len(rows))))
+
+
+def scaled_down(ctx: AppContext, prompt_len: int, shared: bool, cost: StepCost) -> tuple[dict, float]:
+    """The largest of ``SCALED_DOWN``, within this deployment's limits (``capped``), that ends within
+    ``FIT_SHARE`` of its time limit on the reference machine (``reference_step``; ``cost`` where no recording
+    carries one), and its estimate there. Never the load: the same limits give the same race."""
+    ref = reference_step() or cost
+    limit = ctx.limits.max_run_seconds
+    for step in SCALED_DOWN:
+        s = capped(ctx, step)
+        secs = live_seconds(ctx, s, prompt_len, shared, ref, REFERENCE_OVERHEAD)
+        if secs <= FIT_SHARE * limit:
+            return s, secs
+    s = capped(ctx, SCALED_DOWN[-1])
+    return s, live_seconds(ctx, s, prompt_len, shared, ref, REFERENCE_OVERHEAD)
 
 
 def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
@@ -63,14 +110,6 @@ def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
     paper_s = live_seconds(ctx, paper, prompt_len, shared, cost)
     if paper_s <= FIT_SHARE * limit:
         return PaperPlan(paper, paper_s, limit, paper, None, None)
-    scaled, scaled_s = capped(ctx, SCALED_DOWN[-1]), None
-    for step in SCALED_DOWN:
-        s = capped(ctx, step)
-        secs = live_seconds(ctx, s, prompt_len, shared, cost)
-        if secs <= FIT_SHARE * limit:
-            scaled, scaled_s = s, secs
-            break
-    if scaled_s is None:
-        scaled_s = live_seconds(ctx, scaled, prompt_len, shared, cost)
+    scaled, scaled_s = scaled_down(ctx, prompt_len, shared, cost)
     replay = prompt if find(prompt or "") else next((e for e in ctx.examples if find(e)), None)
     return PaperPlan(paper, paper_s, limit, scaled, scaled_s, replay)

@@ -144,6 +144,9 @@ def recording_note(rec: Recording, view: RunView) -> str:
 
 
 def _show(v) -> str:
+    """A recorded setting as the status line says it (an automatic budget, recorded as None: "auto")."""
+    if v is None:
+        return "auto"
     return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
 
 
@@ -158,7 +161,8 @@ def check_replay(prompt, pace, max_prompt_chars: int = 2000) -> tuple[str, float
 
 
 def replay_updates(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,
-                   min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False) -> Iterator[Update]:
+                   min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False,
+                   lecture: bool = False) -> Iterator[Update]:
     """Updates of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
     try:
         prompt, speed = check_replay(prompt, pace, max_prompt_chars)
@@ -170,20 +174,20 @@ def replay_updates(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS,
         yield Update("error", message="there is no recorded race for this prompt: recordings exist for the example "
                                       "prompts. Press Run to run it live.")
         return
-    yield from play(path, speed, min_frame_interval=min_frame_interval, sleep=sleep, step=step)
+    yield from play(path, speed, min_frame_interval=min_frame_interval, sleep=sleep, step=step, lecture=lecture)
 
 
 def play(path: Path, speed: float, *, min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False,
-         fallback: dict | None = None) -> Iterator[Update]:
+         fallback: dict | None = None, lecture: bool = False) -> Iterator[Update]:
     """Updates of the recording at ``path``, at ``speed`` times its pace (``math.inf``: at once). ``fallback``:
-    why a Run plays it instead of racing live (``RunView.fallback``)."""
+    why a Run plays it instead of racing live (``RunView.fallback``); ``lecture``: drawn for a room."""
     try:
         rec = load(path)
         view = view_for(rec)
     except (ValueError, RecordingError) as e:
         yield Update("error", message=f"cannot replay {path.name}: {e}")
         return
-    view.stepping, view.fallback = step is True, fallback
+    view.stepping, view.fallback, view.lecture = step is True, fallback, lecture is True
     yield Update("start", view, replay={"speed": speed})   # a live run's start, but nothing loads or prefills
     last = 0.0
     for event in paced(rec, speed=speed, sleep=sleep):

@@ -191,7 +191,8 @@ def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
     view = RunView(prep.cfg, model_label=model_label(prep.model_spec),
                    reward_label=reward_label(ctx, request.reward, request.preference), x_axis=prep.x_axis,
                    specs=prep.arms)
-    view.fit, view.stepping = fitted, request.step
+    view.fit, view.stepping, view.lecture = fitted, request.step, request.lecture
+    view.request = {k: getattr(request, k) for k in REQUEST_FIELDS}   # the race as it ran, for its link
     if fitted is not None:
         view.step = fitted.cost
     return view
@@ -209,6 +210,17 @@ def recording_of(ctx: AppContext, prep: Prepared) -> Path | None:
 def dtype_name(lm) -> str:
     """'float32', 'bfloat16': the generator's dtype as a recording names it."""
     return str(lm.dtype).replace("torch.", "")
+
+
+def lecture_choice(fitted: pace.Fit, recording: Path | None) -> pace.LecturePlan:
+    """``pace.lecture_plan`` for this race: the measurement, the limit and its recording's recorded time."""
+    recorded_s = None
+    if recording is not None:
+        try:
+            recorded_s = replay.load(recording).duration_s
+        except (OSError, ValueError, replay.RecordingError):
+            recorded_s = None
+    return pace.lecture_plan(fitted.estimate_s, fitted.load, fitted.limit_s, recorded_s)
 
 
 def too_long(fitted: pace.Fit, prep: Prepared) -> str:
@@ -290,7 +302,19 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     if stop_requested():
         return   # cancelled while the machine was measured: nothing started
     recording = recording_of(ctx, prep) if request.fit else None
-    if fitted is not None and not fitted.fits:   # it would not end in time: nothing is changed for the visitor
+    if request.lecture and fitted is not None:   # lecture mode: live or its recording, decided now
+        plan = lecture_choice(fitted, recording)
+        if plan.mode == "recording":
+            yield from replay.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
+                                   step=request.step, lecture=True,
+                                   fallback={"reason": "lecture", "estimate_s": fitted.estimate_s,
+                                             "stated_s": plan.stated_s, "limit_s": fitted.limit_s,
+                                             "load": fitted.load})
+            return
+        if plan.mode == "too_long":
+            yield Update("error", message=too_long(fitted, prep))
+            return
+    elif fitted is not None and not fitted.fits:   # it would not end in time: nothing is changed for the visitor
         if recording is None:
             yield Update("error", message=too_long(fitted, prep))
             return
@@ -317,7 +341,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         view = state["view"]
         view.state, view.message = "stopped", "fell behind: the recording of this race was played instead"
         yield from replay.play(recording, math.inf, min_frame_interval=ctx.min_frame_interval,
-                               step=request.step,
+                               step=request.step, lecture=request.lecture,
                                fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
                                          "limit_s": float(ctx.limits.max_run_seconds), "elapsed_s": view.elapsed(),
                                          "load": fitted.load if fitted else 1.0})
@@ -347,7 +371,7 @@ def ended(ctx: AppContext, view: RunView, state: str, message: str) -> Update:
 
 def page_fields(request) -> dict:
     """The request's settings as the page's controls hold them (what "Run it live" sets back)."""
-    return {k: getattr(request, k) for k in REQUEST_FIELDS if k not in ("prompt", "model", "x_axis")
+    return {k: getattr(request, k) for k in REQUEST_FIELDS if k not in ("prompt", "model", "x_axis", "lecture")
             and isinstance(getattr(request, k), (str, int, float, bool))}
 
 

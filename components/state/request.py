@@ -93,6 +93,9 @@ class RunRequest:
                         "its winner).")
     stbon: bool = _f(False, Spec("flag"), "Race ST-BoN too (hidden-state consistency truncation; the reward picks "
                      "its winner).")
+    lecture: bool = _f(False, Spec("flag"), "Lecture mode: the race plays the same way every time, live when this "
+                       "machine's measurement says it ends within its target, else its labelled recording paced to the "
+                       "live race's time (``components/session/pace.py``). Never changes the race's settings.")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):   # kinds and ranges; numbers as ints or floats

@@ -109,6 +109,8 @@ class RunView:
     trace: list[dict] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     first_event_s: float | None = None
+    ended: float | None = None       # when every arm finished: the race's clock stops there (a pause in step mode
+                                     # after it, or a redraw, is not race time)
     state: str = "running"           # running | done | stopped | error
     message: str = ""
     trace_path: str | None = None
@@ -121,6 +123,8 @@ class RunView:
     stepping: bool = False           # the page steps through the decisions once the race is over
     step_shown: int | None = 0       # stepping: the decision the page shows (None once the result is shown)
     verdict_error: str = ""          # why a finished race has no verdict (a score the verdict refuses)
+    lecture: bool = False            # asked for in lecture mode: the page draws its charts for a room
+    request: dict | None = None      # the request's fields as the race ran with them ("Link to this race")
     fallback: dict | None = None     # a Run that plays the recording of its race instead of racing live: why
                                      # ({"reason": "too_long" | "behind", "estimate_s", "limit_s", "load", ...})
 
@@ -184,7 +188,8 @@ class RunView:
         return all(a.finished is not None for a in self.arms.values())
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.started
+        """The race's time: from its start to now, or to the moment every arm finished."""
+        return (self.ended if self.ended is not None else time.perf_counter()) - self.started
 
     def apply(self, event) -> None:
         if self.first_event_s is None:
@@ -197,6 +202,8 @@ class RunView:
         self.trace.append(_trace_entry(event, self.elapsed()))
         if self.done:
             self.state = "done"
+            if self.ended is None:
+                self.ended = time.perf_counter()
 
     def _snapshot(self) -> dict:
         return {a: replace(v, rounds=list(v.rounds), round_events=list(v.round_events), curve=list(v.curve[-1:]),

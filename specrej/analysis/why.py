@@ -10,8 +10,11 @@ and the steps it saved are bounded by the room the budget leaves:
 
 1. **The room.** Best-of-N writes its N answers in passes of the rows that fit at full length
    (``KVBudget.rows_per_pass``); Speculative Rejection writes all of its opening rows in one pass. Its
-   decoding steps can shrink at most by Best-of-N's number of passes (at full length: passes x length
-   steps against length). Best-of-32 at 48 tokens in 448 slots is 4 passes of 8 rows: at most ~4x.
+   decoding steps shrink by Best-of-N's number of passes when every answer runs to full length (passes x
+   length steps against length). Best-of-32 at 48 tokens in 448 slots is 4 passes of 8 rows: ~4x. That is a
+   bound for full-length answers only: a pass ends when its longest answer ends, so answers that end early
+   can shrink the steps more or less than the passes (``Why.room``: the same count at the lengths written,
+   which bounds the steps saved; ``Why.past_bound``: the steps shrank more than the passes).
 2. **The price.** A step of Speculative Rejection's opening rows costs more than one of Best-of-N's
    rows wherever a step's cost grows with its rows (``StepCost``: measured on the machine that ran the
    race). On a CPU it does; on a GPU, decoding reads the weights once per step for every row, so it
@@ -94,6 +97,13 @@ class Why:
     def bound(self) -> int:
         """The most decoding steps can shrink at full length: Best-of-N's passes into one."""
         return self.passes
+
+    @property
+    def past_bound(self) -> bool:
+        """The steps shrank more than ``bound`` (Best-of-N's passes): answers ended early, Speculative
+        Rejection's one pass sooner than Best-of-N's passes did. The full-length bound does not hold then;
+        ``room`` (at the lengths written) does."""
+        return self.step_ratio > self.bound
 
     @property
     def room(self) -> float:

@@ -1,0 +1,169 @@
+"""Lecture mode: the page on a projector, driven by a presenter's clicker. Presentation only (``locks`` alone builds Gradio
+updates: the frame builders use the rest).
+
+- **The layout** (``assets/lecture.css``, in the page's head): the class ``lecture`` on the page's root, set by
+  the toggle or a link's ``?lecture=1`` (``HEAD_JS`` sets it before the app draws, so the page never opens in
+  the other layout). At 1280x720 the prompt, Run/Stop and the status sit at the top, the race's charts fill
+  the width below them inside the first screen, body text is 24 px; the rest of the page follows.
+- **Charts for the back of a room** (``for_room``): a chart spec with larger fonts, a taller plot and room for
+  the larger tick labels; ``frame_for_room`` applies it to every chart of a frame of a lecture-mode run.
+- **One play at a time** (``locks``): one function maps playing / not playing to the controls' updates: while
+  something plays every control but Stop is locked.
+- **The clicker** (``KEYS_JS``): right arrow / Page Down = the next decision, left arrow / Page Up = the
+  previous one, space = the next decision while stepping, else Run (Stop while something plays). Only in
+  lecture mode, and never while typing in a field.
+
+The runtime's side of lecture mode (the race plays live or as its recording paced to the live time, decided
+before it starts) is ``components/session/pace.py``'s ``lecture_plan``; the request carries ``lecture``.
+"""
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # the page's builders (ui.py imports this module)
+    from components.frames import Frame
+    from components.ui import Page
+
+FONT = 20          # a chart's text in lecture mode (the page's charts: 14)
+TICKS = 18
+TITLE = 21
+LEGEND = 17
+HEIGHT = 400       # a chart's height: two across, under the bar and the status, inside 720 px
+BOTTOM = 168       # its bottom margin: the ticks, the x-axis title and up to three rows of legend under them
+LEGEND_BELOW_PX = 88   # the legend's top, this far under the plot: below the x-axis title
+
+# ------------------------------------------------------------------ charts
+
+
+def for_room(spec: dict | None) -> dict | None:
+    """``spec`` (a chart spec, ``components/charts.py``) with fonts readable from the back of a 200-seat
+    room: text at ``FONT`` px, ticks at ``TICKS``, axis titles at ``TITLE``, the legend at ``LEGEND``,
+    annotations 5 px larger, margins grown to hold them, the height ``HEIGHT``. A copy; None stays None."""
+    if not isinstance(spec, dict) or "layout" not in spec:
+        return spec
+    out = copy.deepcopy(spec)
+    layout = out["layout"]
+    layout["font"] = {**layout.get("font", {}), "size": FONT}
+    layout["height"] = HEIGHT
+    margin = layout.get("margin", {})
+    top = margin.get("t", 20)
+    layout["margin"] = {**margin, "l": max(margin.get("l", 0), 100), "b": BOTTOM}
+    for key in [k for k in layout if k.startswith(("xaxis", "yaxis"))]:
+        axis = layout[key]
+        axis["tickfont"] = {**axis.get("tickfont", {}), "size": TICKS}
+        title = axis.get("title")
+        if isinstance(title, dict):
+            text = title.get("text")
+            if isinstance(text, str):   # a unit under the title, in small type: larger too
+                text = text.replace("font-size:12px", f"font-size:{TICKS - 2}px")
+            axis["title"] = {**title, "text": text, "font": {**title.get("font", {}), "size": TITLE}}
+    if isinstance(layout.get("legend"), dict):
+        legend = {**layout["legend"], "font": {**layout["legend"].get("font", {}), "size": LEGEND}}
+        if legend.get("orientation") == "h" and legend.get("yanchor") == "top":   # under the x-axis title
+            legend["y"] = -LEGEND_BELOW_PX / max(1, HEIGHT - top - BOTTOM)
+        layout["legend"] = legend
+    for note in layout.get("annotations", []) or []:
+        font = note.get("font") or {}
+        note["font"] = {**font, "size": max(TICKS, font.get("size", 12) + 5)}
+    return out
+
+
+def frame_for_room(frame: "Frame") -> "Frame":
+    """Every chart of ``frame`` (the arms', the race's, the step panel's) ``for_room``; the rest as it is."""
+    from components.frames import KEEP
+
+    if isinstance(frame.arm_plots, list):
+        frame.arm_plots = [p if p is KEEP else for_room(p) for p in frame.arm_plots]
+    if frame.race_plot is not KEEP:
+        frame.race_plot = for_room(frame.race_plot)
+    if isinstance(frame.step, dict) and "plot" in frame.step:
+        frame.step = {**frame.step, "plot": for_room(frame.step["plot"])}
+    return frame
+
+
+def in_lecture(view: Any) -> bool:
+    """The run on ``view`` was asked for in lecture mode."""
+    return bool(getattr(view, "lecture", False))
+
+
+# ------------------------------------------------------------------ one play at a time
+
+
+def lockable(page: "Page") -> list:
+    """Every control a visitor can change or press, but Stop: locked while something plays."""
+    c, a = page.controls, page.arena
+    skip = {"stop", "settings", "second_group", "paper_note", "link_box", "link_qr"}   # Stop; containers and read-only boxes
+    named = [comp for name, comp in c.by_name().items() if name not in skip]
+    return named + [a.live, a.x_axis, a.step.prev, a.step.next, a.step.end]
+
+
+def locks(page: "Page", playing: bool, lecture: bool = True) -> dict:
+    """The one map from playing / not playing to the controls: while something plays (in lecture mode) every
+    control but Stop is locked; when nothing plays all are unlocked. Outside lecture mode nothing is locked."""
+    import gradio as gr   # here: the frames that draw charts for the room import this module without Gradio
+
+    if playing and not lecture:
+        return {comp: gr.skip() for comp in lockable(page)}
+    return {comp: gr.update(interactive=not playing) for comp in lockable(page)}
+
+
+def wire(page: "Page", ends: list) -> None:
+    """The toggle's layout switch, and the locks: set when a play starts (Run, Enter in the prompt, Replay,
+    Paper scale; "Run it live" presses Run), lifted when each of ``ends`` (the plays' events) ends and on Stop."""
+    import gradio as gr
+
+    c, a = page.controls, page.arena
+    c.lecture.change(None, [c.lecture], [c.lecture], js=TOGGLE_JS, queue=False, api_visibility="private")
+    controls = lockable(page)
+    gr.on([c.run.click, c.prompt.submit, c.replay.click, c.paper.click],
+          lambda on: locks(page, True, on is True), [c.lecture], controls, queue=False, api_visibility="private")
+    unlock = dict(fn=lambda: locks(page, False), inputs=None, outputs=controls, queue=False, api_visibility="private")
+    for event in ends:
+        event.then(**unlock)
+    c.stop.click(**unlock)
+
+
+# ------------------------------------------------------------------ the page's head: the layout and the clicker
+
+
+# The class before the app draws (a link's ?lecture=1), the toggle's class, and the clicker's keys.
+HEAD_JS = """
+(() => {
+  const root = document.documentElement;
+  try {
+    if (new URLSearchParams(window.location.search).get('lecture') === '1') { root.classList.add('lecture'); }
+  } catch (e) {}
+  const shown = (sel) => { const el = document.querySelector(sel); return el && el.offsetParent !== null ? el : null; };
+  const press = (sel) => { const el = shown(sel); if (el && !el.disabled) { el.click(); return true; } return false; };
+  document.addEventListener('keydown', (e) => {
+    if (!root.classList.contains('lecture') || e.altKey || e.ctrlKey || e.metaKey) { return; }
+    const t = e.target;
+    if (t && t.closest && t.closest('input, textarea, select, [contenteditable="true"]')) { return; }
+    const stepping = shown('#step-panel');
+    let done = false;
+    if (e.key === 'ArrowRight' || e.key === 'PageDown') { done = stepping && press('#step-next'); }
+    else if (e.key === 'ArrowLeft' || e.key === 'PageUp') { done = stepping && press('#step-prev'); }
+    else if (e.key === ' ' || e.key === 'Spacebar') {
+      const run = document.querySelector('#run');
+      done = stepping ? press('#step-next') : (run && run.disabled ? press('#stop') : press('#run'));
+    }
+    if (done) { e.preventDefault(); }
+  }, true);
+})();
+"""
+
+TOGGLE_JS = """(on) => {
+  document.documentElement.classList.toggle('lecture', !!on);
+  try {
+    const url = new URL(window.location.href);
+    if (on) { url.searchParams.set('lecture', '1'); } else { url.searchParams.delete('lecture'); }
+    window.history.replaceState(null, '', url.toString());
+  } catch (e) {}
+  return on;
+}"""
+
+
+def head(css: str) -> str:
+    """The lecture layout's CSS and the clicker's handler, for the page's head (outside Gradio's scoping)."""
+    return f"<style>{css}</style><script>{HEAD_JS}</script>"
