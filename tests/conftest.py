@@ -195,9 +195,7 @@ def _api_outputs() -> list[str]:
     from components.state.request import MAX_ARMS
 
     slots = [name for i in range(MAX_ARMS) for name in (f"plot{i}", f"leader{i}")]
-    return ["status", *slots, "race", "summary", "table", "trace", "summary_json", "badge", "step_plot", "step_text",
-            # the buttons that follow the session's phase (``ui.Page.buttons``: their labels)
-            "run_button", "replay_button", "paper_button", "live_button", "prev_button", "next_button"]
+    return ["status", *slots, "race", "summary", "table", "trace", "summary_json", "badge", "step_plot", "step_text"]
 
 
 API_OUTPUTS = _api_outputs()
