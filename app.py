@@ -27,6 +27,7 @@ from components.session import paper
 from components.session.context import AppContext
 from components.session.replay import check_replay, replay_updates
 from components.session.stream import race_events, updates
+from components.state.play import Button, Effect, Phase
 from components.state.request import RunRequest
 from components.state.shared import PREFERENCE
 
@@ -52,7 +53,7 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
             build_autospec_tab()
         on_run = wire_race(ctx, page, guard, events_fn)
         on_replay, on_paper = wire_recordings(ctx, page, guard, on_run)
-        wire_stop(page, guard, [on_run, on_replay, on_paper])
+        wire_stop(page, guard, [on_run, on_replay, on_paper])   # every play's handler asks page.session (play.py)
         lecture.wire(page, ends=[on_run, on_replay, on_paper])
         wire_steps(page)
         wire_links(ctx, page, demo)
@@ -74,25 +75,35 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
 
     def run(*values):
         """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
-        *values, request = values   # RunRequest's fields (raw: checked in updates, before any work), Gradio's request
+        # RunRequest's fields (raw: checked in updates, before any work), the session's play, Gradio's request
+        *values, session, request = values
+        play = session.begin(Phase.RACING)   # any other play of this session stops at its next update
+        stop = guard.on_start(request)
         try:
-            yield from page.stream(drawn(updates(ctx, values, events_fn=events_fn,
-                                                  stop_requested=guard.on_start(request))))
+            yield from page.stream(drawn(session.follow(play, updates(
+                ctx, values, events_fn=events_fn, stop_requested=lambda: stop() or not session.current(play)))))
         finally:
             memory.release()   # the allocator keeps freed KV caches otherwise
 
     run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
     run.__annotations__ = {"request": gr.Request}
+    inputs = page.run_inputs() + [page.session]
     # preprocess=False: the raw values reach RunRequest.parse (in stream.updates), whose messages name
     # the field; the guard's validator runs when a run joins the queue (the per-client and per-address
     # caps, set by guard.bind on every queued event).
-    race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
+    race = dict(fn=run, inputs=inputs, outputs=page.outputs(), concurrency_id="race",
                 concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
                 preprocess=False)
     # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
     # taken (the queue position shows on the status line), then start the race in the queue; one handler,
     # one API name.
-    on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
+    # A Run pressed while something plays stops it at once (``play.TABLE``), so the race in progress frees the
+    # machine for this one.
+    def press_run(session):
+        session.press(Button.RUN)
+        return ui.waiting_status(ctx)
+
+    on_run = gr.on([c.run.click, c.prompt.submit], press_run, [page.session], [a.status], queue=False,
                    api_visibility="private").then(api_name="run", **race)
     on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
     return on_run
@@ -102,45 +113,58 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
     """Replay, Paper scale and "Run it live" (the recording's settings scaled to fit, run here)."""
     c, a = page.controls, page.arena
 
-    def replay(prompt, pace, step, lecture_on, request: gr.Request):
+    def replay(prompt, pace, step, lecture_on, session, request: gr.Request):
         """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
+        play = session.begin(Phase.REPLAYING)   # a race in progress stops at its next update
         stop_requested = guard.on_start(request)
-        for update in page.stream(drawn(replay_updates(prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                                                       max_prompt_chars=ctx.limits.max_prompt_chars,
-                                                       step=step is True, lecture=lecture_on is True))):
+        for update in page.stream(drawn(session.follow(play, replay_updates(
+                prompt, pace, min_frame_interval=ctx.min_frame_interval, max_prompt_chars=ctx.limits.max_prompt_chars,
+                step=step is True, lecture=lecture_on is True)))):
             if stop_requested():
                 return
             yield update
 
-    on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
-                               concurrency_limit=4, api_visibility="private", preprocess=False)
+    on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step, c.lecture, page.session], page.outputs(),
+                               concurrency_id="replay", concurrency_limit=4, api_visibility="private",
+                               preprocess=False)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
-    def paper_scale(prompt, pace, step, lecture_on, request: gr.Request):
+    def paper_scale(prompt, pace, step, lecture_on, session, request: gr.Request):
         """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
         that fits, with the recorded paper-scale race played meanwhile."""
+        play = session.begin(Phase.REPLAYING)   # measuring, then (where it does not fit) its recording
         stop_requested = guard.on_start(request)
         try:
             prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
             plan = paper.plan(ctx, prompt)
         except (ValueError, OSError) as e:   # a bad field, a model that cannot load (PolicyError too)
-            yield page.updates(error_frame(str(e)))
+            if session.end(play):
+                yield {**page.updates(error_frame(str(e))), **page.button_updates(session.phase)}
             return
+        if not session.current(play) or stop_requested():
+            return   # another play started (or Stop) while this machine was measured: it draws nothing
+        plays = not plan.fits and plan.replay_prompt is not None
+        if not plays:
+            session.end(play)   # it only set the settings: the page rests as it was
         # the outputs by name only: building the updates at page build would place components on the page
-        yield ui.paper_scale_updates(ctx, page, plan, prompt)
-        if plan.fits or plan.replay_prompt is None:
+        yield {**ui.paper_scale_updates(ctx, page, plan, prompt), **page.button_updates(session.phase)}
+        if not plays:
             return
-        for update in page.stream(drawn(replay_updates(plan.replay_prompt, pace,
-                                                       min_frame_interval=ctx.min_frame_interval,
-                                                       max_prompt_chars=ctx.limits.max_prompt_chars,
-                                                       step=step is True, lecture=lecture_on is True))):
+        for update in page.stream(drawn(session.follow(play, replay_updates(
+                plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True, lecture=lecture_on is True)))):
             if stop_requested():
                 return
             yield update
 
-    on_paper = c.paper.click(lambda: ui.paper_measuring(ctx), None,
+    def press_paper(session):
+        session.press(Button.PAPER)
+        return ui.paper_measuring(ctx)
+
+    on_paper = c.paper.click(press_paper, [page.session],
                              [a.status], queue=False, api_visibility="private") \
-        .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture], ui.paper_outputs(page), concurrency_id="replay",
+        .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture, page.session], ui.paper_outputs(page),
+              concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)
 
     def recorded_settings(prompt, view):
@@ -169,14 +193,30 @@ def wire_stop(page: ui.Page, guard: Guard, events: list) -> None:
 
     # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
     # already in flight can land after the first message (seen in the browser test).
-    def stop(request: gr.Request):
-        """Stop this session's race or replay: at its next decoding step (the page also cancels it)."""
+    def stop(session, request: gr.Request):
+        """Stop this session's race or replay: at its next decoding step (the page also cancels it); while
+        stepping through a finished race's decisions, end stepping."""
         found = guard.stop_session(getattr(request, "session_hash", None))
-        return stopped() if found else gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
+        effect = session.press(Button.STOP).effect
+        if effect is Effect.CLOSE_STEPS:
+            return gr.Markdown(STEPS_CLOSED, elem_classes=["status-done"])
+        return stopped() if found or effect is Effect.STOP else gr.Markdown(NOTHING_TO_STOP,
+                                                                           elem_classes=["status-stopped"])
 
-    c.stop.click(stop, None, [a.status], cancels=events, queue=False, api_name="stop") \
-        .then(lambda shown: gr.skip() if NOTHING_TO_STOP in str(shown) else stopped(), [a.status], [a.status],
-              queue=False, api_visibility="private")
+    def after_stop(shown, session, view):
+        """The page as Stop leaves it: "Stopped" said again (a frame already in flight may have landed after it),
+        the buttons of the phase now; after stepping, the step panel closed and the race's result shown."""
+        if NOTHING_TO_STOP in str(shown):
+            return page.updates(Frame())
+        if STEPS_CLOSED in str(shown) and view is not None and view.done:
+            f = final_frame(view)
+            f.status, f.status_kind, f.phase, f.play = STEPS_CLOSED, "done", session.phase, session.play
+            return page.updates(f)
+        return page.updates(Frame(status=STOPPED, status_kind="stopped", phase=session.phase))
+
+    c.stop.click(stop, [page.session], [a.status], cancels=events, queue=False, api_name="stop") \
+        .then(after_stop, [a.status, page.session, page.view], page.outputs(), queue=False,
+              api_visibility="private")
 
 
 def wire_steps(page: ui.Page) -> None:
@@ -184,22 +224,25 @@ def wire_steps(page: ui.Page) -> None:
     race is over, its decisions are in the session's view)."""
     s = page.arena.step
 
-    def go(delta):
-        def show(view, k):
-            if view is None or not getattr(view, "checkpoints", None):
-                return page.updates(Frame(status="**Nothing to step through:** run a race (or replay one) with "
-                                                 "'Step through the decisions' on.", status_kind="idle"))
-            k = None if delta is None else int(k or 0) + delta
-            if k is None or k >= len(view.checkpoints):
+    def go(button: Button, delta):
+        def show(view, k, session):
+            if view is None or not getattr(view, "checkpoints", None) or session.rule(button).effect is not Effect.STEP:
+                return page.updates(Frame(status=f"**Nothing to step through:** {session.rule(button).words}.",
+                                          status_kind="idle"))
+            session.press(button)
+            if delta is None:
                 view.step_shown = None   # the result is shown: the x-axis switch redraws the verdict again
-                return page.updates(lecture.frame_for_room(final_frame(view)) if view.lecture else final_frame(view))
-            view.step_shown = max(0, k)
-            frame = step_frame(view, view.step_shown)
-            return page.updates(lecture.frame_for_room(frame) if view.lecture else frame)
+                f = final_frame(view)
+            else:   # Previous at the first decision and Next at the last stay there (their buttons say so)
+                view.step_shown = min(max(0, int(k or 0) + delta), len(view.checkpoints) - 1)
+                f = step_frame(view, view.step_shown)
+            f.phase, f.play = session.phase, session.play
+            return page.updates(lecture.frame_for_room(f) if view.lecture else f)
         return show
 
-    for button, delta in ((s.prev, -1), (s.next, 1), (s.end, None)):
-        button.click(go(delta), [page.view, s.index], page.outputs(), queue=False, api_visibility="private")
+    for button, key, delta in ((s.prev, Button.PREV, -1), (s.next, Button.NEXT, 1), (s.end, Button.END, None)):
+        button.click(go(key, delta), [page.view, s.index, page.session], page.outputs(), queue=False,
+                     api_visibility="private")
 
 
 def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
@@ -260,14 +303,17 @@ def quiet_queue(demo: gr.Blocks) -> None:
 
 
 def request_signature() -> inspect.Signature:
-    """``RunRequest``'s fields as keyword parameters with their defaults, and Gradio's request."""
+    """``RunRequest``'s fields as keyword parameters with their defaults, the session's play (a ``gr.State``: not
+    an API parameter) and Gradio's request."""
     return inspect.Signature([inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
                               for f in dataclasses.fields(RunRequest)]
+                             + [inspect.Parameter("session", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
                              + [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
                                                   annotation=gr.Request)])
 
 
 NOTHING_TO_STOP = "**Nothing to stop:** no run or replay of this session is running or queued."
+STEPS_CLOSED = "**Stepping ended:** the step panel is closed and the race's result is shown. Press Run to race again."
 
 
 def stopped():

@@ -13,7 +13,7 @@ from typing import Any
 from components import charts, panels
 from components.looks import colour, look
 from components.state.summary import summary_dict
-from components.state.update import Update
+from components.state.update import Kind, Update
 from components.state.view import RunView
 
 KEEP: Any = object()  # a Frame field left as it is ("skip")
@@ -38,6 +38,9 @@ class Frame:
     step: Any = KEEP           # step mode: {"plot", "text", "k", "count"} for the decision shown; None hides it
     badge: Any = KEEP          # the recording badge's markdown ("" hides it)
     race_label: Any = KEEP     # the race chart's label: how the methods spend time while racing, then the verdict
+    play: Any = KEEP           # the session's play that drew this frame (``state/play.py``): marked on the page,
+                               # on every frame (``since`` keeps it): each chart's layout.meta.play, the status' class
+    phase: Any = KEEP          # the session's phase once this frame is drawn: the buttons follow it (``play.TABLE``)
 
 
 RACE_LABELS = {"work": "While racing: rows decoding at each step against time (a wide, short race and a narrow, long one)",
@@ -70,7 +73,7 @@ def since(frame: Frame, sent: Frame | None) -> Frame:
         return frame
     out = Frame(**vars(frame))
     for name in ("status", "status_kind", "slots", "race_plot", "summary", "table", "trace_path", "summary_json",
-                 "results_visible", "step", "badge", "race_label"):
+                 "results_visible", "step", "badge", "race_label", "phase"):
         if getattr(out, name) is not KEEP and getattr(out, name) == getattr(sent, name):
             setattr(out, name, KEEP)
     if out.slots is KEEP:   # same layout: per slot
@@ -168,35 +171,39 @@ def failure_frame(view: RunView) -> Frame:
 
 
 def draw(update: Update) -> Frame:
-    """The frame that shows one of the runtime's updates (``state/update.py``); a lecture-mode run's charts
-    drawn for a room (``lecture.frame_for_room``)."""
+    """The frame that shows one of the runtime's updates (``state/update.py``), marked with its play and phase;
+    a lecture-mode run's charts drawn for a room (``lecture.frame_for_room``)."""
     from components.lecture import frame_for_room, in_lecture
 
-    frame = _draw(update)
-    return frame_for_room(frame) if in_lecture(update.view) else frame
+    f = _draw(update)
+    if update.play:
+        f.play = update.play
+    if update.phase is not None:
+        f.phase = update.phase
+    return frame_for_room(f) if in_lecture(update.view) else f
 
 
 def _draw(update: Update) -> Frame:
     view, replay = update.view, update.replay
-    if update.kind == "error":
+    if update.kind is Kind.ERROR:
         return error_frame(update.message)
-    if update.kind == "measuring":
+    if update.kind in (Kind.MEASURING, Kind.WARMING):
         return Frame(status=update.message or panels.MEASURING, status_kind="live")
-    if update.kind == "start":
+    if update.kind is Kind.START:
         f = start_frame(view)
         if replay is not None:   # a recording: nothing loads or prefills, and the badge says what it is
             why = f"{panels.fallback_words(view)}\n\n" if view.fallback else ""
             f.status = why + panels.REPLAY_START + f"\n\n*{panels.md_escape(view.note)}*"
             f.badge = panels.badge_markdown(view, speed=replay.get("speed"))
         return f
-    if update.kind == "live":
+    if update.kind is Kind.LIVE:
         return live_frame(view)
-    if update.kind == "end":
+    if update.kind is Kind.END:
         f = end_frame(view)
         if replay is not None:
             f.badge = panels.badge_markdown(view, replayed_s=replay.get("replayed_s"))
         return f
-    return limit_frame(view) if update.kind == "limit" else failure_frame(view)
+    return limit_frame(view) if update.kind is Kind.LIMIT else failure_frame(view)
 
 
 def drawn(updates):

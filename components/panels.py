@@ -21,11 +21,13 @@ from specrej.analysis.verdict import SAME_TIME, Verdict
 from specrej.analysis.why import Why, paper_setting
 from specrej.analysis.why import from_race as why_from_race
 from components.state.shared import gpu_steps
-from components.state.view import ArmView, RunView
+from components.state.view import ArmView, RunState, RunView
 
 # ---------------------------------------------------------------- status line
 
-STATUS_KINDS = ("idle", "live", "done", "error", "stopped")
+STATUS_KINDS = ("idle", "live", "done", "error", "stopped")   # the status line's CSS styles (status-<kind>)
+STATUS_KIND = {RunState.RUNNING: "live", RunState.DONE: "done", RunState.STOPPED: "stopped", RunState.LIMIT: "stopped",
+               RunState.ERROR: "error"}
 
 
 def _arm_status(arm: ArmView) -> str:
@@ -48,22 +50,18 @@ def status_kind(view: RunView | None, *, starting: bool = False) -> str:
     """What the status line shows, for its style: idle, live, done, error or stopped."""
     if view is None:
         return "idle"
-    if view.state in ("error", "stopped", "done"):
-        return view.state
-    if view.state == "limit":
-        return "stopped"
-    return "live"
+    return STATUS_KIND[view.state]
 
 
 def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
     if view is None:
         return "Press **Run** to start the race."
     note = f"\n\n*{md_escape(view.note)}*" if view.note else ""
-    if view.state == "error":
+    if view.state is RunState.ERROR:
         return error_markdown(view.message) + note
-    if view.state == "stopped":
+    if view.state is RunState.STOPPED:
         return STOPPED
-    if view.state == "limit":
+    if view.state is RunState.LIMIT:
         return (f"**Stopped at the time limit** after {fmt_s(view.elapsed())}: {md_escape(view.message)} "
                 "The charts and the partial result below show how far each method got." + note)
     fit = view.fit if view.recording is None else None
@@ -74,13 +72,13 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         took = fmt_s(view.recording.get("seconds", 0.0))
         stated = (view.fallback or {}).get("stated_s")
         of = f" of about {fmt_s(stated)}" if stated else ""
-        head = (f"**Replay done** in {fmt_s(view.elapsed())} (the recorded race took {took})" if view.state == "done"
+        head = (f"**Replay done** in {fmt_s(view.elapsed())} (the recorded race took {took})" if view.state is RunState.DONE
                 else f"**Replaying a recording** · {fmt_s(view.elapsed())}{of} (recorded: {took})")
         if view.fallback:
             note = f"\n\n{fallback_words(view)}" + note
-        if view.state == "done":
+        if view.state is RunState.DONE:
             note += f"\n\n{RECORDED_TIMES}"
-    elif view.state == "done":
+    elif view.state is RunState.DONE:
         head = f"**Done** in {fmt_s(view.elapsed())}" + (f" (expected about {fmt_s(expected)})" if expected else "")
     elif expected and fit.late(view.elapsed()):
         load = getattr(fit, "load", 1.0)

@@ -22,6 +22,7 @@ from components.frames import KEEP, RACE_LABELS, Frame, since, slots, table_valu
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
 from components.state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
+from components.state.play import LABELS, Button, Phase, Session, rule, step_rule
 from components.state.view import RunView
 from components.theme import duration, md_escape
 
@@ -165,7 +166,7 @@ def build_controls(ctx: AppContext) -> Controls:
     with gr.Row(elem_id="replay-row"):
         paper = gr.Button("Paper scale", variant="secondary", size="md", scale=0, min_width=150,
                           elem_id="paper-scale", elem_classes=["action"])
-        replay = gr.Button("▶ Replay the recorded race", variant="secondary", size="md", scale=0, min_width=250,
+        replay = gr.Button(LABELS[Button.REPLAY], variant="secondary", size="md", scale=0, min_width=250,
                            elem_id="replay", elem_classes=["action"])
         pace = gr.Radio(PACES, value="inf", label="Replay pace", scale=1, elem_id="pace")
     paper_note = gr.Markdown(PAPER_NOTE, elem_id="paper-note")
@@ -553,6 +554,7 @@ class Page:
     arena: Arena
     results: Results
     view: gr.State
+    session: gr.State      # the session's play (``state/play.Session``): its phase and the current play's id
 
     def run_inputs(self) -> list:
         """The run handler's inputs, in ``RunRequest``'s field order (the API's parameters)."""
@@ -565,7 +567,23 @@ class Page:
         a, r = self.arena, self.results
         return ([a.status] + [c for s in a.slots for c in (s.plot, s.leader)]
                 + [a.race_plot, a.summary, r.table, r.trace_file, r.summary_json, self.view, r.group]
-                + [s.column for s in a.slots] + [a.badge_row, a.badge, a.step.group, a.step.plot, a.step.text, a.step.index])
+                + [s.column for s in a.slots] + [a.badge_row, a.badge, a.step.group, a.step.plot, a.step.text, a.step.index]
+                + list(self.buttons().values()))
+
+    def buttons(self) -> dict:
+        """The buttons that follow the session's phase (``play.TABLE``): Button -> component."""
+        c, st = self.controls, self.arena.step
+        return {Button.RUN: c.run, Button.REPLAY: c.replay, Button.PAPER: c.paper, Button.LIVE: self.arena.live,
+                Button.PREV: st.prev, Button.NEXT: st.next}
+
+    def button_updates(self, phase: Phase, step: dict | None = None) -> dict:
+        """Each button's label and whether it can be pressed in ``phase`` (``play.rule``; the step buttons at the
+        decision ``step`` shows: ``play.step_rule``)."""
+        out = {}
+        for b, comp in self.buttons().items():
+            r = step_rule(b, step["k"], step["count"]) if step and b in (Button.PREV, Button.NEXT) else rule(phase, b)
+            out[comp] = gr.Button(value=r.label or LABELS[b], interactive=r.interactive)
+        return out
 
     def stream(self, frames: Iterable[Frame]) -> Iterator[dict]:
         """Each frame's updates: a live frame carries only what changed since the frame before
@@ -582,9 +600,6 @@ class Page:
         def val(v, convert=lambda x: x):
             return gr.skip() if v is KEEP else convert(v)
 
-        def plot(spec):
-            return None if spec is None else charts.as_plot(spec)
-
         def table(value):
             if not value:
                 return gr.Dataframe(value=None)
@@ -592,9 +607,18 @@ class Page:
                                 headers=value["headers"], datatype=value["datatype"],
                                 column_widths=value["column_widths"])
 
+        mark = [] if frame.play is KEEP or not frame.play else [f"play-{frame.play}"]   # the play that drew it
+
+        def plot(spec):
+            if spec is None or not mark:
+                return None if spec is None else charts.as_plot(spec)
+            spec = {**spec, "layout": {**spec.get("layout", {}),
+                                       "meta": {**spec.get("layout", {}).get("meta", {}), "play": frame.play}}}
+            return charts.as_plot(spec)
+
         out = {
             a.status: gr.skip() if frame.status is KEEP else frame.status if frame.status_kind is KEEP else gr.Markdown(
-                value=frame.status, elem_classes=[f"status-{frame.status_kind}"]),
+                value=frame.status, elem_classes=[f"status-{frame.status_kind}"] + mark),
             a.race_plot: (val(frame.race_plot, plot) if frame.race_label is KEEP else
                           gr.Plot(label=frame.race_label) if frame.race_plot is KEEP else
                           gr.Plot(value=plot(frame.race_plot), label=frame.race_label)),
@@ -612,6 +636,12 @@ class Page:
         else:
             out.update({st.group: gr.Column(visible=True), st.plot: plot(frame.step["plot"]),
                         st.text: frame.step["text"], st.index: frame.step["k"]})
+        buttons = {comp: gr.skip() for comp in self.buttons().values()}
+        if frame.phase is not KEEP:
+            buttons.update(self.button_updates(frame.phase))
+        if isinstance(frame.step, dict):   # the decision shown: Previous and Next say where it is
+            buttons.update(self.button_updates(Phase.STEPPING, frame.step))
+        out.update(buttons)
         layout = frame.slots
         for i, s in enumerate(a.slots):
             here = layout is not KEEP and i < len(layout)
@@ -642,7 +672,8 @@ def build_page(ctx: AppContext) -> Page:
     build_how_it_works()
     # the race view a session keeps (the step buttons and the x-axis switch read it): dropped session_ttl_s after
     # it last changed, so API sessions that never come back do not hold their races (SPECREJ_SESSION_TTL_S)
-    return Page(controls, arena, results, gr.State(None, time_to_live=ctx.session_ttl_s, delete_callback=_forget))
+    return Page(controls, arena, results, gr.State(None, time_to_live=ctx.session_ttl_s, delete_callback=_forget),
+                gr.State(Session()))
 
 
 # ---------------------------------------------------------------- presets and links

@@ -22,8 +22,8 @@ from specrej.core.cost import StepCost
 
 from components.state.fields import check_choice, check_text_field
 from components.state.shared import ASSETS, PACES, PAGE_RACES, model_label, reward_kind_label
-from components.state.update import Update
-from components.state.view import RunView
+from components.state.update import Kind, Update
+from components.state.view import RunState, RunView
 
 RECORDINGS = ASSETS / "recordings"
 
@@ -167,11 +167,11 @@ def replay_updates(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS,
     try:
         prompt, speed = check_replay(prompt, pace, max_prompt_chars)
     except ValueError as e:
-        yield Update("error", message=str(e))
+        yield Update(Kind.ERROR, message=str(e))
         return
     path = find(prompt, folder)
     if path is None:
-        yield Update("error", message="there is no recorded race for this prompt: recordings exist for the example "
+        yield Update(Kind.ERROR, message="there is no recorded race for this prompt: recordings exist for the example "
                                       "prompts. Press Run to run it live.")
         return
     yield from play(path, speed, min_frame_interval=min_frame_interval, sleep=sleep, step=step, lecture=lecture)
@@ -185,10 +185,10 @@ def play(path: Path, speed: float, *, min_frame_interval: float = 0.25, sleep=ti
         rec = load(path)
         view = view_for(rec)
     except (ValueError, RecordingError) as e:
-        yield Update("error", message=f"cannot replay {path.name}: {e}")
+        yield Update(Kind.ERROR, message=f"cannot replay {path.name}: {e}")
         return
     view.stepping, view.fallback, view.lecture = step is True, fallback, lecture is True
-    yield Update("start", view, replay={"speed": speed})   # a live run's start, but nothing loads or prefills
+    yield Update(Kind.START, view, replay={"speed": speed})   # a live run's start, but nothing loads or prefills
     last = 0.0
     for event in paced(rec, speed=speed, sleep=sleep):
         view.apply(event)
@@ -197,6 +197,6 @@ def play(path: Path, speed: float, *, min_frame_interval: float = 0.25, sleep=ti
             continue
         last = now
         if not view.done:
-            yield Update("live", view)
-    view.state = "done"
-    yield Update("end", view, replay={"replayed_s": view.elapsed()})
+            yield Update(Kind.LIVE, view)
+    view.state = RunState.DONE
+    yield Update(Kind.END, view, replay={"replayed_s": view.elapsed()})

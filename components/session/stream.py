@@ -31,8 +31,8 @@ from specrej.core.config import env_int
 from components.deploy.limits import PolicyError
 
 from components.state.request import REQUEST_FIELDS, RunRequest
-from components.state.update import Update
-from components.state.view import RunView
+from components.state.update import Kind, Update
+from components.state.view import RunState, RunView
 from components.state.shared import CLASSROOM
 from components.session.context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
 from components.session import replay
@@ -243,7 +243,7 @@ def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
     """One attempt at the race on ``view``: its start update, then a live update per Round and Finished and a
     few a second for Progress. Closing it closes the race on the torch thread. With a recording of this race
     (``fallback``) a race that falls behind switches to it before the limit (``FellBehind``)."""
-    yield Update("start", view)
+    yield Update(Kind.START, view)
     # every torch call of the race runs on the app's one torch thread (worker.py)
     events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, view.cfg, arms=view.specs,
                                                      **prep.race_kw), cancelled=stop_requested)
@@ -264,7 +264,7 @@ def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
                 continue  # a few frames a second is plenty, each drawn once the reader has caught up
             last = now
             if not view.done:
-                yield Update("live", view)   # the torch thread computes on while this frame is sent
+                yield Update(Kind.LIVE, view)   # the torch thread computes on while this frame is sent
     finally:
         # closes the race and every arm on the torch thread after its step in progress (their KV caches
         # are freed there, then memory is returned); not waited for: a cancel answers at once
@@ -288,16 +288,16 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     try:
         request, prep = prepare(ctx, request, fits=False)
         if ctx.warming:   # a server just started: its models load and its step compiles, then this Run starts
-            yield Update("measuring", message=WARMING)
+            yield Update(Kind.WARMING, message=WARMING)
             while ctx.warming and not stop_requested():
                 ctx.warm_thread.join(0.25)
             if stop_requested():
                 return
         check_fits(ctx, prep)
     except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing, measure nothing
-        yield Update("error", message=str(e))
+        yield Update(Kind.ERROR, message=str(e))
         return
-    yield Update("measuring")
+    yield Update(Kind.MEASURING)
     fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested)
     if stop_requested():
         return   # cancelled while the machine was measured: nothing started
@@ -316,7 +316,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
             return
     elif fitted is not None and not fitted.fits:   # it would not end in time: nothing is changed for the visitor
         if recording is None:
-            yield Update("error", message=too_long(fitted, prep))
+            yield Update(Kind.ERROR, message=too_long(fitted, prep))
             return
         yield from replay.play(recording, 1.0, min_frame_interval=ctx.min_frame_interval, step=request.step,
                                fallback={"reason": "too_long", "estimate_s": fitted.estimate_s,
@@ -336,37 +336,37 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         view.trace_path = _write(ctx, view)
         if fitted is not None:
             pace.learn(ctx, fitted, view.elapsed())
-        yield Update("end", view)
+        yield Update(Kind.END, view)
     except FellBehind:   # the recording of this same race, at once, rather than a race cut at the limit
         view = state["view"]
-        view.state, view.message = "stopped", "fell behind: the recording of this race was played instead"
+        view.state, view.message = RunState.STOPPED, "fell behind: the recording of this race was played instead"
         yield from replay.play(recording, math.inf, min_frame_interval=ctx.min_frame_interval,
                                step=request.step, lecture=request.lecture,
                                fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
                                          "limit_s": float(ctx.limits.max_run_seconds), "elapsed_s": view.elapsed(),
                                          "load": fitted.load if fitted else 1.0})
     except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
-        yield ended(ctx, state["view"], "limit", str(e))
+        yield ended(ctx, state["view"], RunState.LIMIT, str(e))
     except (ValueError, PolicyError, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
-        yield ended(ctx, state["view"], "error", str(e))
+        yield ended(ctx, state["view"], RunState.ERROR, str(e))
     except Exception as e:  # never a server error: show it, log it, stay usable
         log.exception("run failed")
-        yield ended(ctx, state["view"], "error", f"something went wrong ({type(e).__name__}: {e}). The app is "
+        yield ended(ctx, state["view"], RunState.ERROR, f"something went wrong ({type(e).__name__}: {e}). The app is "
                     "still usable: try again.")
     finally:
         view = state["view"]
-        if view.state == "running":  # closed early: Stop, a closed tab, a server shutdown
-            view.state = "stopped"
-        if view.state == "stopped":
+        if view.state is RunState.RUNNING:  # closed early: Stop, a closed tab, a server shutdown
+            view.state = RunState.STOPPED
+        if view.state is RunState.STOPPED:
             view.trace_path = _write(ctx, view)
         ctx.active.discard(key)
 
 
-def ended(ctx: AppContext, view: RunView, state: str, message: str) -> Update:
+def ended(ctx: AppContext, view: RunView, state: RunState, message: str) -> Update:
     """A race that did not finish: its state and message, its trace written, the update that says so."""
     view.state, view.message = state, message
     view.trace_path = _write(ctx, view)
-    return Update("limit" if state == "limit" else "failure", view)
+    return Update(Kind.LIMIT if state is RunState.LIMIT else Kind.FAILURE, view)
 
 
 def page_fields(request) -> dict:

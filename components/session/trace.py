@@ -9,20 +9,20 @@ import time
 from pathlib import Path
 
 from components.state.summary import summary_dict
-from components.state.view import RunView
+from components.state.view import RunState, RunView
 
 FORMAT = "specrej-trace/1"
 KEEP_S = 3600  # traces older than this are removed from the app's folder
 
 
-STATES = {"done": "finished", "error": "failed", "stopped": "stopped", "limit": "stopped at the time limit",
-          "running": "running"}
+STATES = {RunState.DONE: "finished", RunState.ERROR: "failed", RunState.STOPPED: "stopped",
+          RunState.LIMIT: "stopped at the time limit", RunState.RUNNING: "running"}
 
 
 def trace_dict(view: RunView) -> dict:
     """``state`` is finished, failed, stopped or stopped at the time limit; ``message`` says why."""
     out = {"format": FORMAT, **summary_dict(view), "events": view.trace}
-    out["state"] = STATES.get(view.state, view.state)
+    out["state"] = STATES[RunState(view.state)]
     out["message"] = view.message
     out["note"] = view.note
     out["run_id"] = view.run_id

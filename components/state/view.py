@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Sequence
 
 from specrej import Candidate, Finished, Ledger, Progress, Round, RunConfig, to_dict
@@ -21,6 +22,21 @@ from specrej.analysis.gpu_steps import GpuStep, generator_params
 from specrej.analysis.gpu_steps import pick as pick_gpu
 from specrej.analysis.verdict import Verdict
 from specrej.analysis.verdict import from_race as verdict_from_race
+
+
+class RunState(str, Enum):
+    """Where one run's view stands (a session's phase is ``state/play.Phase``): running, done (every arm
+    finished), stopped (Stop, a closed tab, or a switch to the recording), limit (stopped at the time limit),
+    error. Its value is what the trace and the summary JSON say."""
+
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"
+    LIMIT = "limit"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,7 @@ class RunView:
     first_event_s: float | None = None
     ended: float | None = None       # when every arm finished: the race's clock stops there (a pause in step mode
                                      # after it, or a redraw, is not race time)
-    state: str = "running"           # running | done | stopped | error
+    state: RunState = RunState.RUNNING
     message: str = ""
     trace_path: str | None = None
     note: str = ""                   # e.g. "retried with a smaller budget": shown on the status line
@@ -201,7 +217,7 @@ class RunView:
         self._grow_y(event)
         self.trace.append(_trace_entry(event, self.elapsed()))
         if self.done:
-            self.state = "done"
+            self.state = RunState.DONE
             if self.ended is None:
                 self.ended = time.perf_counter()
 
@@ -212,7 +228,7 @@ class RunView:
     def at(self, checkpoint: "Checkpoint") -> "RunView":
         """A copy of this view showing every arm as it stood at ``checkpoint`` (the charts draw it)."""
         out = replace(self, checkpoints=[], trace=[])   # __post_init__ lays out fresh arms: replace them
-        out.arms, out.state = checkpoint.arms, "running"
+        out.arms, out.state = checkpoint.arms, RunState.RUNNING
         return out
 
     def _grow_y(self, event) -> None:
