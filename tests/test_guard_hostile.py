@@ -169,7 +169,8 @@ def test_more_values_than_the_race_takes_are_refused(served, extra):
     assert status == 400 and f"takes {len(data)} input values; the request has {len(data) + extra}" in out, out
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
     r = httpx.post(url.rstrip("/") + "/gradio_api/queue/join", timeout=30,
-                   json={"data": data + [None] * extra, "fn_index": fn_index, "session_hash": "too-many"})
+                   json={"data": data + [None] + [None] * extra, "fn_index": fn_index,   # the page's values: the
+                         "session_hash": "too-many"})                                       # session's slot too
     assert r.status_code == 400 and "input values" in r.text, r.text
 
 

@@ -149,7 +149,9 @@ class ApiGate:
             return None
         needed = len(fn.inputs)
         shown = [b for b in fn.inputs if not getattr(b, "skip_api", False)]
-        if len(data) == needed or (head == "call" and len(data) == len(shown)):
+        if head == "call":   # an API caller sends the API's values (a session's state is Gradio's to fill in)
+            needed = len(shown)
+        if len(data) == needed:
             return None
         return f"This event takes {needed} input values; the request has {len(data)}."
 
@@ -179,6 +181,8 @@ class ApiGate:
             return "call/v2 takes a JSON object of the endpoint's parameters by name."
         sig = inspect.signature(fn.fn) if fn is not None and fn.fn is not None else inspect.Signature()
         params = {p: v for p, v in sig.parameters.items() if p != "request" and v.annotation is not gr.Request}
+        if fn is not None:   # a session's state (gr.State: skip_api) is Gradio's to fill in, never the caller's
+            params = {p: v for (p, v), block in zip(params.items(), fn.inputs) if not getattr(block, "skip_api", False)}
         unknown = [k for k in body if k not in params]
         if unknown:
             return f"/{name} has no parameter {excerpt(unknown[0])}; its parameters are: {', '.join(params)}."
