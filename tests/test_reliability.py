@@ -600,7 +600,7 @@ def test_a_closed_tab_cancels_its_run(served, ctx, engines, monkeypatch):
     session = "closedtab" + str(os.getpid())
     base = url.rstrip("/") + "/gradio_api"
     with httpx.Client(timeout=10) as http:
-        r = http.post(f"{base}/queue/join", json={"data": [kw[k] for k in order], "fn_index": fn_index,
+        r = http.post(f"{base}/queue/join", json={"data": [kw[k] for k in order] + [None], "fn_index": fn_index,   # + the session's slot
                                                    "session_hash": session, "event_data": None})
         r.raise_for_status()
         with http.stream("GET", f"{base}/queue/data", params={"session_hash": session}) as stream:
