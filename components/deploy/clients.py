@@ -205,6 +205,7 @@ class Guard:
     stop_fns: frozenset[int] = frozenset()     # the events the Stop button cancels (the race, the replay)
     direct_fns: frozenset[int] = frozenset()   # the page's unqueued events: the only ones on direct routes
     public_api: frozenset[str] = frozenset()
+    events: dict = field(default_factory=dict)   # fn index -> gradio_private.EventInfo, once bound
     _lock: Any = field(default_factory=threading.Lock)
     _runs: dict = field(default_factory=dict)     # id(join request) -> _Run
     _early: dict = field(default_factory=dict)    # (session, fn) -> time of an id-less cancel that found no run
@@ -246,24 +247,25 @@ class Guard:
         """Sort the app's events (queued, cancelled by Stop, unqueued, public), set the per-address cap from
         the queue's size (``address_cap``) and give every queued event the caps as its validator (Gradio
         runs it when the event joins the queue)."""
+        gradio_private.check(blocks)   # every private attribute the guard reads or writes, at start
         self.max_runs_per_address = address_cap(queue_size, self.max_runs_per_address)   # a client's cap too
         self.blocks = blocks
-        fns = blocks.fns
-        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queue and fn.fn is not None)
-        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queue and fn.fn is not None)
+        fns = gradio_private.events(blocks)
+        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queued and fn.handler is not None)
+        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queued and fn.handler is not None)
         # Gradio keeps an event's cancels in a dependency of its own on the same trigger (no function)
         stop_triggers = [fn.targets for fn in fns.values() if fn.api_name == "stop"]
         self.stop_fns = frozenset(c for fn in fns.values() if fn.targets in stop_triggers for c in fn.cancels)
         for i in self.direct_fns:   # the page's own events: a malformed call gets a plain message
-            fns[i].fn = _quiet(fns[i].fn)
-        self.public_api = frozenset(fn.api_name for fn in fns.values()
-                                    if fn.api_visibility == "public" and isinstance(fn.api_name, str))
+            gradio_private.wrap_handler(blocks, i, _quiet)
+        self.public_api = frozenset(fn.api_name for fn in fns.values() if fn.public and isinstance(fn.api_name, str))
         for i in self.queued_fns:
             fn = fns[i]
-            if fn.validator is not None or not fn.inputs:
+            if fn.has_validator or not fn.inputs:
                 raise ValueError(f"the queued event {fn.name!r} needs inputs and no validator of its own: "
                                  "the guard's per-client cap is its validator")
-            fn.validator = self.validator(i, [f"value{k}" for k in range(len(fn.inputs))])
+            gradio_private.set_validator(blocks, i, self.validator(i, [f"value{k}" for k in range(fn.inputs)]))
+        self.events = gradio_private.events(blocks)   # as they are now (handlers wrapped, validators set)
 
     # -- what is queued and running
     def _gradio_runs(self) -> list:
@@ -308,7 +310,7 @@ class Guard:
             if address is not None and here >= cap:
                 return (f"{here} runs from your network address are queued or running, the most per address here "
                         f"({MAX_ADDRESS_RUNS_ENV}, at most half the queue): wait for one to end and try again.")
-            raw = getattr(request, "request", None)
+            raw = gradio_private.raw_request(request)
             if raw is not None:
                 self._runs[id(raw)] = run = _Run(key=key, address=address, session=session, fn=fn,
                                                  since=time.monotonic())
@@ -382,7 +384,7 @@ def started(request) -> Callable[[], bool]:
     marked as started, so the per-client cap forgets it once it leaves Gradio's queue (a run never
     marked is held for IN_FLIGHT_S: a third quick lab sample was refused). Returns the run's
     ``StopFlag``: called, whether its client has cancelled it (``/stop``, ``/cancel``)."""
-    run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
+    run = getattr(getattr(gradio_private.raw_request(request), "state", None), "specrej_run", None)
     if run is None:
         return lambda: False
     run.seen = True

@@ -136,7 +136,7 @@ class ApiGate:
         """Why a positional call (``data``: a list) has too few or too many values for its event (None: it
         has as many as the event takes, or Gradio refuses it otherwise). Gradio's own message names the
         handler, and Gradio drops extra values unread."""
-        fns = getattr(self.guard.blocks, "fns", {})
+        fns = self.guard.events
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list):
             return None
@@ -147,15 +147,14 @@ class ApiGate:
         fn = fns.get(index) if isinstance(index, int) and not isinstance(index, bool) else None
         if fn is None:
             return None
-        needed = len(fn.inputs)
-        shown = [b for b in fn.inputs if not getattr(b, "skip_api", False)]
-        if len(data) == needed or (head == "call" and len(data) == len(shown)):
+        needed = fn.inputs
+        if len(data) == needed or (head == "call" and len(data) == fn.shown_inputs):
             return None
         return f"This event takes {needed} input values; the request has {len(data)}."
 
     def _refuse(self, head: str, name: str, body: Any) -> str | None:
         """Why a direct call or a queue join may not reach Gradio (None: it may)."""
-        fns = getattr(self.guard.blocks, "fns", {})
+        fns = self.guard.events
         index = body.get("fn_index") if isinstance(body, dict) else None
         if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index not in fns):
             return f"No event with fn_index {excerpt(index)} in this app."
@@ -174,10 +173,10 @@ class ApiGate:
 
     def _refuse_keywords(self, name: str, body: Any) -> str | None:
         """Why a ``call/v2/<name>`` body (the endpoint's parameters by keyword) may not reach Gradio."""
-        fn = next((fn for fn in getattr(self.guard.blocks, "fns", {}).values() if fn.api_name == name), None)
+        fn = next((fn for fn in self.guard.events.values() if fn.api_name == name), None)
         if not isinstance(body, dict):
             return "call/v2 takes a JSON object of the endpoint's parameters by name."
-        sig = inspect.signature(fn.fn) if fn is not None and fn.fn is not None else inspect.Signature()
+        sig = inspect.signature(fn.handler) if fn is not None and fn.handler is not None else inspect.Signature()
         params = {p: v for p, v in sig.parameters.items() if p != "request" and v.annotation is not gr.Request}
         unknown = [k for k in body if k not in params]
         if unknown:
