@@ -13,6 +13,8 @@
 - ``queue/join``, ``call/<name>``, ``run/<name>``, ``api/<name>``: 400 for fewer or more input values than the
   event takes; any other 400 or 422 of Gradio's there becomes a short message (Gradio's and FastAPI's text can
   name a handler and echo the whole body);
+- ``queue/join`` of the race when the queue is full and the race has a labelled recording: moved to the event
+  that plays it at once (``Guard.move_when_full``, ``components/session/busy.py``);
 - ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too;
 - ``queue/join``, ``cancel``: 400 for a ``session_hash`` that is not 1 to 64 of ``[A-Za-z0-9_-]``;
 - ``GET queue/data`` and ``GET call/<name>/<event_id>``: 400 for a malformed session hash or event id, 404 for
@@ -22,6 +24,7 @@ to ``fields.EXCERPT_CHARS``); what passes reaches Gradio byte for byte.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import re
@@ -105,6 +108,14 @@ class ApiGate:
             wrong = self._wrong_count(head, route, body)
             if wrong:
                 return await _json(send, 400, {"detail": wrong})
+
+        if route == ["queue", "join"]:   # a full queue: the race's recording, at once, where there is one
+            moved = await asyncio.to_thread(self.guard.move_when_full, body.get("fn_index"), body.get("data"))
+            if moved is not None:
+                raw = json.dumps(dict(body, fn_index=moved)).encode()
+                read = [{"type": "http.request", "body": raw, "more_body": False}]
+                scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+                             + [(b"content-length", str(len(raw)).encode())])
 
         async def replay():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()

@@ -114,6 +114,12 @@ def event_has_stream(blocks, event_id: str) -> bool:
     return has_stream(blocks, session)
 
 
+def waiting(blocks) -> int:
+    """How many events wait in Gradio's queue (every concurrency group; not those running): what its
+    ``max_size`` counts."""
+    return sum(len(getattr(q, "queue", [])) for q in getattr(_queue(blocks), "event_queue_per_concurrency_id", {}).values())
+
+
 def slow_queue_polling(blocks, seconds: float) -> None:
     """Make Gradio's queue loop sleep at least ``seconds`` between looks while no slot is free (its
     progress loop twice that): see ``app.quiet_queue``."""
