@@ -18,12 +18,12 @@ import gradio as gr
 from components import charts, lecture, links, panels, ui
 from components.autospec_tab import build_autospec_tab
 from components.deploy import gradio_private
-from components.deploy.clients import Guard, forwarded_headers_ignored
+from components.deploy.clients import FullQueue, Guard, forwarded_headers_ignored
 from components.deploy.gate import ApiGate
 from components.frames import Frame, drawn, error_frame, final_frame, race_label, step_frame
 from components.panels import STOPPED
 from components.deploy import memory
-from components.session import paper
+from components.session import busy, paper
 from components.session.context import AppContext
 from components.session.replay import check_replay, replay_updates
 from components.session.stream import race_events, updates
@@ -60,9 +60,13 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
         wire_toggles(page)
     # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
     # guard's gate lets through only the page's unqueued ones.
-    demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue, api_open=False)
+    # the guard's validator refuses a run past ctx.max_queue waiting (saying how long the queue is) or moves a
+    # race with a recording to it (busy.py); Gradio's own bare "Queue is full" only past twice that
+    demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue and 2 * ctx.max_queue, api_open=False)
     quiet_queue(demo)
-    guard.bind(demo, queue_size=ctx.max_queue)
+    guard.bind(demo, queue_size=ctx.max_queue, full=FullQueue(
+        race="run", busy="recorded_race", recorded=lambda data: busy.has_recording(ctx, data),
+        message=lambda waiting: busy.full_message(waiting, run_s=ctx.limits.max_run_seconds, at_once=ctx.concurrency)))
     demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
     # sessions idle for SPECREJ_SESSION_TTL_S are forgotten whole (Gradio's copy of the page per session too)
     demo.specrej_sweeper = memory.SessionSweeper(demo, ctx.session_ttl_s)
@@ -106,6 +110,19 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
     on_run = gr.on([c.run.click, c.prompt.submit], press_run, [page.session], [a.status], queue=False,
                    api_visibility="private").then(api_name="run", **race)
     on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
+
+    def recorded_race(*values):
+        """A Run the full queue had no place for: the recording of this exact race, at once (the guard's gate
+        moves such a join here, components/session/busy.py)."""
+        *values, request = values
+        guard.on_start(request)
+        yield from page.stream(drawn(busy.recorded_race(ctx, values, waiting=guard.waiting())))
+
+    recorded_race.__signature__ = request_signature()
+    recorded_race.__annotations__ = {"request": gr.Request}
+    gr.Button(visible=False, elem_id="recorded-race").click(
+        recorded_race, page.run_inputs(), page.outputs(), concurrency_id="replay", concurrency_limit=4,
+        api_visibility="private", preprocess=False)
     return on_run
 
 

@@ -107,6 +107,10 @@ def fallback_words(view: RunView) -> str:
     where = f"recorded on {md_escape(r.get('hardware', '?'))}, {md_escape(r.get('date', '?'))}"
     load = f.get("load", 1.0)
     busy = f" (this machine is {load:.1f}x slower than when quiet)" if load >= 1.3 else ""
+    if f.get("reason") == "queue_full":
+        return (f"**The queue is full** ({f.get('waiting', 0)} runs waiting), so rather than turn this Run away, "
+                f"this is the **recording of the same race** (the same settings and seed, {where}), at once. "
+                "Press **Run** again later to race it live.")
     if f.get("reason") == "behind":
         measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
         return (f"**The live race fell behind**: {fmt_s(f.get('elapsed_s', 0.0))} in, against about "

@@ -13,7 +13,8 @@ pytest.importorskip("gradio_client")
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE = ("._queue", "event_queue_per_concurrency_id", "active_jobs", "fn._id", "sleep_when_free",
-           "GRADIO_CACHE", "state_holder")
+           "GRADIO_CACHE", "state_holder", ".fns", ".validator =", "skip_api", "pending_messages_per_session",
+           "event_ids_to_events", 'getattr(request, "request"', "request.request")   # issue 41 (4): blocks.fns, gr.Request.request
 
 
 def test_the_adapter_finds_everything_it_reads_in_this_gradio():

@@ -191,6 +191,19 @@ class _Run:
         self.stop.set()
 
 
+@dataclass(frozen=True)
+class FullQueue:
+    """What a Run does when the queue is full (the app says, through ``components/session/busy.py``): a join of
+    the event ``race`` (its API name) whose values have a labelled recording (``recorded``) is moved to the event
+    whose handler is named ``busy`` (it plays the recording at once, in the replays' group); any other join past
+    the queue's size is refused with ``message(waiting)``."""
+
+    race: str
+    busy: str
+    recorded: Callable[[Any], bool]
+    message: Callable[[int], str]
+
+
 @dataclass
 class Guard:
     """Per-app state of the guards: the app's events by kind, the runs admitted, early cancels."""
@@ -205,6 +218,11 @@ class Guard:
     stop_fns: frozenset[int] = frozenset()     # the events the Stop button cancels (the race, the replay)
     direct_fns: frozenset[int] = frozenset()   # the page's unqueued events: the only ones on direct routes
     public_api: frozenset[str] = frozenset()
+    events: dict = field(default_factory=dict)   # fn index -> gradio_private.EventInfo, once bound
+    max_queue: int | None = None   # runs that may wait (SPECREJ_MAX_QUEUE): past it, ``full`` says what happens
+    full: FullQueue | None = None
+    race_fn: int | None = None     # the race's event and the one a full queue moves it to (``full``)
+    busy_fn: int | None = None
     _lock: Any = field(default_factory=threading.Lock)
     _runs: dict = field(default_factory=dict)     # id(join request) -> _Run
     _early: dict = field(default_factory=dict)    # (session, fn) -> time of an id-less cancel that found no run
@@ -242,28 +260,54 @@ class Guard:
         cache = PurePosixPath(gradio_private.cache_folder(self.blocks))
         return cache in p.parents
 
-    def bind(self, blocks, queue_size: int | None = None) -> None:
+    def bind(self, blocks, queue_size: int | None = None, full: FullQueue | None = None) -> None:
         """Sort the app's events (queued, cancelled by Stop, unqueued, public), set the per-address cap from
         the queue's size (``address_cap``) and give every queued event the caps as its validator (Gradio
-        runs it when the event joins the queue)."""
+        runs it when the event joins the queue). ``full``: what a Run does when ``queue_size`` runs wait
+        (the validator refuses other joins then, with ``full.message``)."""
+        gradio_private.check(blocks)   # every private attribute the guard reads or writes, at start
+        self.max_queue, self.full = queue_size, full
         self.max_runs_per_address = address_cap(queue_size, self.max_runs_per_address)   # a client's cap too
         self.blocks = blocks
-        fns = blocks.fns
-        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queue and fn.fn is not None)
-        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queue and fn.fn is not None)
+        fns = gradio_private.events(blocks)
+        self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queued and fn.handler is not None)
+        self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queued and fn.handler is not None)
         # Gradio keeps an event's cancels in a dependency of its own on the same trigger (no function)
         stop_triggers = [fn.targets for fn in fns.values() if fn.api_name == "stop"]
         self.stop_fns = frozenset(c for fn in fns.values() if fn.targets in stop_triggers for c in fn.cancels)
         for i in self.direct_fns:   # the page's own events: a malformed call gets a plain message
-            fns[i].fn = _quiet(fns[i].fn)
-        self.public_api = frozenset(fn.api_name for fn in fns.values()
-                                    if fn.api_visibility == "public" and isinstance(fn.api_name, str))
+            gradio_private.wrap_handler(blocks, i, _quiet)
+        self.public_api = frozenset(fn.api_name for fn in fns.values() if fn.public and isinstance(fn.api_name, str))
         for i in self.queued_fns:
             fn = fns[i]
-            if fn.validator is not None or not fn.inputs:
+            if fn.has_validator or not fn.inputs:
                 raise ValueError(f"the queued event {fn.name!r} needs inputs and no validator of its own: "
                                  "the guard's per-client cap is its validator")
-            fn.validator = self.validator(i, [f"value{k}" for k in range(len(fn.inputs))])
+            gradio_private.set_validator(blocks, i, self.validator(i, [f"value{k}" for k in range(fn.inputs)]))
+        self.events = gradio_private.events(blocks)   # as they are now (handlers wrapped, validators set)
+        if full is not None:
+            self.race_fn = next(i for i, fn in fns.items() if fn.api_name == full.race)
+            self.busy_fn = next(i for i, fn in fns.items() if fn.name == full.busy)
+
+    # -- a full queue
+    def waiting(self) -> int:
+        """Runs waiting in the queue now (not those running)."""
+        return gradio_private.waiting(self.blocks) if self.blocks is not None else 0
+
+    def is_full(self, slack: int = 0) -> bool:
+        return self.max_queue is not None and self.waiting() >= self.max_queue + slack
+
+    def move_when_full(self, fn: Any, data: Any) -> int | None:
+        """The event a join of ``fn`` with ``data`` (its values) is moved to: when the queue is full and the race
+        it asks for has a labelled recording, the event that plays it at once (``FullQueue.busy``); else None."""
+        if self.full is None or fn != self.race_fn or not isinstance(data, list) or not self.is_full():
+            return None
+        try:
+            found = self.full.recorded(data)
+        except Exception:   # a lookup that fails is no recording: the join is refused as full
+            log.warning("could not look for the recording of a race the full queue refuses", exc_info=True)
+            return None
+        return self.busy_fn if found else None
 
     # -- what is queued and running
     def _gradio_runs(self) -> list:
@@ -298,6 +342,11 @@ class Guard:
             self._reconcile()
             if time.monotonic() - self._early.pop((session, fn), -IN_FLIGHT_S) < IN_FLIGHT_S:
                 return "This run was cancelled before it reached the queue."
+            # the queue's size: a recording a full queue moves a race to waits in the replays' group, beside it
+            if self.max_queue is not None and self.is_full(self.max_queue if fn == self.busy_fn else 0):
+                waiting = self.waiting()
+                return (self.full.message(waiting) if self.full is not None else
+                        f"The queue is full: {waiting} runs are waiting (SPECREJ_MAX_QUEUE). Try again in a few minutes.")
             runs = list(self._runs.values())   # every admitted run on its way, queued or running
             mine = sum(r.key == key for r in runs)
             if mine >= self.max_runs_per_client:
@@ -308,7 +357,7 @@ class Guard:
             if address is not None and here >= cap:
                 return (f"{here} runs from your network address are queued or running, the most per address here "
                         f"({MAX_ADDRESS_RUNS_ENV}, at most half the queue): wait for one to end and try again.")
-            raw = getattr(request, "request", None)
+            raw = gradio_private.raw_request(request)
             if raw is not None:
                 self._runs[id(raw)] = run = _Run(key=key, address=address, session=session, fn=fn,
                                                  since=time.monotonic())
@@ -382,7 +431,7 @@ def started(request) -> Callable[[], bool]:
     marked as started, so the per-client cap forgets it once it leaves Gradio's queue (a run never
     marked is held for IN_FLIGHT_S: a third quick lab sample was refused). Returns the run's
     ``StopFlag``: called, whether its client has cancelled it (``/stop``, ``/cancel``)."""
-    run = getattr(getattr(getattr(request, "request", None), "state", None), "specrej_run", None)
+    run = getattr(getattr(gradio_private.raw_request(request), "state", None), "specrej_run", None)
     if run is None:
         return lambda: False
     run.seen = True

@@ -13,6 +13,8 @@
 - ``queue/join``, ``call/<name>``, ``run/<name>``, ``api/<name>``: 400 for fewer or more input values than the
   event takes; any other 400 or 422 of Gradio's there becomes a short message (Gradio's and FastAPI's text can
   name a handler and echo the whole body);
+- ``queue/join`` of the race when the queue is full and the race has a labelled recording: moved to the event
+  that plays it at once (``Guard.move_when_full``, ``components/session/busy.py``);
 - ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too;
 - ``queue/join``, ``cancel``: 400 for a ``session_hash`` that is not 1 to 64 of ``[A-Za-z0-9_-]``;
 - ``GET queue/data`` and ``GET call/<name>/<event_id>``: 400 for a malformed session hash or event id, 404 for
@@ -22,6 +24,7 @@ to ``fields.EXCERPT_CHARS``); what passes reaches Gradio byte for byte.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import re
@@ -106,6 +109,14 @@ class ApiGate:
             if wrong:
                 return await _json(send, 400, {"detail": wrong})
 
+        if route == ["queue", "join"]:   # a full queue: the race's recording, at once, where there is one
+            moved = await asyncio.to_thread(self.guard.move_when_full, body.get("fn_index"), body.get("data"))
+            if moved is not None:
+                raw = json.dumps(dict(body, fn_index=moved)).encode()
+                read = [{"type": "http.request", "body": raw, "more_body": False}]
+                scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+                             + [(b"content-length", str(len(raw)).encode())])
+
         async def resend():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()
 
@@ -136,7 +147,7 @@ class ApiGate:
         """Why a positional call (``data``: a list) has too few or too many values for its event (None: it
         has as many as the event takes, or Gradio refuses it otherwise). Gradio's own message names the
         handler, and Gradio drops extra values unread."""
-        fns = getattr(self.guard.blocks, "fns", {})
+        fns = self.guard.events
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list):
             return None
@@ -147,17 +158,14 @@ class ApiGate:
         fn = fns.get(index) if isinstance(index, int) and not isinstance(index, bool) else None
         if fn is None:
             return None
-        needed = len(fn.inputs)
-        shown = [b for b in fn.inputs if not getattr(b, "skip_api", False)]
-        if head == "call":   # an API caller sends the API's values (a session's state is Gradio's to fill in)
-            needed = len(shown)
-        if len(data) == needed:
+        needed = fn.inputs
+        if len(data) == needed or (head == "call" and len(data) == fn.shown_inputs):
             return None
         return f"This event takes {needed} input values; the request has {len(data)}."
 
     def _refuse(self, head: str, name: str, body: Any) -> str | None:
         """Why a direct call or a queue join may not reach Gradio (None: it may)."""
-        fns = getattr(self.guard.blocks, "fns", {})
+        fns = self.guard.events
         index = body.get("fn_index") if isinstance(body, dict) else None
         if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index not in fns):
             return f"No event with fn_index {excerpt(index)} in this app."
@@ -176,13 +184,11 @@ class ApiGate:
 
     def _refuse_keywords(self, name: str, body: Any) -> str | None:
         """Why a ``call/v2/<name>`` body (the endpoint's parameters by keyword) may not reach Gradio."""
-        fn = next((fn for fn in getattr(self.guard.blocks, "fns", {}).values() if fn.api_name == name), None)
+        fn = next((fn for fn in self.guard.events.values() if fn.api_name == name), None)
         if not isinstance(body, dict):
             return "call/v2 takes a JSON object of the endpoint's parameters by name."
-        sig = inspect.signature(fn.fn) if fn is not None and fn.fn is not None else inspect.Signature()
+        sig = inspect.signature(fn.handler) if fn is not None and fn.handler is not None else inspect.Signature()
         params = {p: v for p, v in sig.parameters.items() if p != "request" and v.annotation is not gr.Request}
-        if fn is not None:   # a session's state (gr.State: skip_api) is Gradio's to fill in, never the caller's
-            params = {p: v for (p, v), block in zip(params.items(), fn.inputs) if not getattr(block, "skip_api", False)}
         unknown = [k for k in body if k not in params]
         if unknown:
             return f"/{name} has no parameter {excerpt(unknown[0])}; its parameters are: {', '.join(params)}."

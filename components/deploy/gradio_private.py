@@ -1,18 +1,22 @@
 """Every read (and the one write) of Gradio's private state, in one place.
 
-The guard needs a few things Gradio has no public API for: which events are waiting in its queue or running
+The guard needs a few things Gradio has no public API for: the app's events (their handlers, inputs and
+triggers; it wraps some handlers and gives every queued event its validator), the request behind a
+``gr.Request``, which events are waiting in its queue or running
 (to count a client's runs and to find the run a ``/cancel`` names), how often its queue loop wakes, which
 folder it serves downloads from, and the sessions it holds state for (to forget idle ones). They are private attributes that a Gradio release may rename or
 move; here each is read through one small function, and ``check(blocks)`` looks for every one of them, so
 ``tests/test_gradio_private.py`` fails loudly, naming the attribute, when a release moves one (checked
-against ``TESTED_WITH``). Nothing else in the app reads ``_queue``, ``event_queue_per_concurrency_id``,
+against ``TESTED_WITH``). Nothing else in the app reads or writes an event's ``BlockFunction`` (``blocks.fns``: its handler, inputs,
+validator), reads a ``gr.Request``'s ``request``, or reads ``_queue``, ``event_queue_per_concurrency_id``,
 ``active_jobs``, ``pending_messages_per_session``, ``pending_event_ids_session``, ``event_ids_to_events``, an
 event's ``_id``, a function's ``_id`` or the ``state_holder``.
 """
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 TESTED_WITH = "6.31"   # the Gradio release these names were read from
@@ -20,6 +24,46 @@ TESTED_WITH = "6.31"   # the Gradio release these names were read from
 
 class GradioMoved(RuntimeError):
     """A private attribute the guard reads is not where this module expects it (a new Gradio release)."""
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """What the guard knows of one of the app's events (Gradio's ``BlockFunction``, read once at bind)."""
+
+    index: int                 # its fn_index (``blocks.fns`` key)
+    name: str                  # the handler's name
+    api_name: Any
+    queued: bool
+    handler: Callable | None   # None: a js-only event
+    public: bool               # on the API (``api_visibility == "public"``)
+    inputs: int                # input values a positional call takes
+    shown_inputs: int          # of them, those the API shows (not ``skip_api``: a State)
+    targets: Any               # its triggers (the Stop button's, to find what Stop cancels)
+    cancels: tuple             # the fn indices it cancels
+    has_validator: bool
+
+
+def events(blocks) -> dict[int, EventInfo]:
+    """Every event of ``blocks`` by fn index."""
+    return {i: EventInfo(i, str(fn.name), fn.api_name, bool(fn.queue), fn.fn, fn.api_visibility == "public",
+                         len(fn.inputs), sum(not getattr(b, "skip_api", False) for b in fn.inputs), fn.targets,
+                         tuple(fn.cancels or ()), fn.validator is not None)
+            for i, fn in blocks.fns.items()}
+
+
+def wrap_handler(blocks, index: int, wrap: Callable[[Callable], Callable]) -> None:
+    """Replace event ``index``'s handler with ``wrap(handler)``."""
+    blocks.fns[index].fn = wrap(blocks.fns[index].fn)
+
+
+def set_validator(blocks, index: int, validator: Callable) -> None:
+    """Give event ``index`` a validator (Gradio runs it when the event joins the queue, before it waits)."""
+    blocks.fns[index].validator = validator
+
+
+def raw_request(request) -> Any:
+    """The starlette request behind a ``gr.Request`` (its ``state`` carries the guard's run)."""
+    return getattr(request, "request", None)
 
 
 def _queue(blocks) -> Any:
@@ -68,6 +112,12 @@ def event_has_stream(blocks, event_id: str) -> bool:
     held = getattr(queue, "pending_event_ids_session", {})
     session = next((s for s, ids in list(held.items()) if event_id in ids), event_id)
     return has_stream(blocks, session)
+
+
+def waiting(blocks) -> int:
+    """How many events wait in Gradio's queue (every concurrency group; not those running): what its
+    ``max_size`` counts."""
+    return sum(len(getattr(q, "queue", [])) for q in getattr(_queue(blocks), "event_queue_per_concurrency_id", {}).values())
 
 
 def slow_queue_polling(blocks, seconds: float) -> None:
@@ -123,6 +173,20 @@ def check(blocks, *, event: Any = None) -> None:
                 missing.append(f"Queue.{name}")
     if not isinstance(getattr(blocks, "GRADIO_CACHE", None), str):
         missing.append("Blocks.GRADIO_CACHE")
+    fns = getattr(blocks, "fns", None)
+    if not isinstance(fns, dict):
+        missing.append("Blocks.fns")
+    else:
+        for fn in fns.values():
+            for name in ("fn", "name", "api_name", "queue", "api_visibility", "inputs", "targets", "cancels",
+                         "validator"):
+                if not hasattr(fn, name):
+                    missing.append(f"BlockFunction.{name}")
+            break
+    import gradio
+
+    if not hasattr(gradio.Request(), "request"):
+        missing.append("Request.request")
     holder = getattr(blocks, "state_holder", None)   # set when the app is launched
     if holder is not None:
         for name, kind in (("session_data", dict), ("time_last_used", dict)):
@@ -138,7 +202,5 @@ def check(blocks, *, event: Any = None) -> None:
         if event_request(event) is None:
             missing.append("Event.request")
     if missing:
-        import gradio
-
         raise GradioMoved(f"Gradio {gradio.__version__} moved what the guard reads (tested with {TESTED_WITH}): "
                           + ", ".join(missing) + ". Update components/deploy/gradio_private.py.")
