@@ -65,7 +65,8 @@ register(ArmKind("bonc", "Best-of-N, continuous batching", ("n",), "BoN-c"))   #
 register(ArmKind("sr", "Speculative Rejection", ("n", "alpha", "decision", "interval", "keep_finished",
                                                  "first_decision", "rule"), "SR", prunes=True))
 
-register(ArmKind("deepconf", "DeepConf", ("n", "warmup", "conf_percentile", "window", "conf_topk", "pick"),
+register(ArmKind("deepconf", "DeepConf", ("n", "warmup", "conf_percentile", "window", "conf_topk", "consensus",
+                                                  "pick"),
                  "DeepConf", prunes=True))
 register(ArmKind("stbon", "ST-BoN", ("n", "buffer", "pick"), "ST-BoN", prunes=True))
 
