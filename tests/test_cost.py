@@ -80,7 +80,8 @@ def test_step_cost_from_the_bench_passes_keeps_the_fastest_at_each_size():
 
 
 @pytest.mark.parametrize("rows, secs", [((), ()), ((8, 1), (0.1, 0.2)), ((1, 8), (0.1, 0.0)),
-                                        ((1, 8), (0.1, float("nan"))), ((1, 1), (0.1, 0.1))])
+                                        ((1, 8), (0.1, float("nan"))), ((1, 8), (0.1, float("inf"))),
+                                        ((1, 1), (0.1, 0.1))])
 def test_step_cost_refuses_what_it_cannot_interpolate(rows, secs):
     with pytest.raises(ValueError):
         StepCost(rows, secs)

@@ -332,3 +332,33 @@ def test_the_pages_summary_shows_the_box_after_a_real_race(tiny_lm_dir, tiny_rew
     assert "Best-of-8 at 24 tokens" in summary and "The paper, by the same arithmetic" in summary
     # beside the verdict: after it, before the table
     assert summary.index("to reach Speculative Rejection") < summary.index("#### Why") < summary.index("| winner |")
+
+
+# ---------------------------------------------------------------- issue 40's mutants: an uneven N, a rival
+def uneven_race():
+    """N = 12 of 48 tokens in passes of 8 rows: a full pass of 8, then a short last pass of 4 (8 does not
+    divide 12). The challenger is a rival (DeepConf-style) that decodes in the same passes of 8 rows, so its
+    widest step is 8 rows, not its 12 candidates; its winner is #2 (0.98), written to the end."""
+    finals = [1.0 - i / 100 for i in range(12)]
+    bon, bon_rounds = _bon(finals, 48, 8, budget=448)
+    cands = tuple(_cand(i, 48, "finished", finals[i], "length") if i in (2, 9) else
+                  _cand(i, 20, "pruned", None, round_pruned=0) for i in range(12))
+    rival = Finished(arm="deepconf", winner=cands[2], candidates=cands, rounds=1, ledger=Ledger(),
+                     rows_per_step=(8,) * 20 + (2,) * 28 + (4,) * 20)
+    rounds = [Round(arm="deepconf", index=0, position=20, candidates=cands, threshold=None, n_kept=2,
+                    n_pruned=10, forced=False, ledger=Ledger(), signal="group confidence")]
+    return bon, bon_rounds, rival, rounds
+
+
+def test_an_n_the_rows_per_pass_do_not_divide_and_a_short_last_pass():
+    bon, bon_rounds, rival, rounds = uneven_race()
+    assert [r.n_kept for r in bon_rounds] == [8, 4]            # the short last pass
+    v = verdict_from_race(rival, bon, bon_rounds, _unit)
+    # rows per pass are the widest pass's, 8 (not the last one's 4): 2 passes of 48 steps, 96 for all 12
+    assert v.curve[-1].steps == pytest.approx(96) and v.widest == 8
+    w = explain(baseline=bon, baseline_rounds=bon_rounds, challenger=rival, rounds=rounds, verdict=v, step=None,
+                max_new_tokens=48, budget=BUDGET)
+    # 12 answers in passes of 8 are 2 passes (ceil), not 12 // 8 = 1
+    assert (w.n, w.rows_per_pass, w.passes, w.bound) == (12, 8, 2, 2)
+    # a rival's opening is its widest step (8 rows), not its number of candidates (12)
+    assert w.opening_rows == 8 and w.opening_passes == pytest.approx(1.0)
