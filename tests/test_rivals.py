@@ -217,7 +217,7 @@ def test_the_rivals_take_their_settings_from_arm_specs():
     a = parse_arms(["bon", "sr", "deepconf:warmup=2,window=4,conf_percentile=10", "stbon:buffer=0.5,pick=paper"])
     assert [x.id for x in a] == ["bon", "sr", "deepconf", "stbon"] and all(x.kind.prunes for x in a[1:])
     assert a[2].config(DC_CFG).conf_percentile == 10.0 and a[3].config(DC_CFG).pick == "paper"
-    with pytest.raises(ArmSpecError, match="ST-BoN does not take 'alpha'"):
+    with pytest.raises(ArmSpecError, match=r"ST-BoN-style \(Wang et al., 2025\) does not take 'alpha'"):
         parse_arms(["stbon:alpha=0.5"])
     with pytest.raises(ArmSpecError, match="pick='best' is unknown"):
         parse_arms(["deepconf:pick=best"])[0].config(DC_CFG)
@@ -230,3 +230,16 @@ def test_memo_reward_scores_only_what_the_rivals_finish():
     fin = run_to_completion(METHODS["deepconf"](ByteLM(), memo, DC_CFG, engine=Replay(DC_SCRIPT)))
     assert isinstance(fin, Finished)
     assert memo.reward.calls >= 1 and len(memo._memo) == 4    # the four traces written to the end, nothing else
+
+
+def test_the_rivals_are_labelled_as_adaptations_with_their_citations():
+    from specrej.arms import REGISTRY
+
+    dc, st = REGISTRY["deepconf"], REGISTRY["stbon"]
+    assert (dc.name, st.name) == ("DeepConf-style (Fu et al., 2025)", "ST-BoN-style (Wang et al., 2025)")
+    assert dc.about.rival and st.about.rival and not REGISTRY["sr"].about.rival
+    # one line "adapted here: ..." naming every adaptation: the window, the warm-up, the pick, the consensus stop
+    line = dc.about.adapted
+    assert line.startswith("adapted here: ") and all(w in line for w in ("8 tokens", "warm-up", "consensus", "pick"))
+    assert "needs no reward model" in st.about.adapted
+    assert (dc.about.schedule, st.about.schedule, REGISTRY["sr"].about.schedule) == ("passes", "opening", "opening")

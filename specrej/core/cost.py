@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from .config import AUTO, RunConfig
+from .about import ABOUTS, PASSES
 from .budget import KVBudget
 
 
@@ -100,12 +101,11 @@ def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool,
     out: dict[str, list[int]] = {}
     for i, method in enumerate(methods):
         key = method if method not in out else f"{method}{i}"
-        if method == "sr":
-            out[key] = sr_rows(budget, n0, cfg.max_new_tokens)
-        elif method == "stbon":
-            out[key] = sr_rows(budget, n, cfg.max_new_tokens)
-        else:
+        about = ABOUTS[method]
+        if about.schedule == PASSES:
             out[key] = bon_rows(budget, n, cfg.max_new_tokens)
+        else:   # its opening rows at once (n='auto': the batch that fills memory at the first decision)
+            out[key] = sr_rows(budget, n0 if about.auto_n else n, cfg.max_new_tokens)
     return out
 
 

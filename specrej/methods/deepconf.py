@@ -47,6 +47,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from ..core.events import Event, Round
+from ..core.about import DEEPCONF as ABOUT  # noqa: F401  (what this method is, as data)
 from .run import _Run, _timed
 
 SIGNAL = "group confidence"
