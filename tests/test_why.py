@@ -158,7 +158,7 @@ def test_a_loss_where_the_winner_is_cut_at_the_first_decision_worked_by_hand():
     assert w.opening_price == pytest.approx(1.5) and w.price == pytest.approx(1.92)
     # the signal: partial ranks 7, 8, 5, 6, 3, 4, 1, 2 for #0..#7 (final ranks 1..8): d = 6, 6, 2, 2, -2, -2, -6,
     # -6, sum d^2 = 160, rho = 1 - 6 x 160 / (8 x 63) = -0.905; Best-of-N's winner #0 cut at decision 1, token 4
-    assert w.rho == pytest.approx(1 - 960 / 504) and w.strength == "no" and w.rho_live == 8
+    assert w.rho == pytest.approx(1 - 960 / 504) and w.strength == "inverse" and w.rho_live == 8
     assert (w.fate.fate, w.fate.decision, w.fate.position) == ("pruned", 1, 4)
     # what made it lose: the signal (Best-of-N matched with half its steps: 10 of 20 < 3/4) and the price
     # (the steps alone were even, 1x >= the bar of 1, and the price 1.92x took it below); the room, 2x, is not
@@ -230,7 +230,7 @@ def test_never_drawn_and_the_cause_rules():
     # bound log(2/2.5) < 0, signal -log(0.8) = 0.22, price log(1.1) = 0.095: the signal
     assert causes_of("little", room=2.5, use=0.8, step_ratio=1.4, price=1.1, measured=True) == ("signal",)
     assert outcome_of(0.99) == "lost" and outcome_of(1.0) == "little" and outcome_of(1.5) == "won"
-    assert [signal_strength(r) for r in (0.9, 0.5, 0.2, -0.5, None)] == ["strong", "moderate", "weak", "no", None]
+    assert [signal_strength(r) for r in (0.9, 0.5, 0.2, -0.5, None)] == ["strong", "moderate", "weak", "inverse", None]
 
 
 def test_the_papers_setting_by_the_same_arithmetic():
@@ -288,7 +288,7 @@ def test_the_box_for_a_loss_says_what_made_it_lose_and_names_the_recordings_mach
     assert "in the 60-slot budget (a copy of the prompt in every row)" in text
     assert "On the recording's machine, one step of 8 rows costs 1.5x one of 4 rows" in text
     assert "on this machine" not in text.lower()
-    assert "Spearman ρ = -0.90 (no agreement)" in text and "#0 was cut at decision 1 (token 4)" in text
+    assert "Spearman ρ = -0.90 (inverse agreement)" in text and "#0 was cut at decision 1 (token 4)" in text
     assert ("**What made it lose:** the early signal: with ρ = -0.90 at token 4, Speculative Rejection cut "
             "Best-of-N's winner at decision 1, and Best-of-N needed only about 1 of its 8 answers (10 of its 20 "
             "steps) to match what Speculative Rejection kept; and the step price: its steps cost 1.92x Best-of-N's "

@@ -229,6 +229,13 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
                    widest=widest)
 
 
+def show_k(k: float) -> str:
+    """Best-of-k's k as the page says it: whole where it is (to a tenth), else with one decimal (2.47 -> "2.5";
+    the time beside it is the time at that k), and never below 1."""
+    k = max(1.0, float(k))
+    return f"{k:.0f}" if abs(k - round(k)) < 0.05 else f"{k:.1f}"
+
+
 def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime) -> Verdict | None:
     """The verdict of a finished race from its events: ``challenger`` and ``baseline`` are ``Finished``
     events (Speculative Rejection's, Best-of-N's), ``baseline_rounds`` Best-of-N's ``Round`` events (one
