@@ -95,7 +95,8 @@ def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
         f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
         "   " + w.text.strip().replace("\n", "\n   "),
         f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
-        f"{fmt_flops(led.flops)}; {led.wall_s:.1f} s; peak KV {led.peak_kv_slots} of {led.budget} slots",
+        f"{fmt_flops(led.flops)}; {led.wall_s:.1f} s ({led.decode_s:.1f} s decoding, {led.reward_s:.2f} s scoring "
+        f"{led.scored} answers in {led.reward_calls} calls); peak KV {led.peak_kv_slots} of {led.budget} slots",
         "",
     ]
 
