@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from .compare import fmt_times, reached
-from ..core.cost import decode_cost, expected_pass_cost, passes
+from ..core.cost import best_of_k, decode_cost, expected_pass_cost, passes
 from .curve import expected_max
 from .metrics import improvement_score
 
@@ -95,17 +95,17 @@ def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: in
     _lengths("Best-of-N's lengths", lengths)
     if rows_per_pass < 1:
         raise ValueError("rows_per_pass must be at least 1")
-    mean_len = sum(lengths) / n
+    # the one Best-of-k point (core.cost.best_of_k), mapped over k: FLOPs through cost.flops, for a generator of
+    # flops_per_token / 2 parameters whose prefill is prompt_flops
+    params = flops_per_token / 2.0
+    prompt_tokens = prompt_flops / flops_per_token if flops_per_token else 0.0
     memo: dict[int, tuple[float, float]] = {}
     out = []
     for k in range(1, n + 1):
-        steps = seconds = 0.0
-        for m in map(len, passes(k, rows_per_pass)):
-            if m not in memo:
-                memo[m] = expected_pass_cost(lengths, m, step)
-            steps, seconds = steps + memo[m][0], seconds + memo[m][1]
-        flops = prompt_flops + flops_per_token * k * mean_len + reward_flops * k / n
-        out.append(Point(k, expected_max(scores, k), steps, seconds + scoring_s * k / n, flops))
+        p = best_of_k(k, lengths, rows_per_pass, step, params=params, prompt_tokens=prompt_tokens,
+                      reward_flops=reward_flops, scoring_s=scoring_s, memo=memo)
+        flops = p.flops if flops_per_token else prompt_flops + p.flops
+        out.append(Point(k, expected_max(scores, k), p.steps, p.seconds, flops))
     return out
 
 
