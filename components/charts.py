@@ -30,9 +30,9 @@ import math
 from specrej import Candidate
 from specrej.core.config import AUTO
 from specrej.rewards import scale_of
-from specrej.analysis.verdict import SAME_TIME
+from specrej.analysis.verdict import SAME_TIME, show_k
 
-from components.looks import SIGNAL_AXES, look
+from components.looks import look, signal_axis
 from components.looks import colour as arm_colour
 from components.theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text, snippet
 from components.state.view import ArmView, RunView, unit_step
@@ -102,6 +102,11 @@ def _arm_words(view: RunView, arm: ArmView) -> str:
     n = len(arm.candidates) if arm.candidates else cfg.n
     if not arm.prunes:
         return f"{arm.spec.kind.name}: N = {n}"
+    about = arm.spec.kind.about
+    if not about.alpha_applies:   # a rival: its own signal decides, in its own schedule
+        rows = ("in passes of the rows that fit at full length" if about.schedule == "passes"
+                else f"{n} answers at once")
+        return f"{arm.spec.kind.name}: N = {n}, {rows}, cut by its {about.decides_by}"
     start = (f"{n} answers at once, filling memory at token {cfg.first_decision}" if cfg.n == AUTO
              else f"{n} answers at once")
     when = ("decides when memory is full" if cfg.decision == "budget"
@@ -374,7 +379,8 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
             thr_x += [r.position, view.cfg.max_new_tokens, None]
             thr_y += [_r(r.signal_threshold)] * 2 + [None]
     won = arm.finished is not None
-    word = "stopped" if arm.spec.method == "deepconf" else "truncated"
+    about = arm.spec.kind.about
+    word = about.cut_word
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": "going on", "x": kx, "y": ky, "customdata": kcd,
          "line": {"color": colour, "width": 2}, "marker": {"size": 4, "color": colour}, "opacity": 0.9,
@@ -399,7 +405,7 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
          "hovertemplate": "threshold %{y:.3f} (set by the warm-up)<extra></extra>"},
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
-    layout = _layout("tokens generated", SIGNAL_AXES.get(arm.spec.method, "the method's own signal"),
+    layout = _layout("tokens generated", signal_axis(about),
                      [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
     layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['signal']}")
@@ -416,9 +422,8 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
                                               "showarrow": False, "xanchor": "left", "xshift": 2,
                                               "font": {"size": 11, "color": "#777"}})
     if not any(c.signal for c in cands):
-        layout["annotations"].append(_note("no reward while it writes: its own signal<br>"
-                                           + ("(the model's confidence) decides who stops" if arm.spec.method == "deepconf"
-                                              else "(its hidden states' consistency) decides who goes on")))
+        layout["annotations"].append(_note(f"no reward while it writes: its own {about.signal}<br>"
+                                           f"decides which answers are {about.cut_word}"))
     return _spec(arm_id, data, layout)
 
 
@@ -613,7 +618,7 @@ def verdict_short(v, x_axis: str = "time") -> str:
         return "nothing to compare: Best-of-N's curve is flat"
     if v.kind == "below":
         return "below one answer's average: a single answer beats it"
-    who = f"all {v.n} answers" if v.beyond or v.k >= v.n - 1e-9 else f"Best-of-{max(1, round(v.k))}"
+    who = f"all {v.n} answers" if v.beyond or v.k >= v.n - 1e-9 else f"Best-of-{show_k(v.k)}"
     if x_axis == "flops":
         r = v.flops_ratio
         if not 0 < r < math.inf:

@@ -41,11 +41,13 @@ LOOKS: dict[str, Look] = {
     "deepconf": Look(("#009E73",), "signal", "stop"),
     "stbon": Look(("#000000",), "signal", "truncation"),
 }
-# what a rival's signal chart's y axis shows (higher is better for both)
-SIGNAL_AXES = {"deepconf": "group confidence<br><span style='font-size:12px'>mean over the window of minus the mean "
-                           "top-k log-probability; higher = surer</span>",
-               "stbon": "consistency<br><span style='font-size:12px'>minus the mean squared distance of its "
-                        "hidden-state chain to the others'; higher = more consistent</span>"}
+def signal_axis(about) -> str:
+    """A rival's signal chart's y axis, from its ``About.signal_axis`` ("name: what it is; higher = ..."): the
+    name, then the rest in small type (higher is better for both rivals)."""
+    name, _, rest = (about.signal_axis or "the method's own signal").partition(": ")
+    return name + (f"<br><span style='font-size:12px'>{rest}</span>" if rest else "")
+
+
 DEFAULT = Look(("#009E73", "#999999"), "final", "round")
 
 

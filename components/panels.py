@@ -17,8 +17,8 @@ from specrej.rewards import scale_of
 from components.looks import look
 from components.theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
 from specrej.analysis.gpu_steps import GpuStep
-from specrej.analysis.verdict import SAME_TIME, Verdict
-from specrej.analysis.why import Why, paper_setting
+from specrej.analysis.verdict import SAME_TIME, Verdict, show_k
+from specrej.analysis.why import Why, paper_setting, signal_strength
 from specrej.analysis.why import from_race as why_from_race
 from components.state.shared import gpu_steps
 from components.state.view import ArmView, RunState, RunView
@@ -287,8 +287,8 @@ def gpu_line(view: RunView, arm: ArmView, v: Verdict, gpu: GpuStep) -> str:
         words = (f"{label} took {'at least ' if v.speedup >= 1 + SAME_TIME else ''}"
                  f"{v.time_words(f'all {v.n} of {bname} answers')} {spent}")
     else:
-        k = max(1, round(v.k))
-        than = f"{bname}'s {k} answer{'s' * (k != 1)} to equal reward"
+        k = show_k(v.k)
+        than = f"{bname}'s {k} answer{'s' * (k != '1')} to equal reward"
         words = f"{label} took {v.time_words(than)} {spent}"
     tail = (f" A step of {v.widest} rows is past the largest batch measured there ({gpu.cost.measured_max}): "
             "extrapolated along the last measured slope." if gpu.cost.extrapolates(v.widest) else "")
@@ -327,8 +327,8 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
         head = (f"**{bname} needs all {v.n} answers ({t_bon}) to reach {label}'s reward: {label} took "
                 f"{v.time_words()}** ({t_sr}).")
     else:
-        k = max(1, round(v.k))
-        head = (f"**{bname} needs about {k} answer{'s' * (k != 1)} ({t_bon}) to reach {label}'s reward: "
+        k = show_k(v.k)
+        head = (f"**{bname} needs about {k} answer{'s' * (k != '1')} ({t_bon}) to reach {label}'s reward: "
                 f"{label} took {v.time_words()}** ({t_sr}).")
     if view.step is not None and view.step.extrapolates(v.widest):
         head += (f" *A step of {v.widest} rows is priced beyond the largest batch measured here "
@@ -351,7 +351,7 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
                  f"Best-of-{v.n}'s winner {scale}, which Best-of-N reaches only with all {v.n}"
                  + (", and below what one answer scores on average." if v.kind == "below" else "."))
     r = v.flops_ratio
-    k_word = f"Best-of-{v.n}" if v.beyond else "Best-of-1" if v.kind == "below" else f"Best-of-{max(1, round(v.k))}"
+    k_word = f"Best-of-{v.n}" if v.beyond else "Best-of-1" if v.kind == "below" else f"Best-of-{show_k(v.k)}"
     if not 0 < r < math.inf:   # one side counted no FLOPs: no ratio
         return [head, "", score, "", f"FLOPs: {label} spent {fmt_flops(v.flops)}, {k_word} {fmt_flops(v.bon_flops)}."]
     spent = ("about as many FLOPs as" if abs(math.log(r)) < math.log(1 + SAME_TIME) else
@@ -464,18 +464,18 @@ def _cap(s: str) -> str:
     return s[:1].upper() + s[1:]
 
 
-def _room_words(w: Why, sr: str, method: str = "sr") -> str:
+def _room_words(w: Why, sr: str, about=None) -> str:
     """Best-of-N's passes against Speculative Rejection's one: the most its steps can shrink, and how far they did."""
     where = f"in the {w.budget:,}-slot budget" if w.budget else "in the memory budget"
     if w.shared is not None:
         where += " (the prompt stored once)" if w.shared else " (a copy of the prompt in every row)"
     rows = _count(w.rows_per_pass, "row", "rows")
-    if method == "deepconf":
+    if about is not None and about.rival and about.schedule == "passes":
         head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} writes its "
                 f"traces in passes of at most {_count(w.opening_rows, 'row', 'rows')} too (any trace may reach full "
                 "length), so its steps shrink only where its stops end a pass early or, on an engine that refills, "
                 "free a slot for the next trace")
-    elif method == "stbon":
+    elif about is not None and about.rival:
         head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} opens with "
                 f"{_count(w.opening_rows, 'row', 'rows')} in one pass and writes one answer on after it truncates, so "
                 f"its decoding steps can shrink at most {w.bound}x" + _early_words(w))
@@ -524,11 +524,10 @@ def _fate_words(w: Why, sr: str) -> str:
     return "was kept to the end"
 
 
-def _signal_words(w: Why, sr: str, method: str = "sr") -> str:
+def _signal_words(w: Why, sr: str, about=None) -> str:
     """The partial reward's rank correlation at the first decision and the fate of Best-of-N's winner."""
-    if w.first_decision is None and method in ("deepconf", "stbon"):
-        did = ("stopped no trace (no group confidence fell below the threshold its warm-up set)" if method == "deepconf"
-               else "never truncated (every answer ended before the step it would have)")
+    if w.first_decision is None and about is not None and about.rival:
+        did = f"made no {about.round_word} (its {about.signal} never {about.cut_word} an answer)"
         return f"{sr} {did}, and Best-of-N's winner #{w.bon_winner} {_fate_words(w, sr)}."
     if w.first_decision is None:
         return (f"{sr} never had to decide (every answer fit the budget to the end), and Best-of-N's winner "
@@ -539,7 +538,8 @@ def _signal_words(w: Why, sr: str, method: str = "sr") -> str:
     else:
         rho = (f"{what} ranked {w.rho_live} answers with Spearman ρ = {w.rho:.2f} ({w.strength} "
                "agreement) against their final rewards (Best-of-N wrote each to the end)")
-    return (f"At the first decision (token {w.first_decision}) {rho}, and Best-of-N's winner #{w.bon_winner} "
+    word = about.round_word if about is not None and about.rival else "decision"
+    return (f"At the first {word} (token {w.first_decision}) {rho}, and Best-of-N's winner #{w.bon_winner} "
             f"{_fate_words(w, sr)}.")
 
 
@@ -552,7 +552,7 @@ def _cause_words(w: Why, sr: str) -> str:
                     f"at most {_x(w.room)} fewer steps were possible")
             parts.append(f"the bound: Best-of-N's answers fit in {_count(w.passes, 'pass', 'passes')}, so {room}")
         elif c == "signal":
-            k = "all" if w.k is None else f"about {max(1, round(w.k))}"
+            k = "all" if w.k is None else f"about {show_k(w.k)}"
             at = f"with ρ = {w.rho:.2f} at token {w.first_decision}, " if w.rho is not None else ""
             f = w.fate
             did = (f"{sr} cut Best-of-N's winner at decision {f.decision}" if f.fate == "pruned" else
@@ -611,13 +611,15 @@ def why_markdown(view: RunView, verdicts: dict | None = None) -> str:
             title = f"Why this speed-up ({_x(w.speedup)}{', at least' if w.beyond else ''})"
         if len(verdicts) > 1:
             title += f": {sr}"
-        body = [f"#### {title}", "", " ".join([_room_words(w, sr, arm.spec.method), _price_words(w, machine),
-                                              _signal_words(w, sr, arm.spec.method)])]
-        if arm.spec.method in ("deepconf", "stbon"):
+        about = arm.spec.kind.about
+        body = [f"#### {title}", "", " ".join([_room_words(w, sr, about), _price_words(w, machine),
+                                              _signal_words(w, sr, about)])]
+        if about.rival:
             pick = arm.finished.picked_by if arm.finished is not None else "reward"
             by = ("the race's reward among the answers it wrote to the end" if pick == "reward"
                   else "its paper's own rule, without the reward")
-            body += ["", f"*{sr}'s winner was named by {by} (pick={pick}).*"]
+            body += ["", f"*{sr}'s winner was named by {by} (pick={pick}). {_cap(about.adapted)} The paper: "
+                         f"{about.paper}.*"]
         if w.causes:
             body += ["", _cause_words(w, sr)]
         body += ["", _paper_words(w, machine)]
@@ -755,6 +757,36 @@ def candidate_rows(view: RunView) -> list[list]:
 
 # ---------------------------------------------------------------- one decision (step mode)
 
+def _rival_happened(r, about, label: str, cfg) -> str:
+    """What a rival's Round did, in its own words (``About``; the Round's marks say which of its moves it is)."""
+    what = {m for m, _ in r.marks}
+    bar = f"**{fmt_score(r.signal_threshold)}**" if r.signal_threshold is not None else "its threshold"
+    sig = about.signal
+    if "threshold set" in what:
+        return (f"**What happened:** {label} decides on its own {sig}, not on a reward. Its {len(r.signals)} "
+                f"warm-up traces were written to the end; their lowest {sig} sets the threshold at {bar} "
+                f"({r.n_kept} of them at or above it). Every later trace stops the step its {sig} over the last "
+                f"{cfg.window} tokens falls below it.")
+    if "filtered" in what:
+        return (f"**What happened:** after the run, the paper's filter: {_count(r.n_pruned, 'finished trace', 'finished traces')} "
+                f"whose lowest {sig} is below {bar} {'is' if r.n_pruned == 1 else 'are'} dropped "
+                f"({_count(r.n_kept, 'trace remains', 'traces remain')} to pick the winner from).")
+    if "consensus" in what:
+        return (f"**What happened:** the answers written so far agree (the top answer's share of the vote reached "
+                f"{cfg.consensus:g}): {label} starts no more traces and stops {_count(r.n_pruned, 'trace', 'traces')} "
+                "still writing.")
+    if "truncated" in what:
+        why = ("memory was full before its buffer ended" if r.forced else
+               "its divergence step c plus its buffer came" + (f" (c = token {dict(r.marks)['diverged']})"
+                                                                 if "diverged" in what else ""))
+        return (f"**What happened:** {why}, so {label} keeps the answer whose hidden-state chain was most "
+                f"consistent with the others' most often and truncates the other {r.n_pruned} (no reward read). "
+                + ("Memory forced this truncation before the buffer ended." if r.forced else ""))
+    return (f"**What happened:** {_count(r.n_pruned, 'trace', 'traces')} fell below the threshold {bar} on "
+            f"{sig} and {'stops' if r.n_pruned == 1 else 'stop'} here (no reward read); "
+            f"{_count(r.n_kept, 'goes', 'go')} on.")
+
+
 def decision_markdown(view: RunView, k: int) -> str:
     """Decision ``k`` (0-based, over every pruning arm's decisions in race order), in plain words: how
     many were writing, the threshold, who is cut, the rank correlation so far, and what Best-of-N's
@@ -770,14 +802,19 @@ def decision_markdown(view: RunView, k: int) -> str:
     pool = decision_pool(r)
     n_cut = sum(c.status == "pruned" for c in pool)
     base = view.arms[view.baseline]
-    lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label} at token {r.position}", ""]
+    about = arm.spec.kind.about
     mine = arm.spec.config(view.cfg)   # this arm's own settings (a second setting has its own alpha)
-    why = "memory was full" if mine.decision == "budget" else "its interval came"
-    lines.append(f"**What happened:** {why}, so {label} scored every answer in progress on its partial text "
-                 f"({len(pool)} in all). It keeps the top {r.n_kept} (alpha = {mine.alpha:g}: it cuts about "
-                 f"{mine.alpha:.0%}) and stops writing the other {n_cut}; the lowest kept score, the threshold, "
-                 f"is **{fmt_score(r.threshold)}**." + (" Memory forced more cuts than alpha asked for." if r.forced else ""))
-    tied = [c for c in pool if fmt_score(c.score) == fmt_score(r.threshold)]
+    if about.rival:
+        lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label}'s {about.round_word} at token "
+                 f"{r.position}", "", _rival_happened(r, about, label, mine)]
+    else:
+        lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label} at token {r.position}", ""]
+        why = "memory was full" if mine.decision == "budget" else "its interval came"
+        lines.append(f"**What happened:** {why}, so {label} scored every answer in progress on its partial text "
+                     f"({len(pool)} in all). It keeps the top {r.n_kept} (alpha = {mine.alpha:g}: it cuts about "
+                     f"{mine.alpha:.0%}) and stops writing the other {n_cut}; the lowest kept score, the threshold, "
+                     f"is **{fmt_score(r.threshold)}**." + (" Memory forced more cuts than alpha asked for." if r.forced else ""))
+    tied = [c for c in pool if fmt_score(c.score) == fmt_score(r.threshold)] if not about.rival else []
     if len(tied) > 1 and any(c.status == "pruned" for c in tied):
         lines.append(f"\n**Ties:** {len(tied)} answers score {fmt_score(r.threshold)} to the digits shown, at the "
                      "threshold. Equal partial rewards are broken by candidate number (the lower number is kept), so "
@@ -788,12 +825,13 @@ def decision_markdown(view: RunView, k: int) -> str:
         final = final_scores(base.finished)
         d = decision_rank(r, final)
         if d.spearman is not None:
-            strength = ("strong" if d.spearman >= 0.7 else "moderate" if d.spearman >= 0.4 else
-                        "weak" if d.spearman >= 0.1 else "no")
-            lines.append(f"\n**Did the partial reward predict the final one?** Spearman ρ = **{d.spearman:.2f}** "
-                         f"({strength} agreement) between these partial rewards and the rewards the same answers "
-                         f"end with (Best-of-N wrote each of them to the end: randomness is coupled). The dots on "
-                         "the chart are those final rewards.")
+            strength = signal_strength(d.spearman)
+            what = f"its {about.signal}" if about.rival else "the partial reward"
+            these = f"this {about.signal}" if about.rival else "these partial rewards"
+            lines.append(f"\n**Did {what} predict the final reward?** Spearman ρ = **{d.spearman:.2f}** "
+                         f"({strength} agreement) between {these} and the rewards the same answers "
+                         f"end with (Best-of-N wrote each of them to the end: randomness is coupled)."
+                         + ("" if about.rival else " The dots on the chart are those final rewards."))
         w = base.finished.winner.id
         rank = next((i + 1 for i, c in enumerate(pool) if c.id == w), None)
         mine = next((c for c in r.candidates if c.id == w), None)

@@ -6,10 +6,11 @@ accepts (its registry entry's ``options``); an arm's config is ``replace(base, *
 validated by ``RunConfig``. Parse errors name the bad key or value.
 
 ``REGISTRY`` says what a method is to a user: display name, short name and the settings an arm
-spec may give it. The function itself is ``methods.METHODS[key]``. A new method is one function
-in ``METHODS`` plus one ``ArmKind`` here (``register``); the CLI, the app, the trace and the
-comparison iterate over a run's arms and need no other edit (how the app draws it, its colours
-and chart, is presentation: ``components/looks.py``).
+spec may give it, and its ``About`` (``specrej.core.about``: how it schedules rows, what it cuts by
+and in what words, its signal, its citation and adaptations), which the page, the charts, the why box,
+the cost model and the bench read instead of its name. The function itself is ``methods.METHODS[key]``.
+A new method is one function in ``METHODS``, one ``About`` and one ``ArmKind`` here (``register``), plus
+its colours in ``components/looks.py`` (a default look serves until then).
 
 Each arm gets a stable id: the method key for its first arm, then ``sr2``, ``sr3`` ... Events
 carry that id in their ``arm`` field (``ArmSpec.events`` relabels the method's stream).
@@ -23,6 +24,7 @@ from typing import Iterator, Sequence
 from .core.config import AUTO, RunConfig
 from .core.events import Event
 from .methods import METHODS, race
+from .core.about import ABOUTS, GENERIC, About
 
 class ArmSpecError(ValueError):
     """An arm spec that names an unknown method, key or value."""
@@ -38,11 +40,15 @@ class ArmKind:
     short: str = ""             # for narrow places (table headers): "SR", "BoN"; default: the name
     prunes: bool = False        # it decides mid-answer which candidates go on (a verdict places it on the
                                 # baseline's Best-of-N curve; its decisions can be stepped through)
+    about: About | None = None  # what it is, as data (specrej.core.about): schedule, words, signal, citation;
+                                # None: ABOUTS[key]
 
     def __post_init__(self) -> None:
         unknown = set(self.options) - {f.name for f in dataclasses.fields(RunConfig)}
         if unknown:
             raise ValueError(f"options {sorted(unknown)} are not RunConfig fields.")
+        if self.about is None:   # a method with no description of its own: rows in passes, generic words
+            object.__setattr__(self, "about", ABOUTS.get(self.key, GENERIC))
 
     @property
     def method(self):
@@ -57,6 +63,7 @@ def register(kind: ArmKind) -> ArmKind:
     if kind.key not in METHODS:
         raise ValueError(f"register {kind.key!r} in specrej.methods.METHODS first.")
     REGISTRY[kind.key] = kind
+    ABOUTS[kind.key] = kind.about   # the cost model reads a method's schedule by its key
     return kind
 
 
@@ -65,9 +72,11 @@ register(ArmKind("bonc", "Best-of-N, continuous batching", ("n",), "BoN-c"))   #
 register(ArmKind("sr", "Speculative Rejection", ("n", "alpha", "decision", "interval", "keep_finished",
                                                  "first_decision", "rule"), "SR", prunes=True))
 
-register(ArmKind("deepconf", "DeepConf", ("n", "warmup", "conf_percentile", "window", "conf_topk", "pick"),
-                 "DeepConf", prunes=True))
-register(ArmKind("stbon", "ST-BoN", ("n", "buffer", "pick"), "ST-BoN", prunes=True))
+register(ArmKind("deepconf", ABOUTS["deepconf"].label("DeepConf-style"), ("n", "warmup", "conf_percentile", "window", "conf_topk", "consensus",
+                                                  "pick"),
+                 "DeepConf-style", prunes=True))
+register(ArmKind("stbon", ABOUTS["stbon"].label("ST-BoN-style"), ("n", "buffer", "pick"), "ST-BoN-style",
+                 prunes=True))
 
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 

@@ -24,7 +24,7 @@ from .core.events import Finished, Progress, Round, to_dict
 from .analysis.match import StopWhenMatched
 from .backends import BACKENDS, load_lm
 from .record import Recorder, make_meta
-from .rewards import load_reward
+from .rewards import load_reward, own_prompt
 
 METHOD_ARMS = {"sr": ("sr",), "bon": ("bon",), "both": DEFAULT_ARMS}
 RECORD_HELP = ("Record a race (its events, compactly) for instant replay in the app, e.g. python -m specrej record "
@@ -56,7 +56,8 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
                                         for k, v in REGISTRY.items()))
     p.add_argument("--model", default="embedded", help="generator: 'embedded', a hub id, a folder or a .gguf file")
     p.add_argument("--reward", default="embedded",
-                   help="reward: embedded | preference[:text] | sentiment | confidence | self-certainty | "
+                   help="reward: embedded | preference[:text] | sentiment | instructions (IFEval's checkers on its own "
+                        "prompts) | confidence | self-certainty | "
                         "hf:<hub id or folder>")
     p.add_argument("--preference", default=None, help="preference text for the preference reward")
     p.add_argument("--relevance", type=float, default=0.5, help="weight of prompt relevance in the preference reward")
@@ -94,7 +95,8 @@ def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
         f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
         "   " + w.text.strip().replace("\n", "\n   "),
         f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
-        f"{fmt_flops(led.flops)}; {led.wall_s:.1f} s; peak KV {led.peak_kv_slots} of {led.budget} slots",
+        f"{fmt_flops(led.flops)}; {led.wall_s:.1f} s ({led.decode_s:.1f} s decoding, {led.reward_s:.2f} s scoring "
+        f"{led.scored} answers in {led.reward_calls} calls); peak KV {led.peak_kv_slots} of {led.budget} slots",
         "",
     ]
 
@@ -145,7 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(record).parse_args(argv[1:] if record else argv)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     try:
-        cfg = RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
+        settings = {k: v for k, v in vars(args).items() if k in fields}
+        own = own_prompt(args.reward)   # a reward that scores only its own prompts: its first, unless one is given
+        if own is not None and settings.get("prompt") == RunConfig.prompt:
+            settings["prompt"] = own
+            if not args.quiet:
+                print(f"[specrej] the {args.reward} reward scores its own prompts only: racing its first, {own!r}",
+                      file=sys.stderr)
+        cfg = RunConfig(**settings)
         arms = parse_arms(args.arms or METHOD_ARMS[args.method])
         for arm in arms:
             arm.config(cfg)  # every arm's settings are valid before the models load

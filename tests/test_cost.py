@@ -80,7 +80,8 @@ def test_step_cost_from_the_bench_passes_keeps_the_fastest_at_each_size():
 
 
 @pytest.mark.parametrize("rows, secs", [((), ()), ((8, 1), (0.1, 0.2)), ((1, 8), (0.1, 0.0)),
-                                        ((1, 8), (0.1, float("nan"))), ((1, 1), (0.1, 0.1))])
+                                        ((1, 8), (0.1, float("nan"))), ((1, 8), (0.1, float("inf"))),
+                                        ((1, 1), (0.1, 0.1))])
 def test_step_cost_refuses_what_it_cannot_interpolate(rows, secs):
     with pytest.raises(ValueError):
         StepCost(rows, secs)
@@ -100,3 +101,22 @@ def test_race_rows_bound_every_arm_of_the_race_the_rivals_included():
     two = race_seconds(kv, cfg, cost, sr_auto=True)
     four = race_seconds(kv, cfg, cost, sr_auto=True, methods=("bon", "sr", "deepconf", "stbon"))
     assert four > 1.8 * two and two == race_seconds(kv, cfg, cost, sr_auto=True, methods=("bon", "sr"))
+
+
+def test_one_best_of_k_point_gives_steps_seconds_and_flops():
+    """Issue 41: the one Best-of-k point (core.cost.best_of_k) that the verdict maps over k and the bench's curve
+    reads: all N in passes is decode_cost pass by pass; FLOPs through cost.flops; scoring k/N of the run's."""
+    from specrej.core.cost import best_of_k, decode_cost, flops
+
+    lengths = [3, 5, 2, 4]
+    price = lambda rows: 0.1 * rows   # noqa: E731
+    p = best_of_k(4, lengths, 2, price, params=10, prompt_tokens=6, reward_flops=8.0, scoring_s=0.4)
+    # passes of 2 in expectation over which answers go together: all 4 drawn, two passes of 2 random ones
+    one = best_of_k(2, lengths, 2, price)
+    assert p.steps == pytest.approx(2 * one.steps) and p.seconds == pytest.approx(2 * one.seconds + 0.4)
+    whole = best_of_k(4, lengths, 4, price)
+    assert (whole.steps, whole.seconds) == (5.0, pytest.approx(decode_cost(lengths, price)[1]))
+    assert p.flops == pytest.approx(flops(10, 6 + 4 * 3.5) + 8.0)
+    assert best_of_k(1, lengths, 2).seconds == 0.0 and best_of_k(1, lengths, 2).steps == pytest.approx(3.5)
+    with pytest.raises(ValueError):
+        best_of_k(5, lengths, 2)

@@ -57,29 +57,80 @@ def test_deepconf_sets_its_threshold_and_stops_traces_by_hand_with_refills():
     r0 = rounds[0]
     assert (r0.index, r0.position, r0.signal_threshold, r0.signals, r0.n_kept) == (0, 4, 1.5, ((0, 1.0), (1, 2.0)), 1)
     # online, 3 rows at once (2, 3, 4): c4 stops at token 2, its slot goes to c5; c2 stops at token 4
-    assert [(r.index, r.position, r.n_pruned) for r in rounds[1:]] == [(1, 2, 1), (2, 4, 1)]
+    # then the paper's filter after the run: c0, a warm-up trace below the threshold (1.0 < 1.5), is dropped
+    assert [(r.index, r.position, r.n_pruned) for r in rounds[1:]] == [(1, 2, 1), (2, 4, 1), (3, 5, 1)]
+    assert [r.marks for r in rounds[1:]] == [(("stopped", 2),), (("stopped", 4),), (("filtered", 5),)]
     assert dict(rounds[1].signals) == {2: 2.0, 3: 2.0, 4: 0.5}
+    assert dict(rounds[3].signals) == {0: 1.0, 1: 2.0, 3: 2.0, 5: 1.6} and rounds[3].n_kept == 3
     status = {c.id: (c.status, c.tokens, c.round_pruned) for c in fin.candidates}
-    assert status == {0: ("finished", 4, None), 1: ("finished", 4, None), 2: ("pruned", 4, 2),
+    assert status == {0: ("pruned", 4, 3), 1: ("finished", 4, None), 2: ("pruned", 4, 2),
                       3: ("finished", 5, None), 4: ("pruned", 2, 1), 5: ("finished", 4, None)}
     # warm-up 4 steps of 2 rows; then 3, 3 (c4 leaves, c5 joins), 3, 3 (c2 leaves), 2 (c3 ends), 1
     assert fin.rows_per_step == (2, 2, 2, 2, 3, 3, 3, 3, 2, 1)
     assert fin.ledger.steps == 10 and fin.ledger.generated_tokens == 23
     # the reward (the last letter) picks among the finished: 'f'; stopped traces were never scored
-    assert (fin.winner.id, fin.picked_by, fin.rounds) == (5, "reward", 3)
-    assert all(c.score is None for c in fin.candidates if c.status == "pruned")
+    assert (fin.winner.id, fin.picked_by, fin.rounds) == (5, "reward", 4)
+    assert all(c.score is None for c in fin.candidates if c.status == "pruned" and c.round_pruned < 3)
+    assert fin.candidates[0].score is not None    # a trace the filter drops was written to its end and scored
 
 
 def test_deepconf_without_refills_starts_a_new_pass_when_the_running_one_empties():
     fin = events("deepconf", DC_SCRIPT, DC_CFG, refills=False)[-1]
     # online pass 1 (2, 3, 4): 3, 3 (c4 stops), 2, 2 (c2 stops), 1 (c3 ends); pass 2 (c5): 4 steps of 1
     assert fin.rows_per_step == (2, 2, 2, 2, 3, 3, 2, 2, 1, 1, 1, 1, 1)
-    assert {c.id for c in fin.candidates if c.status == "pruned"} == {2, 4}
+    assert {c.id for c in fin.candidates if c.status == "pruned"} == {0, 2, 4}   # c0: the filter
+
+
+def test_deepconf_filters_the_last_window_and_traces_shorter_than_a_window_after_the_run():
+    # threshold 1.5 as above; c2 ends at the length cap (8 tokens) with its last window at 1.05 (never checked
+    # while decoding: the row left the batch the step it ended); c3 is 1 token long (shorter than a window),
+    # confidence 1.0; c4 and c5 stay above. The reward would pick c2 ('z') or c3 ('y'): both are dropped.
+    texts = ["aaaa", "bbbb", "cccccccz", "y", "dddd", "eeee"]
+    conf = [[1, 1, 3, 3], [2, 2, 2, 2], [2, 2, 2, 2, 2, 2, 1.1, 1.0], [1.0], [2] * 4, [1.6] * 4]
+    script = Script(prompt_tokens=4, tokens=[list(t.encode()) for t in texts],
+                    conf=[[float(x) for x in c] for c in conf], conf_topk=20)
+    evs = events("deepconf", script, DC_CFG)
+    rounds = [e for e in evs if isinstance(e, Round)]
+    fin = evs[-1]
+    assert rounds[-1].marks == (("filtered", 8),) and rounds[-1].n_pruned == 3
+    assert {c.id: c.status for c in fin.candidates} == {0: "pruned", 1: "finished", 2: "pruned", 3: "pruned",
+                                                        4: "finished", 5: "finished"}
+    assert fin.winner.id == 5       # 'e' beats 'd' and 'b' once 'z' and 'y' are out
+    paper = events("deepconf", script, RunConfig(**{**vars(DC_CFG), "pick": "paper"}))[-1]
+    assert paper.winner.id == 1     # the vote: c1 and c4 at 2.0 (the lower id), never a dropped trace
+
+
+def test_deepconfs_stop_mark_is_the_token_the_stop_came_at_with_progress_every_step():
+    evs = events("deepconf", DC_SCRIPT, RunConfig(**{**vars(DC_CFG), "progress_every": 1}))
+    stops = [r for r in evs if isinstance(r, Round) and r.marks and r.marks[0][0] == "stopped"]
+    assert [(r.position, r.marks) for r in stops] == [(2, (("stopped", 2),)), (4, (("stopped", 4),))]
+
+
+def test_deepconfs_consensus_stop_ends_the_run_once_the_answers_agree():
+    # every later trace writes the warm-up's answer 'bbbb' (confidence 2): after c1 and c2 the vote is all
+    # 'bbbb' except c0 (below the threshold, not a voter), so with consensus 0.95 the run stops when c2 ends
+    texts = ["aaaa", "bbbb", "bbbb", "BBbb", "bbbb", "bbbb"]
+    conf = [[1, 1, 3, 3]] + [[2] * 4] * 5
+    script = Script(prompt_tokens=4, tokens=[list(t.encode()) for t in texts],
+                    conf=[[float(x) for x in c] for c in conf], conf_topk=20)
+    cfg = RunConfig(**{**vars(DC_CFG), "consensus": 0.95})
+    evs = events("deepconf", script, cfg, refills=False)
+    fin = evs[-1]
+    agreed = [r for r in evs if isinstance(r, Round) and r.marks and r.marks[0][0] == "consensus"]
+    assert len(agreed) == 1 and agreed[0].position == 4
+    # pass 1 (c2, c3, c4) ends together at token 4: the vote agrees, so c5 never starts
+    assert {c.id: c.status for c in fin.candidates}[5] == "waiting"
+    assert fin.ledger.generated_tokens == 2 * 4 + 3 * 4
+    off = events("deepconf", script, DC_CFG, refills=False)[-1]
+    assert off.ledger.generated_tokens == 2 * 4 + 4 * 4       # off (the default): the traces go on to N
+    with pytest.raises(ValueError, match="consensus"):
+        RunConfig(prompt="x", consensus=1.5)
 
 
 def test_deepconfs_own_pick_is_the_highest_lowest_group_confidence_among_its_voters():
     fin = events("deepconf", DC_SCRIPT, RunConfig(**{**vars(DC_CFG), "pick": "paper"}))[-1]
-    # voters: c1 (warm-up, 2.0 >= 1.5; c0's 1.0 is not), c3 (2.0), c5 (1.6): a tie at 2.0 goes to the lower id
+    # voters: what the filter kept: c1 (warm-up, 2.0 >= 1.5; c0's 1.0 is dropped), c3 (2.0), c5 (1.6): a tie at
+    # 2.0 goes to the lower id
     assert (fin.winner.id, fin.picked_by) == (1, "paper")
 
 
@@ -166,7 +217,7 @@ def test_the_rivals_take_their_settings_from_arm_specs():
     a = parse_arms(["bon", "sr", "deepconf:warmup=2,window=4,conf_percentile=10", "stbon:buffer=0.5,pick=paper"])
     assert [x.id for x in a] == ["bon", "sr", "deepconf", "stbon"] and all(x.kind.prunes for x in a[1:])
     assert a[2].config(DC_CFG).conf_percentile == 10.0 and a[3].config(DC_CFG).pick == "paper"
-    with pytest.raises(ArmSpecError, match="ST-BoN does not take 'alpha'"):
+    with pytest.raises(ArmSpecError, match=r"ST-BoN-style \(Wang et al., 2025\) does not take 'alpha'"):
         parse_arms(["stbon:alpha=0.5"])
     with pytest.raises(ArmSpecError, match="pick='best' is unknown"):
         parse_arms(["deepconf:pick=best"])[0].config(DC_CFG)
@@ -179,3 +230,16 @@ def test_memo_reward_scores_only_what_the_rivals_finish():
     fin = run_to_completion(METHODS["deepconf"](ByteLM(), memo, DC_CFG, engine=Replay(DC_SCRIPT)))
     assert isinstance(fin, Finished)
     assert memo.reward.calls >= 1 and len(memo._memo) == 4    # the four traces written to the end, nothing else
+
+
+def test_the_rivals_are_labelled_as_adaptations_with_their_citations():
+    from specrej.arms import REGISTRY
+
+    dc, st = REGISTRY["deepconf"], REGISTRY["stbon"]
+    assert (dc.name, st.name) == ("DeepConf-style (Fu et al., 2025)", "ST-BoN-style (Wang et al., 2025)")
+    assert dc.about.rival and st.about.rival and not REGISTRY["sr"].about.rival
+    # one line "adapted here: ..." naming every adaptation: the window, the warm-up, the pick, the consensus stop
+    line = dc.about.adapted
+    assert line.startswith("adapted here: ") and all(w in line for w in ("8 tokens", "warm-up", "consensus", "pick"))
+    assert "needs no reward model" in st.about.adapted
+    assert (dc.about.schedule, st.about.schedule, REGISTRY["sr"].about.schedule) == ("passes", "opening", "opening")

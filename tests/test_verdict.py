@@ -271,3 +271,25 @@ def test_the_verdict_agrees_with_exact_enumeration(race):
     assert (v.k is None) == (k is None) and (k is None or v.k == pytest.approx(k, abs=1e-9))
     assert v.bon_seconds == pytest.approx(bon_secs, abs=1e-9) and v.seconds == pytest.approx(sr_secs, abs=1e-9)
     assert (v.improvement is None) == (imp is None) and (imp is None or v.improvement == pytest.approx(imp))
+
+
+def test_the_rewards_measured_seconds_are_priced_when_asked():
+    """Scoring has a price (issue 40): Best-of-k pays k/N of Best-of-N's measured reward seconds (each answer
+    scored once), the challenger all of its own (its partial scores at every decision and its finals)."""
+    bon = tuple(_cand(i, 2, s, "finished") for i, s in enumerate([0.1, 0.5, 0.3, 0.9]))
+    rounds = [Round(arm="bon", index=j, position=2, candidates=bon, threshold=None, n_kept=2, n_pruned=0,
+                    forced=False, ledger=Ledger()) for j in range(2)]
+    led = Ledger(prompt_tokens=5, generated_tokens=8, generator_flops=2.0 * 13, reward_s=0.8, reward_calls=2,
+                 scored=4)
+    bon_fin = Finished(arm="bon", winner=bon[3], candidates=bon, rounds=2, ledger=led)
+    sr = (_cand(0, 1, 0.2, "pruned", None, 0), _cand(1, 1, 0.4, "pruned", None, 0), _cand(2, 2, 0.3, "finished"),
+          _cand(3, 2, 0.9, "finished"))
+    sr_led = Ledger(generator_flops=30.0, reward_s=0.5, wall_s=3.0)
+    sr_fin = Finished(arm="sr", winner=sr[3], candidates=sr, rounds=1, ledger=sr_led)
+    plain = from_race(sr_fin, bon_fin, rounds, step)
+    priced = from_race(sr_fin, bon_fin, rounds, step, scoring=True)
+    # decoding alone as before: 4.8 s against 2.6 s; with scoring, all 4 finals (0.8 s) and its own 0.5 s
+    assert (plain.bon_seconds, plain.seconds) == (pytest.approx(4.8), pytest.approx(2.6))
+    assert priced.bon_seconds == pytest.approx(4.8 + 0.8) and priced.seconds == pytest.approx(2.6 + 0.5)
+    assert [p.seconds - q.seconds for p, q in zip(priced.curve, plain.curve)] == pytest.approx([0.2, 0.4, 0.6, 0.8])
+    assert sr_led.decode_s == pytest.approx(2.5)

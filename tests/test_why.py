@@ -158,7 +158,7 @@ def test_a_loss_where_the_winner_is_cut_at_the_first_decision_worked_by_hand():
     assert w.opening_price == pytest.approx(1.5) and w.price == pytest.approx(1.92)
     # the signal: partial ranks 7, 8, 5, 6, 3, 4, 1, 2 for #0..#7 (final ranks 1..8): d = 6, 6, 2, 2, -2, -2, -6,
     # -6, sum d^2 = 160, rho = 1 - 6 x 160 / (8 x 63) = -0.905; Best-of-N's winner #0 cut at decision 1, token 4
-    assert w.rho == pytest.approx(1 - 960 / 504) and w.strength == "no" and w.rho_live == 8
+    assert w.rho == pytest.approx(1 - 960 / 504) and w.strength == "inverse" and w.rho_live == 8
     assert (w.fate.fate, w.fate.decision, w.fate.position) == ("pruned", 1, 4)
     # what made it lose: the signal (Best-of-N matched with half its steps: 10 of 20 < 3/4) and the price
     # (the steps alone were even, 1x >= the bar of 1, and the price 1.92x took it below); the room, 2x, is not
@@ -230,7 +230,7 @@ def test_never_drawn_and_the_cause_rules():
     # bound log(2/2.5) < 0, signal -log(0.8) = 0.22, price log(1.1) = 0.095: the signal
     assert causes_of("little", room=2.5, use=0.8, step_ratio=1.4, price=1.1, measured=True) == ("signal",)
     assert outcome_of(0.99) == "lost" and outcome_of(1.0) == "little" and outcome_of(1.5) == "won"
-    assert [signal_strength(r) for r in (0.9, 0.5, 0.2, -0.5, None)] == ["strong", "moderate", "weak", "no", None]
+    assert [signal_strength(r) for r in (0.9, 0.5, 0.2, -0.5, None)] == ["strong", "moderate", "weak", "inverse", None]
 
 
 def test_the_papers_setting_by_the_same_arithmetic():
@@ -288,7 +288,7 @@ def test_the_box_for_a_loss_says_what_made_it_lose_and_names_the_recordings_mach
     assert "in the 60-slot budget (a copy of the prompt in every row)" in text
     assert "On the recording's machine, one step of 8 rows costs 1.5x one of 4 rows" in text
     assert "on this machine" not in text.lower()
-    assert "Spearman ρ = -0.90 (no agreement)" in text and "#0 was cut at decision 1 (token 4)" in text
+    assert "Spearman ρ = -0.90 (inverse agreement)" in text and "#0 was cut at decision 1 (token 4)" in text
     assert ("**What made it lose:** the early signal: with ρ = -0.90 at token 4, Speculative Rejection cut "
             "Best-of-N's winner at decision 1, and Best-of-N needed only about 1 of its 8 answers (10 of its 20 "
             "steps) to match what Speculative Rejection kept; and the step price: its steps cost 1.92x Best-of-N's "
@@ -332,3 +332,33 @@ def test_the_pages_summary_shows_the_box_after_a_real_race(tiny_lm_dir, tiny_rew
     assert "Best-of-8 at 24 tokens" in summary and "The paper, by the same arithmetic" in summary
     # beside the verdict: after it, before the table
     assert summary.index("to reach Speculative Rejection") < summary.index("#### Why") < summary.index("| winner |")
+
+
+# ---------------------------------------------------------------- issue 40's mutants: an uneven N, a rival
+def uneven_race():
+    """N = 12 of 48 tokens in passes of 8 rows: a full pass of 8, then a short last pass of 4 (8 does not
+    divide 12). The challenger is a rival (DeepConf-style) that decodes in the same passes of 8 rows, so its
+    widest step is 8 rows, not its 12 candidates; its winner is #2 (0.98), written to the end."""
+    finals = [1.0 - i / 100 for i in range(12)]
+    bon, bon_rounds = _bon(finals, 48, 8, budget=448)
+    cands = tuple(_cand(i, 48, "finished", finals[i], "length") if i in (2, 9) else
+                  _cand(i, 20, "pruned", None, round_pruned=0) for i in range(12))
+    rival = Finished(arm="deepconf", winner=cands[2], candidates=cands, rounds=1, ledger=Ledger(),
+                     rows_per_step=(8,) * 20 + (2,) * 28 + (4,) * 20)
+    rounds = [Round(arm="deepconf", index=0, position=20, candidates=cands, threshold=None, n_kept=2,
+                    n_pruned=10, forced=False, ledger=Ledger(), signal="group confidence")]
+    return bon, bon_rounds, rival, rounds
+
+
+def test_an_n_the_rows_per_pass_do_not_divide_and_a_short_last_pass():
+    bon, bon_rounds, rival, rounds = uneven_race()
+    assert [r.n_kept for r in bon_rounds] == [8, 4]            # the short last pass
+    v = verdict_from_race(rival, bon, bon_rounds, _unit)
+    # rows per pass are the widest pass's, 8 (not the last one's 4): 2 passes of 48 steps, 96 for all 12
+    assert v.curve[-1].steps == pytest.approx(96) and v.widest == 8
+    w = explain(baseline=bon, baseline_rounds=bon_rounds, challenger=rival, rounds=rounds, verdict=v, step=None,
+                max_new_tokens=48, budget=BUDGET)
+    # 12 answers in passes of 8 are 2 passes (ceil), not 12 // 8 = 1
+    assert (w.n, w.rows_per_pass, w.passes, w.bound) == (12, 8, 2, 2)
+    # a rival's opening is its widest step (8 rows), not its number of candidates (12)
+    assert w.opening_rows == 8 and w.opening_passes == pytest.approx(1.0)

@@ -82,7 +82,7 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
 
     if ZERO_GPU:   # the race runs in ZeroGPU's own process on a GPU lent per call: this process cannot time it
         return None
-    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in arms if a.method == "sr")
+    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in arms if a.kind.about.auto_n)
     busy = bool(ctx.active)
     token = f"measuring-{id(object())}"
     ctx.active.add(token)   # a run starting meanwhile does not probe a machine this one is timing

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specrej import RunConfig
-from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms
+from specrej.arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms
 from specrej.core.config import AUTO, DECISIONS
 from specrej.core.budget import opening_rows
 from specrej.core.config import DEFAULT_CPU_BUDGET
@@ -27,7 +27,9 @@ from components.state.fields import MAX_WHOLE, FieldError, Spec
 
 MAX_SEED = MAX_WHOLE
 MAX_ARMS = 5   # arm slots on the page: Best-of-N, two Speculative Rejection settings, the two rivals
-RIVALS = ("deepconf", "stbon")   # the request's checkboxes: each races that rival (its library defaults, Best-of-N's N)
+# the request's checkboxes: each races that rival (its library defaults, Best-of-N's N): every method that decides
+# on its own signal (``About.rival``)
+RIVALS = tuple(k for k, kind in REGISTRY.items() if kind.about.rival)
 X_AXIS_CHOICES = ("time", "flops")   # the verdict chart's x axis
 SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
 CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed", "budget", "decision", "interval",
@@ -142,7 +144,7 @@ class RunRequest:
             first = ArmSpec("sr", (("alpha", self.alpha),) + ((("decision", self.decision),) if differ else ()))
             other = ArmSpec("sr", (("alpha", self.second_alpha),)
                             + ((("decision", self.second_decision),) if differ else ()))
-            k = next((i for i, a in enumerate(arms) if a.method == "sr" and not a.overrides), None)
+            k = next((i for i, a in enumerate(arms) if a.kind.about.alpha_applies and not a.overrides), None)
             if k is None:
                 arms.append(first)
             else:
@@ -151,7 +153,7 @@ class RunRequest:
         arms += [ArmSpec(r) for r in RIVALS if getattr(self, r) and not any(a.method == r for a in arms)]
         if self.sr_start == "auto":   # the paper's first batch: every SR arm without its own N fills memory
             arms = [dataclasses.replace(a, overrides=a.overrides + (("n", AUTO),))
-                    if a.method == "sr" and "n" not in dict(a.overrides) else a for a in arms]
+                    if a.kind.about.auto_n and "n" not in dict(a.overrides) else a for a in arms]
         arms = parse_arms([dataclasses.replace(a, id="") for a in arms])
         if len(arms) > MAX_ARMS:
             raise FieldError(f"second: {len(arms)} arms do not fit the page (at most {MAX_ARMS}): turn off the "

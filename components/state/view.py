@@ -165,13 +165,14 @@ class RunView:
         if not self.done:
             return {}
         base = self.arms[self.baseline]
+        scoring = cost is None and self.step is not None   # this machine's step: its reward seconds priced too
         cost = cost if cost is not None else self.step
         step = cost.step if cost is not None else unit_step
         out = {}
         for a, arm in self.arms.items():
             if a != self.baseline and arm.prunes:
                 try:
-                    v = verdict_from_race(arm.finished, base.finished, base.round_events, step)
+                    v = verdict_from_race(arm.finished, base.finished, base.round_events, step, scoring=scoring)
                 except ValueError as e:   # e.g. a NaN reward: no verdict, and the page says why
                     self.verdict_error = str(e)
                     continue

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..core.budget import KVBudget
-from ..core.cost import expected_pass_cost, passes
+from ..core.cost import best_of_k, expected_pass_cost, passes
 from .metrics import SpeedUp, speedup
 
 MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "wall")
@@ -104,20 +104,14 @@ def bon_point(run: PromptRun, k: int, rows_per_pass: int,
     memo = {} if memo is None else memo
     if len(run.lengths) != n:
         raise ValueError("scores and lengths must cover the same candidates")
-    mean_len = sum(run.lengths) / n
-    tokens = k * mean_len
-    flops = run.flops_per_token * (run.prompt_tokens + tokens) + run.reward_flops * k / n
-    steps, wall = 0.0, 0.0
-    for m in map(len, passes(k, rows_per_pass)):
-        if m not in memo:
-            memo[m] = expected_max(run.lengths, m)
-        steps += memo[m]
-        if step_s is not None:
-            if ("wall", m) not in memo:
-                memo[("wall", m)] = expected_pass_cost(run.lengths, m, step_s)[1]
-            wall += memo[("wall", m)]
-    wall_s = wall + run.fixed_s * k / n if step_s is not None else None
-    return Point(k, expected_max(run.scores, k), tokens, flops, steps, wall_s)
+    # the one Best-of-k point (core.cost.best_of_k); this curve adds only its wall time's fixed part here, and
+    # its refilled and paged columns elsewhere (refill_steps, paged_schedule)
+    p = best_of_k(k, run.lengths, rows_per_pass, step_s, params=run.flops_per_token / 2.0,
+                  prompt_tokens=run.prompt_tokens, reward_flops=run.reward_flops,
+                  memo=memo.setdefault(("price", step_s is not None), {}))
+    tokens = k * sum(run.lengths) / n
+    wall_s = p.seconds + run.fixed_s * k / n if step_s is not None else None
+    return Point(k, expected_max(run.scores, k), tokens, p.flops, p.steps, wall_s)
 
 
 def _orders(n: int, draws: int, seed: int) -> list[Sequence[int]]:

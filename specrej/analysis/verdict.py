@@ -12,6 +12,11 @@ For one race with a Best-of-N arm and a Speculative Rejection arm:
    hypergeometric, so the expected time is exact.
 2. **Speculative Rejection's point**: its winner's reward at its own decoding steps, priced by the
    same rule (all its rows start together; a row leaves when it is pruned or its answer ends).
+   **Scoring** is priced too where the step is this machine's (``from_race(scoring=True)``: the page's
+   verdict): each arm's reward seconds as its ledger timed them, call by call (``Ledger.reward_s``); Best-of-k
+   pays k/N of Best-of-N's. Free for self-certainty and the instruction checkers, small for the embedded
+   preference reward, the largest cost with a 7B reward model. The rivals' own extra reading (every layer's
+   hidden states, the top-k) is in their measured wall time but not in the modelled step.
 3. **The verdict**: where that point falls on the curve (``Verdict.kind``), one of four:
    ``reached``: the k at which Best-of-N's curve reaches Speculative Rejection's reward (linear
    between neighbouring k), the time Best-of-k takes, and the ratio of the two times;
@@ -39,7 +44,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from .compare import fmt_times, reached
-from ..core.cost import decode_cost, expected_pass_cost, passes
+from ..core.cost import best_of_k, decode_cost, expected_pass_cost, passes
 from .curve import expected_max
 from .metrics import improvement_score
 
@@ -77,10 +82,12 @@ class Point:
 
 
 def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: int, step: StepTime, *,
-              flops_per_token: float = 0.0, prompt_flops: float = 0.0, reward_flops: float = 0.0) -> list[Point]:
+              flops_per_token: float = 0.0, prompt_flops: float = 0.0, reward_flops: float = 0.0,
+              scoring_s: float = 0.0) -> list[Point]:
     """Best-of-k for k = 1..N from one Best-of-N run's coupled answers (final ``scores`` and ``lengths``).
     ``flops_per_token``: the generator's FLOPs per generated token; ``prompt_flops``: its prefill, once
-    per run; ``reward_flops``: the whole run's reward FLOPs (each answer scored once: k/N of it)."""
+    per run; ``reward_flops``: the whole run's reward FLOPs and ``scoring_s`` its reward's seconds (each
+    answer scored once: k/N of each)."""
     n = len(scores)
     if n == 0 or len(lengths) != n:
         raise ValueError("bon_curve needs one length per score, at least one answer")
@@ -88,17 +95,17 @@ def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: in
     _lengths("Best-of-N's lengths", lengths)
     if rows_per_pass < 1:
         raise ValueError("rows_per_pass must be at least 1")
-    mean_len = sum(lengths) / n
+    # the one Best-of-k point (core.cost.best_of_k), mapped over k: FLOPs through cost.flops, for a generator of
+    # flops_per_token / 2 parameters whose prefill is prompt_flops
+    params = flops_per_token / 2.0
+    prompt_tokens = prompt_flops / flops_per_token if flops_per_token else 0.0
     memo: dict[int, tuple[float, float]] = {}
     out = []
     for k in range(1, n + 1):
-        steps = seconds = 0.0
-        for m in map(len, passes(k, rows_per_pass)):
-            if m not in memo:
-                memo[m] = expected_pass_cost(lengths, m, step)
-            steps, seconds = steps + memo[m][0], seconds + memo[m][1]
-        flops = prompt_flops + flops_per_token * k * mean_len + reward_flops * k / n
-        out.append(Point(k, expected_max(scores, k), steps, seconds, flops))
+        p = best_of_k(k, lengths, rows_per_pass, step, params=params, prompt_tokens=prompt_tokens,
+                      reward_flops=reward_flops, scoring_s=scoring_s, memo=memo)
+        flops = p.flops if flops_per_token else prompt_flops + p.flops
+        out.append(Point(k, expected_max(scores, k), p.steps, p.seconds, flops))
     return out
 
 
@@ -189,7 +196,8 @@ def place(curve: Sequence[Point], target: float, spread: float) -> tuple[float |
 def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per_pass: int, sr_reward: float,
             sr_lengths: Sequence[int], sr_flops: float, step: StepTime, flops_per_token: float = 0.0,
             prompt_flops: float = 0.0, bon_reward_flops: float = 0.0,
-            sr_profile: Sequence[int] | None = None) -> Verdict:
+            sr_profile: Sequence[int] | None = None, sr_scoring_s: float = 0.0,
+            bon_scoring_s: float = 0.0) -> Verdict:
     """Speculative Rejection's result (its winner's reward, every candidate's length as written, its
     FLOPs) placed on Best-of-N's curve (its N final scores and lengths, its rows per pass). Refuses
     (``ValueError``) a score or reward that is NaN or infinite, no answers, and lengths that are
@@ -199,17 +207,23 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
     step by step: the rule for any arm (a rival that runs passes or refills slots, ``methods.deepconf``).
     Without it the challenger is priced as one pass of its candidates from their lengths (``decode_cost``),
     which is the same number for Speculative Rejection (all its rows start together; a row leaves when it is
-    pruned or its answer ends) and what an older trace allows."""
+    pruned or its answer ends) and what an older trace allows.
+
+    ``sr_scoring_s``, ``bon_scoring_s``: the reward's seconds as each arm's ledger timed them, call by call
+    (``Ledger.reward_s``: Speculative Rejection's partial scores at every decision and its finals, Best-of-N's
+    N finals, k/N of which Best-of-k pays). Added to the decoding time; 0 (the default): decoding only, the
+    right reading when ``step`` counts steps or prices another machine's."""
     _finite("Speculative Rejection's reward", [sr_reward])
     _lengths("Speculative Rejection's lengths", sr_lengths)
     curve = bon_curve(bon_scores, bon_lengths, rows_per_pass, step, flops_per_token=flops_per_token,
-                      prompt_flops=prompt_flops, reward_flops=bon_reward_flops)
+                      prompt_flops=prompt_flops, reward_flops=bon_reward_flops, scoring_s=bon_scoring_s)
     if sr_profile:
         steps, seconds = len(sr_profile), 0.0
         for rows in sr_profile:
             seconds += step(rows)
     else:
         steps, seconds = decode_cost(sr_lengths, step)
+    seconds += sr_scoring_s
     top, low = max(bon_scores), min(bon_scores)
     spread = top - low
     one, last = curve[0], curve[-1]
@@ -229,11 +243,21 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
                    widest=widest)
 
 
-def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime) -> Verdict | None:
+def show_k(k: float) -> str:
+    """Best-of-k's k as the page says it: whole where it is (to a tenth), else with one decimal (2.47 -> "2.5";
+    the time beside it is the time at that k), and never below 1."""
+    k = max(1.0, float(k))
+    return f"{k:.0f}" if abs(k - round(k)) < 0.05 else f"{k:.1f}"
+
+
+def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime, *,
+              scoring: bool = False) -> Verdict | None:
     """The verdict of a finished race from its events: ``challenger`` and ``baseline`` are ``Finished``
     events (Speculative Rejection's, Best-of-N's), ``baseline_rounds`` Best-of-N's ``Round`` events (one
     per pass: their widest is its rows per pass). None when Best-of-N did not write all of its answers
-    (stopped once it matched, or cut short): its curve would not be the curve of N answers."""
+    (stopped once it matched, or cut short): its curve would not be the curve of N answers. ``scoring``:
+    add each arm's measured reward seconds (``Ledger.reward_s``) to its time: only where ``step`` is this
+    machine's measured step, in seconds."""
     answers = [c for c in baseline.candidates if c.finish_reason is not None and c.score is not None]
     if not answers or len(answers) != len(baseline.candidates) or not baseline_rounds:
         return None
@@ -243,4 +267,6 @@ def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime) -
                    rows_per_pass=max(r.n_kept for r in baseline_rounds), sr_reward=challenger.winner.score,
                    sr_lengths=[c.tokens for c in challenger.candidates], sr_flops=challenger.ledger.flops,
                    step=step, flops_per_token=per_token, prompt_flops=per_token * led.prompt_tokens,
-                   bon_reward_flops=led.reward_flops, sr_profile=getattr(challenger, "rows_per_step", ()) or None)
+                   bon_reward_flops=led.reward_flops, sr_profile=challenger.rows_per_step or None,
+                   sr_scoring_s=challenger.ledger.reward_s if scoring else 0.0,
+                   bon_scoring_s=led.reward_s if scoring else 0.0)

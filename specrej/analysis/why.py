@@ -57,9 +57,12 @@ CAUSES = ("bound", "signal", "price")
 
 
 def signal_strength(rho: float | None) -> str | None:
-    """'strong' (rho >= 0.7), 'moderate' (>= 0.4), 'weak' (>= 0.1), else 'no' agreement; None: undefined."""
+    """'strong' (rho >= 0.7), 'moderate' (>= 0.4), 'weak' (>= 0.1), 'inverse' (<= -0.1), else 'no' agreement;
+    None: undefined."""
     if rho is None:
         return None
+    if rho <= -SIGNAL_BANDS[-1][0]:
+        return "inverse"   # it ranked the answers the wrong way round: a reading, not an absence, of agreement
     return next((word for lo, word in SIGNAL_BANDS if rho >= lo), "no")
 
 

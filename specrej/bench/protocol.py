@@ -45,6 +45,7 @@ from ..methods import speculative_rejection
 from ..analysis.metrics import bootstrap_ci, speedup
 from .coupled import CoupledRun, PrefixScorer, collect
 from .simulate import simulate_sr
+from ..core.about import PASSES
 
 
 # ---------------------------------------------------------------------------------- step times
@@ -173,7 +174,9 @@ def _rivals(lm, reward, run: CoupledRun, scorer: PrefixScorer, row: dict, base: 
     cfg = arm.config(replace(rival_settings(base, n_ref), prompt=row["prompt"], budget=budget, progress_every=0))
     final = scorer.final()
     finals = dict(enumerate(final[:n_ref]))
-    ways = [("refill", True), ("passes", False)] if arm.method == "deepconf" else [("", True)]
+    # a method in passes runs both ways (a freed slot refilled at once, and the transformers engine's passes)
+    in_passes = arm.kind.about.schedule == PASSES
+    ways = [("refill", True), ("passes", False)] if in_passes else [("", True)]
     out = []
     for way, refills in ways:
         engine = Replay(run, allow_sharing=shared)
@@ -181,7 +184,7 @@ def _rivals(lm, reward, run: CoupledRun, scorer: PrefixScorer, row: dict, base: 
         fin, rounds = _drain(rerun(METHODS[arm.method], run, scorer, cfg, shared=shared, engine=engine))
         entry = _rival_entry(arm.spec, way, fin, rounds, finals, winner, lm, reward, run.prompt_tokens, texts)
         entry["source"] = "simulated"
-        if live and not refills or live and arm.method != "deepconf":
+        if live and not refills or live and not in_passes:
             real, real_rounds = _drain(METHODS[arm.method](lm, reward, cfg))
             sim = entry
             entry = _rival_entry(arm.spec, way, real, real_rounds, finals, winner, lm, reward, run.prompt_tokens,

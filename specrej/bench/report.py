@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..arms import REGISTRY
+
 MB = 1024 * 1024
 
 
@@ -245,8 +247,8 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
                       f"{agg['n_ref']} (order statistics)")]
     handles += [Line2D([], [], linestyle="none", marker="o", markersize=9, color=colour[r],
                        markerfacecolor=colour[r] if r == "paper" else "none", markeredgewidth=1.6,
-                       label=f"Speculative Rejection, {r} rule" if r not in ("deepconf", "stbon")
-                       else {"deepconf": "DeepConf", "stbon": "ST-BoN"}[r]) for r in rules]
+                       label=REGISTRY[r].name if r in REGISTRY else f"Speculative Rejection, {r} rule")
+                 for r in rules]
     handles += [Line2D([], [], linestyle="none", marker=marker[k], markersize=10, color="#555555",
                        label=f"α = {k[0]:g}, first decision T = {k[1]}" if k[0] is not None else "a rival (its own "
                        "settings)") for k in settings]

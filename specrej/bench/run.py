@@ -178,11 +178,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         raise SystemExit(f"--rules: {', '.join(unknown)} unknown; choose from {', '.join(RULES)}.")
     rivals = tuple(x for x in (args.rivals or "").split() if x.lower() != "none")
     rivals_live = tuple(x for x in (args.rivals_live or "").split() if x in rivals)
-    from ..arms import ArmSpecError, parse_arm
+    from ..arms import REGISTRY, ArmSpecError, parse_arm
     for spec in rivals:
         try:
-            if parse_arm(spec).method not in ("deepconf", "stbon"):
-                raise SystemExit(f"--rivals: {spec!r} is not a rival (deepconf or stbon).")
+            if not parse_arm(spec).kind.about.rival:
+                raise SystemExit(f"--rivals: {spec!r} is not a rival (a method that decides on its own signal: "
+                                 f"{', '.join(k for k, v in REGISTRY.items() if v.about.rival)}).")
         except ArmSpecError as e:
             raise SystemExit(f"--rivals: {e}")
     if args.n_ref < 2:

@@ -59,6 +59,10 @@ class RunConfig:
                      "(the paper: 2048 of answers thousands of tokens long).")
     conf_topk: int = _f(20, "DeepConf: a token's confidence is minus the mean log-probability of the model's k most "
                         "likely tokens at that step (the paper: 20).")
+    consensus: float = _f(0.0, "DeepConf: the paper's adaptive sampling: stop starting traces once the answers "
+                          "written so far agree, the top answer's share of the confidence-weighted vote reaching "
+                          "this (the paper: 0.95); answers agree when their texts match (case and spacing "
+                          "aside). 0 = off (open-ended answers rarely agree: the traces go on to N).")
     buffer: float = _f(1.0, "ST-BoN: after the earliest step c at which every pair of answers differs, decode "
                        "max(1, int(buffer x c)) more tokens before truncating (the paper's tau = c).")
     pick: str = _f("reward", "DeepConf, ST-BoN: who names the winner among the answers they finish: 'reward' (the "
@@ -102,6 +106,9 @@ class RunConfig:
                              "traces whose confidence clears DeepConf's threshold (90 or 10 in the paper).")
         _int(self, "window", lo=1, hint="window is a positive number of tokens (DeepConf's group)")
         _int(self, "conf_topk", lo=1, hint="conf_topk is a positive number of tokens (DeepConf's token confidence)")
+        if not _is_num(self.consensus) or not 0.0 <= self.consensus <= 1.0:
+            raise ValueError(f"consensus={self.consensus!r} must be in [0, 1]: the vote share at which DeepConf "
+                             "stops (0.95 in the paper), or 0 for off.")
         if not _is_num(self.buffer) or self.buffer < 0:
             raise ValueError(f"buffer={self.buffer!r} must be a number >= 0: ST-BoN's buffer as a multiple of the "
                              "divergence step (1 in the paper).")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from .config import AUTO, RunConfig
+from .about import ABOUTS, PASSES
 from .budget import KVBudget
 
 
@@ -77,6 +78,43 @@ def expected_pass_cost(lengths: Sequence[int], m: int, step: Callable[[int], flo
     return steps, seconds
 
 
+@dataclass(frozen=True)
+class BestOfK:
+    """Best-of-k drawn at random from one Best-of-N run's answers, in expectation: what it costs."""
+
+    k: int
+    steps: float     # expected decoding steps (each pass: its expected longest answer)
+    seconds: float   # expected decoding seconds at the step's price (0.0 without one), plus k/N of the scoring
+    flops: float     # expected FLOPs: the generator's prefill once and k answers, and k/N of the reward's
+
+
+def _no_price(rows: int) -> float:
+    return 0.0
+
+
+def best_of_k(k: int, lengths: Sequence[int], rows_per_pass: int, step: Callable[[int], float] | None = None, *,
+              params: float = 0.0, prompt_tokens: float = 0.0, reward_flops: float = 0.0, scoring_s: float = 0.0,
+              memo: dict | None = None) -> BestOfK:
+    """The one Best-of-k point (issue 41): k answers drawn at random from ``lengths`` (Best-of-N's N), decoded
+    in ``passes`` of ``rows_per_pass`` rows, each pass priced by ``expected_pass_cost`` (a row leaves the step
+    after its answer ends); FLOPs by ``flops`` for a generator of ``params`` parameters (its prompt once and k
+    answers of the mean length) plus k/N of the run's ``reward_flops``; ``scoring_s``, the run's reward
+    seconds, k/N of it. ``memo``: a dict kept per run and price, so a curve over every k prices each pass size
+    once. The verdict maps it over k; the bench's curve adds its refilled and paged columns."""
+    n = len(lengths)
+    if not 1 <= k <= n:
+        raise ValueError(f"Best-of-{k} from {n} answers")
+    memo = {} if memo is None else memo
+    steps = seconds = 0.0
+    for m in map(len, passes(k, rows_per_pass)):
+        if m not in memo:
+            memo[m] = expected_pass_cost(lengths, m, step or _no_price)
+        steps, seconds = steps + memo[m][0], seconds + memo[m][1]
+    mean_len = sum(lengths) / n
+    return BestOfK(k, steps, seconds + scoring_s * k / n,
+                   flops(params, prompt_tokens + k * mean_len) + reward_flops * k / n)
+
+
 def bon_rows(budget: KVBudget, n: int, max_new_tokens: int) -> list[int]:
     """Rows at each decoding step of Best-of-N: passes of ``rows_per_pass`` rows, each to full length."""
     return [len(p) for p in passes(n, budget.rows_per_pass(n, max_new_tokens)) for _ in range(max_new_tokens)]
@@ -100,12 +138,11 @@ def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool,
     out: dict[str, list[int]] = {}
     for i, method in enumerate(methods):
         key = method if method not in out else f"{method}{i}"
-        if method == "sr":
-            out[key] = sr_rows(budget, n0, cfg.max_new_tokens)
-        elif method == "stbon":
-            out[key] = sr_rows(budget, n, cfg.max_new_tokens)
-        else:
+        about = ABOUTS[method]
+        if about.schedule == PASSES:
             out[key] = bon_rows(budget, n, cfg.max_new_tokens)
+        else:   # its opening rows at once (n='auto': the batch that fills memory at the first decision)
+            out[key] = sr_rows(budget, n0 if about.auto_n else n, cfg.max_new_tokens)
     return out
 
 

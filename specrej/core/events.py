@@ -36,6 +36,14 @@ class Ledger:
     kv_sharing: str = "copied"  # "shared": the prompt's KV cache stored once; "copied": once per row
     backend: str = "transformers"  # the engine that decoded: "transformers", "vllm"
     steps: int = 0              # decoding steps the engine ran (vLLM: its own LLMEngine.step calls)
+    reward_s: float = 0.0       # seconds inside the reward's calls (timed per call; part of wall_s): scoring
+    reward_calls: int = 0       # the reward's calls (a decision's partial scores, a step's finished answers)
+    scored: int = 0             # responses scored, summed over calls (partial and final)
+
+    @property
+    def decode_s(self) -> float:
+        """The arm's time outside the reward: decoding (and the engine's bookkeeping)."""
+        return max(0.0, self.wall_s - self.reward_s)
 
     @property
     def flops(self) -> float:

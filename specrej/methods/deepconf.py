@@ -15,11 +15,11 @@ What the paper's online mode does (read in facebookresearch/deepconf, ``wrapper.
   its group confidence falls below the threshold, once it has a full window (the paper's processor checks
   only then); the candidates go on until N traces have started. A stopped trace is pruned: never scored,
   never a winner (the paper drops it from the vote).
-- **The winner**: the paper votes, weighting each answer by its lowest group confidence, over the warm-up
-  traces at or above the threshold and the later traces that were not stopped. On open-ended answers every
+- **The winner**: the paper votes, weighting each answer by its lowest group confidence, over the traces
+  the filter kept. On open-ended answers every
   answer is its own vote, so the vote names the trace with the highest lowest group confidence:
   ``pick="paper"``. With ``pick="reward"`` (the default, and what the page shows) the race's reward names it
-  among every trace written to the end, warm-up ones included, as Best-of-N picks.
+  among the traces the filter kept, as Best-of-N picks among its answers.
 
 Where this project's setting makes a choice (docs/library.md, "The rivals"):
 
@@ -33,8 +33,11 @@ Where this project's setting makes a choice (docs/library.md, "The rivals"):
 - **The stop step.** The paper's processor forces an end-of-sequence token in place of the token that took
   the group below the threshold; here that token is written and the row leaves right after it (the trace is
   dropped either way: one token of difference in a discarded trace).
-- **Adaptive sampling** (the paper's stop once the vote reaches consensus) needs extracted answers to agree
-  on; an open-ended answer has none, so the traces go on to N.
+- **Adaptive sampling** (the paper's stop once the vote reaches consensus, ``consensus`` 0.95 there) is a
+  setting, off by default: the paper compares extracted answers; here two answers agree when their texts
+  match (case and spacing aside), which open-ended answers rarely do, so with it off the traces go on to N.
+  When the share is reached the live rows are cut (the Round's mark ``consensus``) and no waiting trace
+  starts.
 - **Coupled randomness**: candidate c is candidate c of Best-of-N while it is written, so DeepConf's winner
   is one of Best-of-N's answers and falls on its curve.
 """
@@ -44,6 +47,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from ..core.events import Event, Round
+from ..core.about import DEEPCONF as ABOUT  # noqa: F401  (what this method is, as data)
 from .run import _Run, _timed
 
 SIGNAL = "group confidence"
@@ -98,10 +102,12 @@ def _note_signal(run: _Run, window: int, every: int, ended: Sequence[int] = ()) 
             rec.signal.append((len(rec.conf), group_confidence(rec.conf, window)))
 
 
-def _passes(run: _Run, ids: list[int], width: int, on_step) -> Iterator[Event]:
+def _passes(run: _Run, ids: list[int], width: int, on_step, halt=None) -> Iterator[Event]:
     """Decode candidates ``ids``, at most ``width`` rows at once: on a backend that ``refills`` a freed slot
     goes at once to the next waiting candidate; elsewhere the next pass starts when the running one empties.
-    ``on_step(done)`` runs after every step and may return a Round (a stop) to yield."""
+    ``on_step(done)`` runs after every step and may return a Round (a stop) to yield. ``halt(done)``, after a
+    step where traces ended, may return a Round that ends the passes (the consensus stop): no waiting
+    candidate starts after it."""
     waiting = list(ids)
     refills = bool(run.engine_factory.refills)
     while waiting or (run.rows is not None and len(run.rows)):
@@ -111,6 +117,9 @@ def _passes(run: _Run, ids: list[int], width: int, on_step) -> Iterator[Event]:
         done = run.step()
         if (event := on_step(done)) is not None:
             yield event
+        if done and halt is not None and (event := halt(done)) is not None:
+            yield event
+            return
         rows = run.rows
         if refills and waiting and rows is not None and len(rows) and len(rows) < width:
             free = width - len(rows)
@@ -153,16 +162,70 @@ def _deepconf_body(run: _Run) -> Iterator[Event]:
         stopped = [cid for cid, g in now.items() if g < bar]
         if not stopped:
             return None
+        at = max(len(rows.tokens[i]) for i, cid in enumerate(rows.ids) if cid in now and now[cid] < bar)
         event = run.cut(stopped, index, signal=SIGNAL, signals=sorted(now.items()), signal_threshold=bar,
-                        marks=(("stopped", max(len(run.recs[c].tokens) for c in stopped)),))
+                        marks=(("stopped", at),))   # the token the stop came at (the rows' own, not a stale copy)
         index += 1
         return event
 
-    yield from _passes(run, list(range(cfg.warmup, cfg.n)), width, stop)
+    def agreed(done):
+        nonlocal index
+        share = consensus_share(run, bar, window)
+        if not cfg.consensus or share < cfg.consensus:
+            return None
+        rows = run.rows
+        live = list(rows.ids) if rows is not None and len(rows) else []
+        at = max([len(t) for t in rows.tokens] if live else [len(run.recs[d.cand].tokens) for d in done])
+        if live:
+            event = run.cut(live, index, signal=SIGNAL, signal_threshold=bar, marks=(("consensus", at),))
+        else:
+            event = _filter_round(run, index, {}, bar, window, mark="consensus", at=at)
+        index += 1
+        return event
+
+    yield from _passes(run, list(range(cfg.warmup, cfg.n)), width, stop, agreed if cfg.consensus else None)
+    # 4. the paper's filter, after the run: every finished trace whose lowest group confidence is below the
+    # threshold is dropped (its last window and a trace shorter than a window included), warm-up ones too
+    final = {r.id: lowest_group_confidence(r.conf, window) for r in run.recs if r.status == "finished"}
+    low = {c: v for c, v in final.items() if v < bar}
+    if low:
+        yield _filter_round(run, index, final, bar, window, dropped=low)
+        index += 1
     if cfg.pick == "paper":
-        yield run.finished(rounds=index, winner=_paper_pick(run, set(warm), bar, window), picked_by="paper")
+        yield run.finished(rounds=index, winner=_paper_pick(run, window), picked_by="paper")
     else:
         yield run.finished(rounds=index)
+
+
+def _answer(text: str) -> str:
+    """An answer as the consensus vote compares it: its text, case and spacing aside."""
+    return " ".join(text.split()).casefold()
+
+
+def consensus_share(run: _Run, bar: float, window: int) -> float:
+    """The paper's adaptive-sampling test: among the finished traces at or above the threshold, the top
+    answer's share of the vote, each weighted by its lowest group confidence (0 with no such trace)."""
+    weight: dict[str, float] = {}
+    for r in run.recs:
+        if r.status == "finished":
+            w = lowest_group_confidence(r.conf, window)
+            if w >= bar:
+                weight[_answer(r.text)] = weight.get(_answer(r.text), 0.0) + w
+    total = sum(weight.values())
+    return max(weight.values()) / total if total > 0 else 0.0
+
+
+def _filter_round(run: _Run, index: int, lowest: dict[int, float], bar: float, window: int, *,
+                  dropped: dict[int, float] | None = None, mark: str = "filtered", at: int | None = None) -> Round:
+    """The Round of the after-run filter (``dropped``: the finished traces below the threshold, pruned by
+    it) or of a consensus stop with no live row; the finished traces' lowest group confidences its signals."""
+    for c in dropped or ():
+        run.recs[c].status, run.recs[c].round_pruned = "pruned", index
+    position = at if at is not None else max(len(run.recs[c].tokens) for c in lowest)
+    n_kept = sum(r.status == "finished" for r in run.recs)
+    return Round(arm=run.arm, index=index, position=position, candidates=run.candidates(), threshold=None,
+                 n_kept=n_kept, n_pruned=len(dropped or ()), forced=False, ledger=run.ledger(), signal=SIGNAL,
+                 signal_threshold=bar, signals=tuple(sorted(lowest.items())), marks=((mark, position),))
 
 
 def _threshold_round(run: _Run, index: int, lowest: dict[int, float], bar: float):
@@ -174,12 +237,12 @@ def _threshold_round(run: _Run, index: int, lowest: dict[int, float], bar: float
                  marks=(("threshold set", position),))
 
 
-def _paper_pick(run: _Run, warm: set[int], bar: float, window: int) -> int:
-    """The paper's confidence-weighted vote on open-ended answers: the voting trace (warm-up at or above the
-    threshold, later ones not stopped) with the highest lowest group confidence; the lower id on a tie."""
+def _paper_pick(run: _Run, window: int) -> int:
+    """The paper's confidence-weighted vote on open-ended answers: among the traces the filter kept (finished,
+    none below the threshold: every finished one is a voter), the highest lowest group confidence; the lower
+    id on a tie."""
     weight = {r.id: lowest_group_confidence(r.conf, window) for r in run.recs if r.status == "finished"}
-    voters = [c for c, w in weight.items() if c not in warm or w >= bar]
-    return max(voters or weight, key=lambda c: (weight[c], -c))
+    return max(weight, key=lambda c: (weight[c], -c))
 
 
 def deepconf(lm, reward, cfg, *, engine=None) -> Iterator[Event]:

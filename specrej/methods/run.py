@@ -75,6 +75,7 @@ class _Run:
         self.kv, self.budget = admitted.kv, admitted.slots
         self.recs = [_Rec(i) for i in range(cfg.n)]
         self.prompt_tokens = self.generated = self.reward_tokens = 0
+        self.reward_s, self.reward_calls, self.scored = 0.0, 0, 0   # the reward's own time, timed per call
         self.peak_slots = 0
         self.wall = 0.0
         self._resumed = time.perf_counter()
@@ -104,6 +105,7 @@ class _Run:
             dtype=str(self.lm.dtype).replace("torch.", ""), kv_sharing="shared" if self.shared else "copied",
             backend=self.engine_factory.name,
             steps=self.engine.engine_steps if self.engine is not None else self.steps,
+            reward_s=self.reward_s, reward_calls=self.reward_calls, scored=self.scored,
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
@@ -177,7 +179,11 @@ class _Run:
         self._apply_scores(recs, stats)
 
     def _apply_scores(self, recs: list[_Rec], stats: list[TokenStats] | None) -> list[float]:
+        t0 = time.perf_counter()
         out = checked(self.reward, self.cfg.prompt, [r.text for r in recs], stats)
+        self.reward_s += time.perf_counter() - t0
+        self.reward_calls += 1
+        self.scored += len(recs)
         self.reward_tokens += out.tokens_read
         for i, (rec, s) in enumerate(zip(recs, out.scores)):
             rec.score = s

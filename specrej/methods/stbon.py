@@ -40,6 +40,7 @@ from collections.abc import Iterator, Mapping
 
 from ..core.events import Event
 from .deepconf import signal_every
+from ..core.about import STBON as ABOUT  # noqa: F401  (what this method is, as data)
 from .run import _Run, _timed
 
 SIGNAL = "consistency"

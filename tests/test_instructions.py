@@ -1,0 +1,40 @@
+"""The instructions reward (issue 40): IFEval's checkers on the project's own prompts, offline."""
+import pytest
+
+from specrej import instructions as I
+from specrej.rewards import RewardError, load_reward, own_prompt
+
+
+def test_the_prompt_set_loads_and_uses_only_checks_that_run_here():
+    tasks = I.bundled()
+    assert len(tasks) == 24
+    assert len(I.offline_ids()) == 23      # IFEval's 25 less the two that need NLTK's punkt data
+    used = {iid for t in tasks.values() for iid in t.instruction_ids}
+    assert not used & set(I.NEEDS_DOWNLOAD) and used <= set(I.offline_ids())
+
+
+def test_a_check_that_needs_a_download_is_refused_with_its_reason():
+    with pytest.raises(I.InstructionError, match="punkt"):
+        I.Task("x", "p", ("length_constraints:number_sentences",), ({"num_sentences": 2, "relation": "at least"},))
+    with pytest.raises(I.InstructionError, match="unknown instruction"):
+        I.Task("x", "p", ("no:such",), ({},))
+
+
+def test_the_score_is_the_fraction_of_instructions_followed():
+    task = I.task_for("Describe a cat sleeping in the sun in fewer than 30 words, and do not use any commas.")
+    assert task.followed("A cat naps in warm light.") == [True, True]
+    assert task.score("A cat naps, warm and still.") == 0.5                      # a comma
+    assert task.score(" ".join(["cat"] * 40) + ", done") == 0.0                  # too long, and a comma
+    lower = I.task_for(own_prompt("instructions"))
+    assert lower.score("all lowercase here.") == 1.0 and lower.score("Not lowercase.") == 0.0
+    assert lower.score("") == 0.0                                                # nothing written follows nothing
+
+
+def test_the_reward_scores_its_own_prompts_and_refuses_others_clearly():
+    r = load_reward("instructions")
+    assert (r.n_params, r.uses_token_stats) == (0, False)
+    prompt = "Explain what a volcano is. Include the keywords \"magma\" and \"pressure\" in your answer."
+    assert r.score(prompt, ["magma under pressure", "just magma"]).scores == [1.0, 0.0]
+    with pytest.raises(RewardError, match="own prompt set"):
+        r.score("What is the capital of Australia?", ["Canberra"])
+    assert own_prompt("sentiment") is None
