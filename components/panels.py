@@ -118,6 +118,11 @@ def fallback_words(view: RunView) -> str:
                 f"before it started ({measured}), and this deployment stops a run at {f.get('limit_s', 0):.0f} s. "
                 f"Rather than cut it, this is the **recording of the same race** (the same settings and seed, "
                 f"{where}).")
+    if f.get("reason") == "lecture" and f.get("probe_s") is not None:
+        return (f"**Lecture mode: the recording of this race**, paced to end in about {fmt_s(f.get('stated_s', 0.0))}, "
+                f"the live race's time on this machine when quiet. Its decoding speed, measured just now, had not "
+                f"answered after {f['probe_s']:g} s (about half a second when quiet): too busy to race live. The same "
+                f"settings and seed, {where}.")
     if f.get("reason") == "lecture":
         return (f"**Lecture mode: the recording of this race**, paced to end in about {fmt_s(f.get('stated_s', 0.0))}, "
                 f"the live race's time on this machine when quiet. Measured just now, this machine is "

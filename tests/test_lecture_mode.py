@@ -229,3 +229,30 @@ def test_the_scaled_down_paper_race_is_sized_from_the_deployment_not_the_load(ct
     prompt = ctx.examples[0]
     a, b = paper.plan(quiet_ctx, prompt), paper.plan(busy_ctx, prompt)
     assert a.settings == b.settings and a.scaled_s is not None and b.scaled_s is not None
+
+
+def test_a_probe_too_slow_to_wait_for_plays_the_recording_at_once(recorded, monkeypatch):
+    """Lecture mode never waits on a machine too busy to measure: past ``PATIENCE_S`` (0 here) the recording
+    plays, paced to the race's time when quiet; the probe ends on the torch thread on its own."""
+    import threading
+
+    from components.session import pace
+
+    release = threading.Event()
+
+    def stuck(ctx, model, lm):   # a probe that answers only once the test has seen the recording start
+        release.wait()
+        return QUIET, 1.0, 1
+
+    monkeypatch.setattr(pace, "measure", stuck)
+    monkeypatch.setattr(pace, "PATIENCE_S", 0.0)
+    try:
+        out = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))
+    finally:
+        release.set()
+    last = out[-1]
+    fb = last.view.fallback
+    assert last.view.recording is not None and last.view.done and fb["reason"] == "lecture" and fb["probe_s"] == 0
+    quiet = pace.quiet_fit(recorded, recorded.default_model, last.view.cfg, sr_auto=True)
+    assert fb["stated_s"] == pytest.approx(quiet.estimate_s)   # the quiet time, no probe needed
+    assert "had not answered" in last.status and "too busy to race live" in last.status

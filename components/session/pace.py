@@ -120,6 +120,38 @@ def lecture_plan(estimate_s: float, load: float, limit_s: float, recorded_s: flo
     return LecturePlan("too_long", estimate_s, target_s=target)
 
 
+PATIENCE_S = 3.0  # lecture mode: a probe (about half a second when quiet) not answered by then says the machine
+                  # is too busy to race live; the race's recording plays at once rather than after a dead wait
+TOO_SLOW = "too slow"   # ``stream.measure_and_fit``'s answer when it stopped waiting for the probe
+
+
+def busy_plan(quiet_s: float, limit_s: float, recorded_s: float) -> LecturePlan:
+    """Lecture mode when the probe did not answer within ``PATIENCE_S``: the recording, paced to the race's
+    time on this machine when quiet (``quiet_s``, from its calibration step, no probe), within the limit."""
+    cap = LIVE_SHARE * limit_s if limit_s else float("inf")
+    stated = min(quiet_s, cap) if quiet_s > 0 else min(recorded_s, cap)
+    return LecturePlan("recording", stated, speed=recorded_s / stated, target_s=min(TOLERANCE * stated, cap))
+
+
+def quiet_fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool,
+              methods: tuple[str, ...] = ("bon", "sr")) -> Fit | None:
+    """The race at ``cfg`` estimated on this machine when quiet (its calibration step, load 1, no probe): what
+    lecture mode states when the probe is too slow to wait for. On the torch thread (it renders the prompt);
+    None where nothing is estimated (a GPU) or the budget cannot run the race."""
+    budget = planned_budget(cfg.budget)
+    if budget is None:
+        return None
+    lm = ctx.generator(model)
+    quiet = ctx.quiet_step(model, lm)
+    prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
+    probe = Fit(cfg, quiet, 1.0, ctx.threads or 1, 1.0, float(ctx.limits.max_run_seconds), prompt_len,
+                sharing(lm, lm.backend), ctx.overhead)
+    try:
+        return dataclasses.replace(probe, estimate_s=probe.estimate(cfg, sr_auto=sr_auto, methods=methods))
+    except ValueError:
+        return None
+
+
 def _probe(lm, threads: int) -> list[float]:
     """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads``."""
     import torch

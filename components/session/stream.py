@@ -74,10 +74,12 @@ def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAU
 
 
 def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
-                    stop_requested: Callable[[], bool] = lambda: False):
+                    stop_requested: Callable[[], bool] = lambda: False, patience_s: float | None = None):
     """``pace.fit`` for this race: this machine now and the race's expected time (None when it cannot measure:
     the race then runs as asked, and the verdict counts decoding steps instead of seconds). The measurement runs on the torch thread as one job; this
-    handler waits for it but answers a cancel at once (the job is dropped if it has not started)."""
+    handler waits for it but answers a cancel at once (the job is dropped if it has not started). With
+    ``patience_s`` (lecture mode, a recording to play) it waits that long at most: ``pace.TOO_SLOW`` then (the probe
+    finishes on the torch thread; nothing waits for it)."""
     from components.session.gpu import ZERO_GPU
 
     if ZERO_GPU:   # the race runs in ZeroGPU's own process on a GPU lent per call: this process cannot time it
@@ -94,6 +96,7 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
         if busy:   # no probe: nothing to wait for on the torch thread
             return job()
         fut = torch_worker().submit(job)
+        t0 = time.perf_counter()
         while True:
             try:
                 return fut.result(timeout=0.05)
@@ -101,6 +104,9 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
                 if stop_requested():
                     fut.cancel()
                     return None
+                if patience_s is not None and time.perf_counter() - t0 > patience_s:
+                    fut.cancel()   # dropped if it has not started; else it ends on its own
+                    return pace.TOO_SLOW
     except Exception:   # a model that cannot load says so in the race itself
         log.warning("could not measure this machine's decoding step", exc_info=True)
         return None
@@ -212,15 +218,36 @@ def dtype_name(lm) -> str:
     return str(lm.dtype).replace("torch.", "")
 
 
+def recorded_seconds(recording: Path | None) -> float | None:
+    """The recorded race's own time (None without a readable recording)."""
+    if recording is None:
+        return None
+    try:
+        return replay.load(recording).duration_s or None
+    except (OSError, ValueError, replay.RecordingError):
+        return None
+
+
 def lecture_choice(fitted: pace.Fit, recording: Path | None) -> pace.LecturePlan:
     """``pace.lecture_plan`` for this race: the measurement, the limit and its recording's recorded time."""
-    recorded_s = None
-    if recording is not None:
-        try:
-            recorded_s = replay.load(recording).duration_s
-        except (OSError, ValueError, replay.RecordingError):
-            recorded_s = None
-    return pace.lecture_plan(fitted.estimate_s, fitted.load, fitted.limit_s, recorded_s)
+    return pace.lecture_plan(fitted.estimate_s, fitted.load, fitted.limit_s, recorded_seconds(recording))
+
+
+def lecture_quiet(ctx: AppContext, prep: Prepared) -> pace.Fit | None:
+    """The race's estimate on this machine when quiet (``pace.quiet_fit``, on the torch thread; None when it has
+    none, or on ZeroGPU, where this process cannot time the race)."""
+    from components.session.gpu import ZERO_GPU
+
+    if ZERO_GPU:
+        return None
+    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in prep.arms if a.method == "sr")
+    try:
+        fit = torch_worker().call(lambda: pace.quiet_fit(ctx, prep.model_spec, prep.cfg, sr_auto=sr_auto,
+                                                          methods=tuple(a.method for a in prep.arms)))
+    except Exception:   # a model that cannot load says so in the race itself
+        log.warning("could not estimate the race on the quiet step", exc_info=True)
+        return None
+    return fit if fit is not None and fit.estimate_s > 0 else None
 
 
 def too_long(fitted: pace.Fit, prep: Prepared) -> str:
@@ -298,10 +325,20 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         yield Update(Kind.ERROR, message=str(e))
         return
     yield Update(Kind.MEASURING)
-    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested)
+    # the recording of this race and (lecture mode) its time when quiet, before the probe: the torch thread is free
+    recording = recording_of(ctx, prep) if request.fit else None
+    quiet = lecture_quiet(ctx, prep) if request.lecture and recording is not None else None
+    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested,
+                             patience_s=pace.PATIENCE_S if quiet is not None else None)
     if stop_requested():
         return   # cancelled while the machine was measured: nothing started
-    recording = recording_of(ctx, prep) if request.fit else None
+    if fitted is pace.TOO_SLOW:   # lecture mode: too busy even to measure in time: the recording, at once
+        plan = pace.busy_plan(quiet.estimate_s, quiet.limit_s, recorded_seconds(recording) or 0.0)
+        yield from replay.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
+                               step=request.step, lecture=True,
+                               fallback={"reason": "lecture", "stated_s": plan.stated_s, "limit_s": quiet.limit_s,
+                                         "probe_s": pace.PATIENCE_S})
+        return
     if request.lecture and fitted is not None:   # lecture mode: live or its recording, decided now
         plan = lecture_choice(fitted, recording)
         if plan.mode == "recording":
