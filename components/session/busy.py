@@ -18,7 +18,7 @@ from components.deploy.limits import PolicyError
 from components.session import replay
 from components.session.context import AppContext
 from components.session.stream import prepare
-from components.state.update import Update
+from components.state.update import Kind, Update
 
 log = logging.getLogger("specrej.app")
 
@@ -60,7 +60,7 @@ def recorded_race(ctx: AppContext, values, *, waiting: int) -> Iterator[Update]:
     update with ``full_message`` when there is none (the guard moves a run here only when there is one)."""
     path = recording(ctx, values)
     if path is None:
-        yield Update("error", message=full_message(waiting, run_s=ctx.limits.max_run_seconds, at_once=ctx.concurrency))
+        yield Update(Kind.ERROR, message=full_message(waiting, run_s=ctx.limits.max_run_seconds, at_once=ctx.concurrency))
         return
     yield from replay.play(path, math.inf, min_frame_interval=ctx.min_frame_interval,
                            fallback={"reason": "queue_full", "waiting": waiting})

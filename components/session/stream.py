@@ -349,7 +349,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
                                              "load": fitted.load})
             return
         if plan.mode == "too_long":
-            yield Update("error", message=too_long(fitted, prep))
+            yield Update(Kind.ERROR, message=too_long(fitted, prep))
             return
     elif fitted is not None and not fitted.fits:   # it would not end in time: nothing is changed for the visitor
         if recording is None:
