@@ -134,8 +134,8 @@ def test_warming_idle_and_stopped(browser, served):
     wait_status(page, "Nothing to stop")
     assert not page.is_visible("#step-panel")
     gate = threading.Event()
-    ctx.warm_thread = threading.Thread(target=gate.wait, daemon=True)   # the server still warming up
-    ctx.warm_thread.start()
+    ctx.loaded.warm_thread = threading.Thread(target=gate.wait, daemon=True)   # the server still warming up
+    ctx.loaded.warm_thread.start()
     try:
         page.click("#run")
         wait_status(page, "Warming up")
@@ -157,7 +157,7 @@ def test_warming_idle_and_stopped(browser, served):
         wait_status(page, "Nothing to stop")
     finally:
         gate.set()
-        ctx.warm_thread.join()
+        ctx.loaded.warm_thread.join()
     page.click("#run")                               # warm: it races to the end
     wait_status(page, "Done in")
     assert one_play(page) > first and label(page, "#run") == "▶ Run"
@@ -262,8 +262,10 @@ def test_done_stepping_and_the_step_buttons(browser, served):
     wait_status(page, "Stepping through the decisions")
     page.uncheck("#step input")
     set_pace(page, "instant")
+    t0 = time.monotonic()
     page.click("#replay")                            # from stepping: the panel closes, the recording plays
     wait_status(page, "Replay done")
+    print(f"replay done after {time.monotonic() - t0:.1f} s")
     page.wait_for_selector("#step-panel", state="hidden")
     one_play(page)
     assert page.is_visible("#run-live")

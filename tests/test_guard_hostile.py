@@ -34,7 +34,7 @@ def served(ctx):
     a time."""
     import app
 
-    one = dataclasses.replace(ctx, concurrency=1, active=set())
+    one = dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy())
     demo = app.build_demo(one)
     url = launch_local(demo)
     try:
@@ -226,7 +226,7 @@ def test_a_sessions_race_view_expires_and_is_dropped(tiny_lm_dir, tiny_reward_di
 
     ctx = tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, SPECREJ_SESSION_TTL_S="3600")
     assert ctx.session_ttl_s == 3600
-    demo = app.build_demo(dataclasses.replace(ctx, concurrency=1, active=set()))
+    demo = app.build_demo(dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy()))
     states = [b for b in demo.blocks.values() if type(b).__name__ == "State" and b.time_to_live != float("inf")]
     assert states and all(s.time_to_live == 3600 for s in states)
     url = launch_local(demo)

@@ -169,7 +169,7 @@ def served(ctx):
             if cfg.prompt == "held":
                 gate["closed"].set()
 
-    one = dataclasses.replace(ctx, concurrency=1, active=set())
+    one = dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy())
     demo = app.build_demo(one, events_fn=gated, guard=Guard(max_runs_per_client=2))
     url = launch_local(demo)
     try:

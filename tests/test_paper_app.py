@@ -102,6 +102,7 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     import dataclasses
 
     from components.session import paper
+    from components.session.context import Machine
     from components.session.replay import find
     from specrej.core.cost import StepCost
 
@@ -110,17 +111,17 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
 
     assert measured.rows == CALIBRATION_ROWS and all(s > 0 for s in measured.seconds)
 
-    fast = dataclasses.replace(ctx, step_costs={ctx.default_model: StepCost((1, 128), (1e-4, 2e-4))})
+    fast = dataclasses.replace(ctx, machine=Machine(step_costs={ctx.default_model: StepCost((1, 128), (1e-4, 2e-4))}))
     plan = paper.plan(fast, PROMPT)
     assert plan.fits and plan.settings == plan.paper == paper.capped(fast, {}) and plan.replay_prompt is None
 
-    slow = dataclasses.replace(ctx, step_costs={ctx.default_model: StepCost((1, 128), (0.05, 0.5))})
+    slow = dataclasses.replace(ctx, machine=Machine(step_costs={ctx.default_model: StepCost((1, 128), (0.05, 0.5))}))
     plan = paper.plan(slow, "A prompt without a recording")
     assert not plan.fits and plan.paper_s > paper.FIT_SHARE * plan.limit_s
     assert plan.scaled_s <= paper.FIT_SHARE * plan.limit_s
     ladder = [paper.capped(slow, s) for s in paper.SCALED_DOWN]
     chosen = ladder.index(plan.settings)
-    cost = slow.step_costs[ctx.default_model]   # every larger step of the ladder is too long
+    cost = slow.machine.step_costs[ctx.default_model]   # every larger step of the ladder is too long
     assert all(paper.live_seconds(slow, s, 10, True, cost) > paper.FIT_SHARE * plan.limit_s
                for s in ladder[:chosen])
     assert plan.settings["sr_start"] == "auto" and plan.settings["stop_when_matched"] is False

@@ -42,12 +42,14 @@ def capped(ctx: AppContext, settings: dict) -> dict:
 
 def live_seconds(ctx: AppContext, settings: dict, prompt_len: int, shared: bool, cost: StepCost) -> float:
     """The estimated live time of a race at ``settings`` on a quiet machine: the decode-time bound times what
-    races here took over it (``ctx.overhead``), as ``pace`` estimates a Run, so a setting chosen here is one a
+    races here took over it (``ctx.machine.overhead``), as ``pace`` estimates a Run, so a setting chosen here is one a
     Run then starts live (at ``FIT_SHARE`` of the limit, against the Run's 80%: room for some load)."""
     cfg = RunConfig(prompt="-", n=settings["n"], alpha=settings["alpha"], max_new_tokens=settings["max_new_tokens"],
                     budget=settings["budget"], first_decision=settings["first_decision"])
     rows = race_rows(KVBudget(settings["budget"], prompt_len, shared), cfg, sr_auto=settings["sr_start"] == "auto")
-    return ctx.overhead * sum(cost.total(r) for r in rows.values())
+    with ctx.machine.lock:
+        overhead = ctx.machine.overhead
+    return overhead * sum(cost.total(r) for r in rows.values())
 
 
 def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
