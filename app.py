@@ -75,6 +75,13 @@ def own(sessions: Sessions, session, request) -> "Session":
     return sessions.register(getattr(request, "session_hash", None), session)
 
 
+def quiet_end(page: ui.Page, session, play: int):
+    """A stale play's last message changes nothing: when an event ends, the page applies its last update's
+    properties again (a style, a button's label), which would bring back the stale play's over the current one's."""
+    if not session.current(play):
+        yield page.updates(Frame())
+
+
 def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions: Sessions):
     """Run (and Enter in the prompt): the race, streamed; returns its event (Stop cancels it)."""
     c, a = page.controls, page.arena
@@ -88,6 +95,7 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
         try:
             yield from page.stream(drawn(session.follow(play, updates(
                 ctx, values, events_fn=events_fn, stop_requested=lambda: stop() or not session.current(play)))))
+            yield from quiet_end(page, session, play)
         finally:
             memory.release()   # the allocator keeps freed KV caches otherwise
 
@@ -129,6 +137,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
             if stop_requested():
                 return
             yield update
+        yield from quiet_end(page, session, play)
 
     on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step, page.session], page.outputs(), concurrency_id="replay",
                                concurrency_limit=4, api_visibility="private", preprocess=False)
@@ -162,6 +171,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
             if stop_requested():
                 return
             yield update
+        yield from quiet_end(page, session, play)
 
     def press_paper(session, request: gr.Request):
         own(sessions, session, request).press(Button.PAPER)
