@@ -170,7 +170,7 @@ def test_racing_and_replaying_one_play_at_a_time(browser, served):
     """Replay during a race, Run during a replay, Paper scale during a race, Stop during each: the page shows one
     play, the newest, and the older one never draws again."""
     url, ctx = served
-    DELAY["s"] = 0.15   # a race lasts while buttons are pressed
+    DELAY["s"] = 0.5   # a race lasts (about 30 s) while buttons are pressed
     page = open_page(browser, url)
     try:
         set_pace(page, "real pace")
