@@ -27,7 +27,7 @@ from components.session import busy, paper
 from components.session.context import AppContext
 from components.session.replay import check_replay, replay_updates
 from components.session.stream import race_events, updates
-from components.state.play import Button, Effect, Phase
+from components.state.play import Button, Effect, Phase, Sessions
 from components.state.request import RunRequest
 from components.state.shared import PREFERENCE
 
@@ -51,11 +51,12 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
             page = ui.build_page(ctx)
         with gr.Tab("Parallel sampling lab"):
             build_autospec_tab()
-        on_run = wire_race(ctx, page, guard, events_fn)
-        on_replay, on_paper = wire_recordings(ctx, page, guard, on_run)
-        wire_stop(page, guard, [on_run, on_replay, on_paper])   # every play's handler asks page.session (play.py)
+        sessions = Sessions()   # each browser session's play (page.session), found by its hash where no input carries it
+        on_run = wire_race(ctx, page, guard, events_fn, sessions)
+        on_replay, on_paper = wire_recordings(ctx, page, guard, sessions)
+        wire_stop(page, guard, [on_run, on_replay, on_paper], sessions)
         lecture.wire(page, ends=[on_run, on_replay, on_paper])
-        wire_steps(page)
+        wire_steps(page, sessions)
         wire_links(ctx, page, demo)
         wire_toggles(page)
     # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
@@ -73,29 +74,42 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     return demo
 
 
-def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
+def own(sessions: Sessions, session, request) -> "Session":
+    """This browser session's play (``page.session``), registered under its hash for the handlers that cannot take
+    it as an input (the API's /run and /stop)."""
+    return sessions.register(getattr(request, "session_hash", None), session)
+
+
+def quiet_end(page: ui.Page, session, play: int):
+    """A stale play's last message changes nothing: when an event ends, the page applies its last update's
+    properties again (a style, a button's label), which would bring back the stale play's over the current one's."""
+    if not session.current(play):
+        yield page.updates(Frame())
+
+
+def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions: Sessions):
     """Run (and Enter in the prompt): the race, streamed; returns its event (Stop cancels it)."""
     c, a = page.controls, page.arena
 
     def run(*values):
         """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
-        # RunRequest's fields (raw: checked in updates, before any work), the session's play, Gradio's request
-        *values, session, request = values
+        *values, request = values   # RunRequest's fields (raw: checked in updates, before any work), Gradio's request
+        session = sessions.get(getattr(request, "session_hash", None))   # registered by the page's press
         play = session.begin(Phase.RACING)   # any other play of this session stops at its next update
         stop = guard.on_start(request)
         try:
             yield from page.stream(drawn(session.follow(play, updates(
                 ctx, values, events_fn=events_fn, stop_requested=lambda: stop() or not session.current(play)))))
+            yield from quiet_end(page, session, play)
         finally:
             memory.release()   # the allocator keeps freed KV caches otherwise
 
     run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
     run.__annotations__ = {"request": gr.Request}
-    inputs = page.run_inputs() + [page.session]
     # preprocess=False: the raw values reach RunRequest.parse (in stream.updates), whose messages name
     # the field; the guard's validator runs when a run joins the queue (the per-client and per-address
     # caps, set by guard.bind on every queued event).
-    race = dict(fn=run, inputs=inputs, outputs=page.outputs(), concurrency_id="race",
+    race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
                 concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
                 preprocess=False)
     # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
@@ -103,8 +117,8 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
     # one API name.
     # A Run pressed while something plays stops it at once (``play.TABLE``), so the race in progress frees the
     # machine for this one.
-    def press_run(session):
-        session.press(Button.RUN)
+    def press_run(session, request: gr.Request):
+        own(sessions, session, request).press(Button.RUN)
         return ui.waiting_status(ctx)
 
     on_run = gr.on([c.run.click, c.prompt.submit], press_run, [page.session], [a.status], queue=False,
@@ -126,12 +140,13 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
     return on_run
 
 
-def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
+def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sessions):
     """Replay, Paper scale and "Run it live" (the recording's settings scaled to fit, run here)."""
     c, a = page.controls, page.arena
 
     def replay(prompt, pace, step, lecture_on, session, request: gr.Request):
         """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
+        session = own(sessions, session, request)
         play = session.begin(Phase.REPLAYING)   # a race in progress stops at its next update
         stop_requested = guard.on_start(request)
         for update in page.stream(drawn(session.follow(play, replay_updates(
@@ -140,6 +155,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
             if stop_requested():
                 return
             yield update
+        yield from quiet_end(page, session, play)
 
     on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step, c.lecture, page.session], page.outputs(),
                                concurrency_id="replay", concurrency_limit=4, api_visibility="private",
@@ -149,6 +165,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
     def paper_scale(prompt, pace, step, lecture_on, session, request: gr.Request):
         """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
         that fits, with the recorded paper-scale race played meanwhile."""
+        session = own(sessions, session, request)
         play = session.begin(Phase.REPLAYING)   # measuring, then (where it does not fit) its recording
         stop_requested = guard.on_start(request)
         try:
@@ -173,9 +190,10 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
             if stop_requested():
                 return
             yield update
+        yield from quiet_end(page, session, play)
 
-    def press_paper(session):
-        session.press(Button.PAPER)
+    def press_paper(session, request: gr.Request):
+        own(sessions, session, request).press(Button.PAPER)
         return ui.paper_measuring(ctx)
 
     on_paper = c.paper.click(press_paper, [page.session],
@@ -205,24 +223,25 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
     return on_replay, on_paper
 
 
-def wire_stop(page: ui.Page, guard: Guard, events: list) -> None:
+def wire_stop(page: ui.Page, guard: Guard, events: list, sessions: Sessions) -> None:
     c, a = page.controls, page.arena
 
     # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
     # already in flight can land after the first message (seen in the browser test).
-    def stop(session, request: gr.Request):
+    def stop(request: gr.Request):
         """Stop this session's race or replay: at its next decoding step (the page also cancels it); while
         stepping through a finished race's decisions, end stepping."""
         found = guard.stop_session(getattr(request, "session_hash", None))
-        effect = session.press(Button.STOP).effect
+        effect = sessions.get(getattr(request, "session_hash", None)).press(Button.STOP).effect
         if effect is Effect.CLOSE_STEPS:
             return gr.Markdown(STEPS_CLOSED, elem_classes=["status-done"])
         return stopped() if found or effect is Effect.STOP else gr.Markdown(NOTHING_TO_STOP,
                                                                            elem_classes=["status-stopped"])
 
-    def after_stop(shown, session, view):
+    def after_stop(shown, session, view, request: gr.Request):
         """The page as Stop leaves it: "Stopped" said again (a frame already in flight may have landed after it),
         the buttons of the phase now; after stepping, the step panel closed and the race's result shown."""
+        session = own(sessions, session, request)
         if NOTHING_TO_STOP in str(shown):
             return page.updates(Frame())
         if STEPS_CLOSED in str(shown) and view is not None and view.done:
@@ -231,18 +250,19 @@ def wire_stop(page: ui.Page, guard: Guard, events: list) -> None:
             return page.updates(f)
         return page.updates(Frame(status=STOPPED, status_kind="stopped", phase=session.phase))
 
-    c.stop.click(stop, [page.session], [a.status], cancels=events, queue=False, api_name="stop") \
+    c.stop.click(stop, None, [a.status], cancels=events, queue=False, api_name="stop") \
         .then(after_stop, [a.status, page.session, page.view], page.outputs(), queue=False,
               api_visibility="private")
 
 
-def wire_steps(page: ui.Page) -> None:
+def wire_steps(page: ui.Page, sessions: Sessions) -> None:
     """Step mode's buttons: the decision before, the one after, or the whole result (no model work: the
     race is over, its decisions are in the session's view)."""
     s = page.arena.step
 
     def go(button: Button, delta):
-        def show(view, k, session):
+        def show(view, k, session, request: gr.Request):
+            session = own(sessions, session, request)
             if view is None or not getattr(view, "checkpoints", None) or session.rule(button).effect is not Effect.STEP:
                 return page.updates(Frame(status=f"**Nothing to step through:** {session.rule(button).words}.",
                                           status_kind="idle"))
@@ -320,11 +340,9 @@ def quiet_queue(demo: gr.Blocks) -> None:
 
 
 def request_signature() -> inspect.Signature:
-    """``RunRequest``'s fields as keyword parameters with their defaults, the session's play (a ``gr.State``: not
-    an API parameter) and Gradio's request."""
+    """``RunRequest``'s fields as keyword parameters with their defaults, and Gradio's request."""
     return inspect.Signature([inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
                               for f in dataclasses.fields(RunRequest)]
-                             + [inspect.Parameter("session", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
                              + [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
                                                   annotation=gr.Request)])
 

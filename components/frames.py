@@ -72,10 +72,12 @@ def since(frame: Frame, sent: Frame | None) -> Frame:
     if sent is None:
         return frame
     out = Frame(**vars(frame))
-    for name in ("status", "status_kind", "slots", "race_plot", "summary", "table", "trace_path", "summary_json",
+    for name in ("status", "slots", "race_plot", "summary", "table", "trace_path", "summary_json",
                  "results_visible", "step", "badge", "race_label", "phase"):
         if getattr(out, name) is not KEEP and getattr(out, name) == getattr(sent, name):
             setattr(out, name, KEEP)
+    if out.status is KEEP:   # a changed status carries its style (and its play's mark) again: the page keeps
+        out.status_kind = KEEP   # one play's style even where another event of the session ended meanwhile
     if out.slots is KEEP:   # same layout: per slot
         if isinstance(out.arm_plots, list) and isinstance(sent.arm_plots, list):
             out.arm_plots = [KEEP if i < len(sent.arm_plots) and p == sent.arm_plots[i] else p

@@ -325,7 +325,7 @@ def paper_measuring(ctx: AppContext):
 def waiting_status(ctx: AppContext):
     """The status line the moment Run is pressed: "Waiting" only when every slot is taken by a run in
     flight (Gradio's overlay on this line then shows the place in the queue), else "Starting"."""
-    busy = len(ctx.active)
+    busy = ctx.machine.busy()
     if busy >= ctx.concurrency:
         runs = f"{busy} run{'s' * (busy != 1)}"
         return gr.Markdown(f"**Waiting for a free slot:** {runs} in progress share this machine; your place in "

@@ -121,7 +121,7 @@ def test_the_deployment_limits_apply(ctx):
 
     out = race_frames(ctx, request(ctx, n=ctx.limits.max_n + 1))
     assert len(out) == 1 and "SPECREJ_MAX_N" in out[0].status
-    capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=0), active=set())
+    capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=0), machine=ctx.machine.copy())
     out = race_frames(capped, request(capped))
     assert "SPECREJ_MAX_RUN_SECONDS" in out[-1].status and not capped.active
 
@@ -137,7 +137,7 @@ def test_a_run_that_reaches_the_time_limit_keeps_its_partial_result(ctx, monkeyp
     from components.deploy.limits import Limits
 
     monkeypatch.setattr(RunView, "elapsed", lambda self: 10.0 * len(self.trace))
-    capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=60), active=set())
+    capped = dataclasses.replace(ctx, limits=Limits(max_run_seconds=60), machine=ctx.machine.copy())
     out = race_frames(capped, request(capped, n=8, max_new_tokens=60, budget=0))
     last = out[-1]
     assert last.status.startswith("**Stopped at the time limit**") and "Can't run" not in last.status
@@ -363,7 +363,7 @@ def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
     assert AppContext.from_env({"SPECREJ_ARMS": "bon sr first"}).arms == ("bon", "sr", "first")
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         AppContext.from_env({"SPECREJ_ARMS": "bon nope"})
-    three = dataclasses.replace(ctx, arms=("bon", "sr", "first"), active=set())
+    three = dataclasses.replace(ctx, arms=("bon", "sr", "first"), machine=ctx.machine.copy())
     out = race_frames(three, request(three))
     first, last = out[0], out[-1]
     assert last.view.state == "done", last.status

@@ -201,7 +201,7 @@ def served_gated(ctx):
         gate["open"].wait(HANG_GUARD_S)
         yield from race_events(model_spec, reward_spec, cfg, **kw)
 
-    one = dataclasses.replace(ctx, concurrency=1, active=set())
+    one = dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy())
     demo = app.build_demo(one, events_fn=gated, guard=Guard(max_runs_per_client=2))
     url = launch_local(demo)
     try:

@@ -34,7 +34,7 @@ def served(ctx):
     a time."""
     import app
 
-    one = dataclasses.replace(ctx, concurrency=1, active=set())
+    one = dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy())
     demo = app.build_demo(one)
     url = launch_local(demo)
     try:
@@ -169,8 +169,7 @@ def test_more_values_than_the_race_takes_are_refused(served, extra):
     assert status == 400 and f"takes {len(data)} input values; the request has {len(data) + extra}" in out, out
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
     r = httpx.post(url.rstrip("/") + "/gradio_api/queue/join", timeout=30,
-                   json={"data": data + [None] + [None] * extra, "fn_index": fn_index,   # the page's values: the
-                         "session_hash": "too-many"})                                       # session's slot too
+                   json={"data": data + [None] * extra, "fn_index": fn_index, "session_hash": "too-many"})
     assert r.status_code == 400 and "input values" in r.text, r.text
 
 
@@ -227,7 +226,7 @@ def test_a_sessions_race_view_expires_and_is_dropped(tiny_lm_dir, tiny_reward_di
 
     ctx = tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, SPECREJ_SESSION_TTL_S="3600")
     assert ctx.session_ttl_s == 3600
-    demo = app.build_demo(dataclasses.replace(ctx, concurrency=1, active=set()))
+    demo = app.build_demo(dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy()))
     states = [b for b in demo.blocks.values() if type(b).__name__ == "State" and b.time_to_live != float("inf")]
     assert states and all(s.time_to_live == 3600 for s in states)
     url = launch_local(demo)

@@ -57,7 +57,7 @@ def served(ctx):
         yield from real(*args, **kw)
 
     autospec_tab._frames = gated
-    two = dataclasses.replace(ctx, concurrency=2, active=set())
+    two = dataclasses.replace(ctx, concurrency=2, machine=ctx.machine.copy())
     # trusted_proxy: the tests play a Space's proxy, each client's address the right-most X-Forwarded-For entry
     demo = app.build_demo(two, guard=Guard(max_runs_per_client=2, trusted_proxy=True))
     url = launch_local(demo)
@@ -419,7 +419,7 @@ def test_memory_is_returned_after_every_run_and_a_timed_out_run_writes_its_trace
     from components.deploy.limits import Limits
 
     limited = dataclasses.replace(ctx, limits=dataclasses.replace(ctx.limits, max_run_seconds=0),
-                                  trace_dir=str(tmp_path), active=set())
+                                  trace_dir=str(tmp_path), machine=ctx.machine.copy())
     assert isinstance(limited.limits, Limits)
     demo = app.build_demo(limited)
     url = launch_local(demo)

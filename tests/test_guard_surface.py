@@ -169,7 +169,7 @@ def served(ctx):
             if cfg.prompt == "held":
                 gate["closed"].set()
 
-    one = dataclasses.replace(ctx, concurrency=1, active=set())
+    one = dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy())
     demo = app.build_demo(one, events_fn=gated, guard=Guard(max_runs_per_client=2))
     url = launch_local(demo)
     try:
@@ -188,14 +188,8 @@ def values(ctx, **overrides) -> list:
     return list(request_values(ctx, dict(prompt=PROMPT, **TINY), **overrides).values())
 
 
-def page_values(ctx) -> list:
-    """What the page's Run sends on queue/join: the request's values and a slot for the session's play (a
-    gr.State: Gradio fills it in from the session, whatever the slot holds)."""
-    return values(ctx) + [None]
-
-
 def join(url, demo, ctx, session, headers=None, data=None):
-    body = {"data": page_values(ctx) if data is None else data, "fn_index": run_index(demo), "session_hash": session,
+    body = {"data": values(ctx) if data is None else data, "fn_index": run_index(demo), "session_hash": session,
             "event_data": None, "trigger_id": None}
     return httpx.post(url.rstrip("/") + "/gradio_api/queue/join", json=body, headers=headers or {}, timeout=30)
 
@@ -329,9 +323,9 @@ def test_a_spoofed_forwarded_for_changes_nothing_unless_the_proxy_is_trusted(ser
 def test_a_malformed_join_gets_a_message_naming_no_handler(served):
     demo, ctx, url, gate = served
     gate["open"].set()
-    short = join(url, demo, ctx, "short-join", data=page_values(ctx)[:-1])
+    short = join(url, demo, ctx, "short-join", data=values(ctx)[:-1])
     assert short.status_code == 400, short.text
-    n = len(page_values(ctx))
+    n = len(values(ctx))
     assert short.json() == {"detail": f"This event takes {n} input values; the request has {n - 1}."}
     r = httpx.post(url.rstrip("/") + "/gradio_api/call/run", json={"data": values(ctx)[:3]}, timeout=30)
     assert r.status_code == 400 and "admit" not in r.text and "handler" not in r.text, r.text

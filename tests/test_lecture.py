@@ -39,7 +39,7 @@ def recorded(ctx, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("page-races")
     stream.record(ctx, run_request(ctx, SETTINGS), folder / "rivers-defaults.json.gz")
-    return dataclasses.replace(ctx, page_races=folder, active=set())
+    return dataclasses.replace(ctx, page_races=folder, machine=ctx.machine.copy())
 
 
 def test_load_never_changes_the_race_only_its_expected_time(ctx, machine):
@@ -58,7 +58,7 @@ def test_load_never_changes_the_race_only_its_expected_time(ctx, machine):
 
 def test_a_race_past_the_limit_with_no_recording_says_so_and_changes_nothing(ctx, machine):
     machine(1e5)   # every step takes minutes: no race of these settings ends in time
-    out = race_frames(dataclasses.replace(ctx, active=set()), run_request(ctx, SETTINGS))
+    out = race_frames(dataclasses.replace(ctx, machine=ctx.machine.copy()), run_request(ctx, SETTINGS))
     assert len(out) == 1 and out[0].status_kind == "error"
     words = out[0].status
     assert "past this deployment's time limit" in words and "no recording of this exact race" in words

@@ -40,9 +40,9 @@ def test_a_busy_machine_changes_the_expected_time_never_the_race(tiny_app, monke
     held = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=True)
     assert held.cfg == cfg and held.estimate_s == 0 and held.fits
     # a race that ran: what it took over its bound moves the next estimate (a third of the way)
-    before = ctx.overhead
-    pace.learn(ctx, calm, 2 * calm.estimate_s / ctx.overhead)
-    assert ctx.overhead == pytest.approx(before + (2 - before) / 3)
+    before = ctx.machine.overhead
+    pace.learn(ctx, calm, 2 * calm.estimate_s / ctx.machine.overhead)
+    assert ctx.machine.overhead == pytest.approx(before + (2 - before) / 3)
 
 
 @pytest.fixture()

@@ -102,6 +102,7 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     import dataclasses
 
     from components.session import paper
+    from components.session.context import Machine
     from components.session.replay import find
     from specrej.core.cost import StepCost
 
@@ -110,11 +111,11 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
 
     assert measured.rows == CALIBRATION_ROWS and all(s > 0 for s in measured.seconds)
 
-    fast = dataclasses.replace(ctx, step_costs={ctx.default_model: StepCost((1, 128), (1e-4, 2e-4))})
+    fast = dataclasses.replace(ctx, machine=Machine(step_costs={ctx.default_model: StepCost((1, 128), (1e-4, 2e-4))}))
     plan = paper.plan(fast, PROMPT)
     assert plan.fits and plan.settings == plan.paper == paper.capped(fast, {}) and plan.replay_prompt is None
 
-    slow = dataclasses.replace(ctx, step_costs={ctx.default_model: StepCost((1, 128), (0.05, 0.5))})
+    slow = dataclasses.replace(ctx, machine=Machine(step_costs={ctx.default_model: StepCost((1, 128), (0.05, 0.5))}))
     plan = paper.plan(slow, "A prompt without a recording")
     assert not plan.fits and plan.paper_s > paper.FIT_SHARE * plan.limit_s
     assert plan.scaled_s <= paper.FIT_SHARE * plan.limit_s
@@ -125,7 +126,7 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     assert ref is not None and ref.rows == (1, 8, 32, 128)
     assert all(paper.live_seconds(slow, s, 10, True, ref, paper.REFERENCE_OVERHEAD) > paper.FIT_SHARE * plan.limit_s
                for s in ladder[:chosen])
-    busier = dataclasses.replace(slow, step_costs={ctx.default_model: StepCost((1, 128), (0.2, 2.0))}, overhead=3.0)
+    busier = dataclasses.replace(slow, machine=Machine(overhead=3.0, step_costs={ctx.default_model: StepCost((1, 128), (0.2, 2.0))}))
     assert paper.plan(busier, "A prompt without a recording").settings == plan.settings   # the same scaled race
     assert plan.settings["sr_start"] == "auto" and plan.settings["stop_when_matched"] is False
     assert plan.replay_prompt in ctx.examples and find(plan.replay_prompt) is not None

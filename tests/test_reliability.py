@@ -326,13 +326,13 @@ def test_only_offered_models_load_and_remote_code_stays_off(ctx, monkeypatch):
     with pytest.raises(PolicyError, match="SPECREJ_ALLOW_REMOTE_CODE"):
         policy.check("org/a", trust_remote_code=True)
     # a context whose operator listed the default model out of the allowlist refuses it
-    strict = dataclasses.replace(ctx, policy=ModelPolicy(frozenset()), active=set())
+    strict = dataclasses.replace(ctx, policy=ModelPolicy(frozenset()), machine=ctx.machine.copy())
     assert "allowlist" in race_frames(strict, request(strict))[-1].status
     # remote code enabled by the operator reaches the loader; otherwise never
     seen: list = []
     monkeypatch.setattr(stream, "get_models", lambda m, r, **kw: seen.append(kw) or (_ for _ in ()).throw(
         RuntimeError("stop here")))
-    opened = dataclasses.replace(ctx, policy=dataclasses.replace(ctx.policy, allow_remote_code=True), active=set())
+    opened = dataclasses.replace(ctx, policy=dataclasses.replace(ctx.policy, allow_remote_code=True), machine=ctx.machine.copy())
     race_frames(opened, request(opened))
     race_frames(ctx, request(ctx))
     assert [kw["trust_remote_code"] for kw in seen] == [True, False] and all(kw["dtype"] == ctx.dtype for kw in seen)
@@ -353,7 +353,7 @@ def fuzz_ctx(ctx):
     from components.deploy.limits import Limits
 
     return dataclasses.replace(ctx, limits=Limits(max_prompt_chars=400, max_n=4, max_new_tokens=4,
-                                                  max_budget=4096, max_run_seconds=20), active=set())
+                                                  max_budget=4096, max_run_seconds=20), machine=ctx.machine.copy())
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -479,7 +479,7 @@ def test_a_full_queue_says_busy_try_again(ctx):
 
     from components.deploy.clients import Guard
 
-    busy = dataclasses.replace(ctx, concurrency=1, max_queue=1, active=set())
+    busy = dataclasses.replace(ctx, concurrency=1, max_queue=1, machine=ctx.machine.copy())
     # three visitors at three addresses (the test plays the trusted proxy): one address may hold at most half
     # the queue (issue 32), so one client alone can no longer fill it
     demo = app.build_demo(busy, events_fn=slow, guard=Guard(trusted_proxy=True))
@@ -600,7 +600,7 @@ def test_a_closed_tab_cancels_its_run(served, ctx, engines, monkeypatch):
     session = "closedtab" + str(os.getpid())
     base = url.rstrip("/") + "/gradio_api"
     with httpx.Client(timeout=10) as http:
-        r = http.post(f"{base}/queue/join", json={"data": [kw[k] for k in order] + [None], "fn_index": fn_index,   # + the session's slot
+        r = http.post(f"{base}/queue/join", json={"data": [kw[k] for k in order], "fn_index": fn_index,
                                                    "session_hash": session, "event_data": None})
         r.raise_for_status()
         with http.stream("GET", f"{base}/queue/data", params={"session_hash": session}) as stream:
@@ -663,9 +663,12 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     from components.frames import drawn
     from components.session.stream import WARMING, updates
 
+    from components.session.context import AppContext, Models
+
     release, said = threading.Event(), []
-    warm = dataclasses.replace(ctx, active=set())
-    monkeypatch.setattr(warm, "warm", lambda: release.wait(HANG_GUARD_S) and ctx.warm())
+    warm = dataclasses.replace(ctx, machine=ctx.machine.copy(), loaded=Models())   # a server that just started
+    warmed = AppContext.warm   # the context is frozen (its settings): its warm-up is patched on the class
+    monkeypatch.setattr(AppContext, "warm", lambda self: release.wait(HANG_GUARD_S) and warmed(ctx))
     warm.warm_in_background(log=said.append)
     assert warm.warming
     frames = drawn(updates(warm, request(warm, **DECIDING)))
@@ -684,7 +687,7 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     assert got[-1].view.state == "done"
 
     stop, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(warm, "warm", lambda: release.wait(HANG_GUARD_S))
+    monkeypatch.setattr(AppContext, "warm", lambda self: release.wait(HANG_GUARD_S))
     second = warm.warm_in_background(log=said.append)
     frames = drawn(updates(warm, request(warm, **DECIDING), stop_requested=stop.is_set))
     assert next(frames).status == WARMING
@@ -693,9 +696,9 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     release.set()
     second.join(HANG_GUARD_S)
 
-    def broken():
+    def broken(self):
         raise OSError("no such file: the embedded model's wheel")
-    monkeypatch.setattr(warm, "warm", broken)
+    monkeypatch.setattr(AppContext, "warm", broken)
     warm.warm_in_background(log=said.append).join(HANG_GUARD_S)
     assert "no such file" in warm.warm_error and "could not load the default models" in said[-1]
     assert race_frames(warm, request(warm, **DECIDING))[-1].view.state == "done"   # a Run loads them itself

@@ -164,7 +164,7 @@ def test_paper_scale_measures_plans_and_races_on_vllm(vlm, monkeypatch, tmp_path
     ctx = AppContext.from_env({"SPECREJ_MODEL": "embedded", "SPECREJ_REWARD": "sentiment", "SPECREJ_MAX_N": "8",
                                "SPECREJ_MAX_NEW_TOKENS": "32"}, trace_dir=str(tmp_path), min_frame_interval=0.0)
     plan = paper.plan(ctx, PROMPT)
-    cost = ctx.step_costs[ctx.default_model]
+    cost = ctx.machine.step_costs[ctx.default_model]
     from specrej.backends.steptime import CALIBRATION_ROWS
 
     assert cost.rows == CALIBRATION_ROWS and all(s > 0 for s in cost.seconds)

@@ -1,10 +1,16 @@
-"""Which models the app may load, and the one place that loads them.
+"""Which models the app may load, the one place that loads them, and this machine as measured.
 
-``AppContext`` is built once per process (from environment variables by default) and shared by
-every session: the generator and reward choices the UI offers, the defaults, notes to show,
-the example prompts, queue settings. Users pick from these lists only; they never type a model
-id (``resolve`` enforces that, so a later allowlist extends one function). ``get_models`` is the
-single loader; the library caches loaded models per process.
+``AppContext`` is built once per process (from environment variables by default) and shared by every session.
+It is three things, kept apart:
+
+- **the settings** (the frozen ``AppContext`` itself, from the environment): the generator and reward choices
+  the UI offers, the defaults, notes to show, the example prompts, queue settings, limits. Users pick from these
+  lists only; they never type a model id (``resolve`` enforces that, so a later allowlist extends one function).
+- **the measured machine** (``Machine``, ``ctx.machine``): what the app learns as it runs (the quiet decoding
+  step per generator, the last probe's load and threads, what races took over their bound, the runs in flight),
+  written by several threads, every field read and written under its one lock.
+- **the loaded models** (``Models``, ``ctx.loaded``): the loader (``get_models``, the single one; the library
+  caches loaded models per process) and the background warm-up.
 
 Environment:
   SPECREJ_MODEL        generator spec(s), comma-separated, the first preselected
@@ -82,6 +88,83 @@ FRAME_MS_CPU, FRAME_MS_GPU = 1000, 250
 
 
 @dataclass
+class Machine:
+    """This machine as the app has measured it: learnt as races run, shared by every session, written by several
+    threads. Read and write a field under ``lock`` (``with ctx.machine.lock: ...``); ``Models.quiet_step``
+    measures a generator's step once."""
+
+    # races here take this times their decode-time bound (reward scoring, sampling, frames, the browser's drawing):
+    # learnt after every race (``pace.learn``); it starts at what the default Run took in Chromium on a quiet
+    # 2-core Xeon (36.1 s against an 18.3 s bound: 1.97), so the first Run's "expected" is not half its time
+    overhead: float = 1.8
+    threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
+    last_load: float | None = None   # the last probe's load factor (``pace.fit``)
+    step_costs: dict = field(default_factory=dict)   # generator spec -> its measured StepCost (paper.py)
+    active: set = field(default_factory=set)         # ids of runs in flight (diagnostics and tests)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    _measuring: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def started(self, run: str) -> None:
+        with self.lock:
+            self.active.add(run)
+
+    def ended(self, run: str) -> None:
+        with self.lock:
+            self.active.discard(run)
+
+    def busy(self) -> int:
+        """How many runs are in flight."""
+        with self.lock:
+            return len(self.active)
+
+    def copy(self) -> "Machine":
+        """The same measurements, no run in flight (a second context on this machine: the tests)."""
+        with self.lock:
+            return Machine(self.overhead, self.threads, self.last_load, dict(self.step_costs))
+
+
+class Models:
+    """The loaded models: generators and rewards loaded once per process on the app's torch thread, and the
+    background warm-up (``AppContext.warm_in_background``) that loads the default ones when a server starts."""
+
+    def __init__(self) -> None:
+        # a server started with ``warm_in_background`` serves its page while this thread loads the default models
+        # and compiles and measures the decoding step (``warm``); a Run pressed meanwhile waits for it (``warming``)
+        self.warm_thread: threading.Thread | None = None
+        self.warm_error = ""        # why the background warm-up failed ("" while it runs or when it worked)
+
+    @property
+    def warming(self) -> bool:
+        """The background warm-up is still running."""
+        return self.warm_thread is not None and self.warm_thread.is_alive()
+
+    def generator(self, ctx: "AppContext", model: str):
+        """The generator ``model`` (loaded once per process), loaded on the torch thread."""
+        from components.session.worker import torch_worker
+
+        return torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference),
+                                                      dtype=ctx.dtype)[0])
+
+    def quiet_step(self, ctx: "AppContext", model: str, lm=None):
+        """This machine's decoding step for ``model`` (``specrej.backends.steptime.measure``: the fastest of 3 steps
+        at 1, 8, 32 and 128 rows, on the torch thread), measured on first use, then kept in ``ctx.machine``: the
+        machine at its quietest. Measured once even when a Run asks while the warm-up measures it."""
+        machine = ctx.machine
+        with machine._measuring:
+            with machine.lock:
+                known = machine.step_costs.get(model)
+            if known is None:
+                from specrej.backends.steptime import measure
+
+                from components.session.worker import torch_worker
+
+                known = torch_worker().call(measure, lm or self.generator(ctx, model))
+                with machine.lock:
+                    machine.step_costs[model] = known
+            return known
+
+
+@dataclass(frozen=True)
 class AppContext:
     models: tuple[tuple[str, str], ...]    # (label, spec)
     rewards: tuple[tuple[str, str], ...]   # (label, key): a kind above or MODEL_REWARD + spec
@@ -97,25 +180,14 @@ class AppContext:
     min_frame_interval: float = 0.25  # seconds between streamed frames for Progress events (SPECREJ_FRAME_MS)
     trace_dir: str = field(default_factory=lambda: str(Path(tempfile.gettempdir()) / "specrej-traces"))
     archive_dir: str | None = None    # SPECREJ_TRACE_DIR: the operator's copy of every trace (never pruned)
-    active: set = field(default_factory=set)  # ids of runs in flight (diagnostics and tests)
     limits: Limits = field(default_factory=Limits)
     policy: ModelPolicy = field(default_factory=ModelPolicy)
     arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
-    step_costs: dict = field(default_factory=dict)   # generator spec -> its measured StepCost (paper.py)
     dtype: str = "fp32"              # the generator's dtype (SPECREJ_DTYPE): fp32 by default, where coupling is exact
                                      # and the recorded page races (fp32) are the races the page runs
     page_races: Path | None = PAGE_RACES   # recordings of the page's own races (None: live only; ``stream.py``)
-    # races here take this times their decode-time bound (reward scoring, sampling, frames, the browser's drawing):
-    # learnt after every race (``pace.learn``); it starts at what the default Run took in Chromium on a quiet
-    # 2-core Xeon (36.1 s against an 18.3 s bound: 1.97), so the first Run's "expected" is not half its time
-    overhead: float = 1.8
-    threads: int | None = None       # torch threads when the machine is quiet (set by the first probe)
-    last_load: float | None = None   # the last probe's load factor (``pace.fit``)
-    # a server started with ``warm_in_background`` serves its page while this thread loads the default models and
-    # compiles and measures the decoding step (``warm``); a Run pressed meanwhile waits for it (``warming``)
-    warm_thread: threading.Thread | None = field(default=None, repr=False, compare=False)
-    warm_error: str = ""             # why the background warm-up failed ("" while it runs or when it worked)
-    _quiet_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    machine: Machine = field(default_factory=lambda: Machine(), compare=False)   # this machine as measured
+    loaded: Models = field(default_factory=lambda: Models(), repr=False, compare=False)   # the models, the warm-up
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "AppContext":
@@ -201,7 +273,17 @@ class AppContext:
     @property
     def warming(self) -> bool:
         """The background warm-up (``warm_in_background``) is still running."""
-        return self.warm_thread is not None and self.warm_thread.is_alive()
+        return self.loaded.warming
+
+    @property
+    def warm_error(self) -> str:
+        """Why the background warm-up failed ("" while it runs or when it worked)."""
+        return self.loaded.warm_error
+
+    @property
+    def active(self) -> set:
+        """Ids of runs in flight (``machine.active``)."""
+        return self.machine.active
 
     def warm_in_background(self, log=print) -> threading.Thread:
         """``warm`` on a daemon thread, so the page is served while the models load and the step compiles; a
@@ -210,38 +292,27 @@ class AppContext:
             import time
 
             t0 = time.perf_counter()
-            self.warm_error = ""
+            self.loaded.warm_error = ""
             try:
                 self.warm()
                 log(f"specrej: ready to race in {time.perf_counter() - t0:.1f} s (models loaded, decoding step "
                     "compiled and measured)")
             except Exception as e:
-                self.warm_error = f"{type(e).__name__}: {e}"
+                self.loaded.warm_error = f"{type(e).__name__}: {e}"
                 log(f"specrej: could not load the default models ({e}); the page stays up.")
 
-        self.warm_thread = threading.Thread(target=run, name="specrej-warm", daemon=True)
-        self.warm_thread.start()
-        return self.warm_thread
+        thread = self.loaded.warm_thread = threading.Thread(target=run, name="specrej-warm", daemon=True)
+        thread.start()
+        return thread
 
     def quiet_step(self, model: str, lm=None):
-        """This machine's decoding step for ``model`` (``specrej.backends.steptime.measure``: the fastest of 3 steps at 1,
-        8, 32 and 128 rows, on the torch thread), measured on first use, then kept: the machine at its quietest.
-        Measured once even when a Run asks while the warm-up measures it."""
-        with self._quiet_lock:
-            if model not in self.step_costs:
-                from specrej.backends.steptime import measure
-
-                from components.session.worker import torch_worker
-
-                self.step_costs[model] = torch_worker().call(measure, lm or self.generator(model))
-            return self.step_costs[model]
+        """This machine's quiet decoding step for ``model`` (``Models.quiet_step``: measured once, kept in
+        ``machine``)."""
+        return self.loaded.quiet_step(self, model, lm)
 
     def generator(self, model: str):
-        """The generator ``model`` (loaded once per process), loaded on the torch thread."""
-        from components.session.worker import torch_worker
-
-        return torch_worker().call(lambda: get_models(*self.resolve(model, self.default_reward,
-                                                                    self.default_preference), dtype=self.dtype)[0])
+        """The generator ``model`` (loaded once per process), loaded on the torch thread (``Models.generator``)."""
+        return self.loaded.generator(self, model)
 
 
 def _has_embedded_generator() -> bool:

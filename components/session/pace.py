@@ -22,7 +22,6 @@ machine as it is during the race. Nothing here knows Gradio.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from dataclasses import dataclass
 
 from specrej import RunConfig
@@ -35,7 +34,6 @@ from components.session.worker import torch_worker
 
 PROBE_ROWS = (8, 32)
 SLOW = 1.6            # a probe this many times the quiet step: try one thread
-_overhead_lock = threading.Lock()
 
 
 LIVE_SHARE = 0.8      # a race starts live when its estimate is at most this share of the time limit
@@ -144,8 +142,10 @@ def quiet_fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool,
     lm = ctx.generator(model)
     quiet = ctx.quiet_step(model, lm)
     prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
-    probe = Fit(cfg, quiet, 1.0, ctx.threads or 1, 1.0, float(ctx.limits.max_run_seconds), prompt_len,
-                sharing(lm, lm.backend), ctx.overhead)
+    with ctx.machine.lock:
+        threads, overhead = ctx.machine.threads, ctx.machine.overhead
+    probe = Fit(cfg, quiet, 1.0, threads or 1, 1.0, float(ctx.limits.max_run_seconds), prompt_len,
+                sharing(lm, lm.backend), overhead)
     try:
         return dataclasses.replace(probe, estimate_s=probe.estimate(cfg, sr_auto=sr_auto, methods=methods))
     except ValueError:
@@ -169,8 +169,9 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     import torch
 
     quiet = ctx.quiet_step(model, lm)
-    most = max(1, min(os.cpu_count() or 1, torch.get_num_threads() if ctx.threads is None else ctx.threads))
-    ctx.threads = most
+    with ctx.machine.lock:
+        known = ctx.machine.threads
+        most = ctx.machine.threads = max(1, min(os.cpu_count() or 1, torch.get_num_threads() if known is None else known))
     ref = [quiet.step(r) for r in PROBE_ROWS]
 
     def load_of(times):
@@ -184,7 +185,8 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     torch_worker().call(torch.set_num_threads, best_threads)
     load = load_of(best)
     if load < 1.0:   # quieter than the calibration: keep the faster times
-        ctx.step_costs[model] = quiet = quiet.scaled(load)
+        with ctx.machine.lock:
+            ctx.machine.step_costs[model] = quiet = quiet.scaled(load)
         load = 1.0
     return quiet.scaled(load), load, best_threads
 
@@ -192,22 +194,25 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
 def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: bool | None = None,
         methods: tuple[str, ...] = ("bon", "sr")) -> Fit | None:
     """Measure this machine now and estimate the race at ``cfg``. While other runs are in flight (``busy``,
-    default: ``ctx.active``) the torch thread is theirs and a probe would time them, not the machine: the last
+    default: ``ctx.machine.busy()``) the torch thread is theirs and a probe would time them, not the machine: the last
     measurement stands (None before the first one), and the estimate is left out."""
     limit = float(ctx.limits.max_run_seconds)
-    if ctx.active if busy is None else busy:
-        quiet = ctx.step_costs.get(model)
-        if quiet is None or ctx.last_load is None:
+    m = ctx.machine
+    if m.busy() if busy is None else busy:
+        with m.lock:
+            quiet, last_load, threads = m.step_costs.get(model), m.last_load, m.threads
+        if quiet is None or last_load is None:
             return None
-        return Fit(cfg, quiet.scaled(ctx.last_load), ctx.last_load, ctx.threads or 1, 0.0, limit)
+        return Fit(cfg, quiet.scaled(last_load), last_load, threads or 1, 0.0, limit)
     lm = ctx.generator(model)
     cost, load, threads = measure(ctx, model, lm)
-    ctx.last_load = load
+    with m.lock:
+        m.last_load, overhead = load, m.overhead
     budget = planned_budget(cfg.budget)   # None on a GPU: fast enough that nothing needs estimating
     if budget is None:
         return Fit(cfg, cost, load, threads, 0.0, limit)
     prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
-    probe = Fit(cfg, cost, load, threads, 1.0, limit, prompt_len, sharing(lm, lm.backend), ctx.overhead)
+    probe = Fit(cfg, cost, load, threads, 1.0, limit, prompt_len, sharing(lm, lm.backend), overhead)
     try:
         estimate = probe.estimate(cfg, sr_auto=sr_auto, methods=methods)
     except ValueError:   # a setting the budget cannot run: the race itself says what to change
@@ -220,6 +225,7 @@ def learn(ctx: AppContext, fitted: Fit, seconds: float) -> None:
     mean that moves a third of the way, kept within 0.5-3)."""
     if fitted.estimate_s <= 0 or seconds <= 0:
         return
-    ratio = seconds / (fitted.estimate_s / ctx.overhead)
-    with _overhead_lock:
-        ctx.overhead = min(3.0, max(0.5, ctx.overhead + (ratio - ctx.overhead) / 3))
+    m = ctx.machine
+    with m.lock:
+        ratio = seconds / (fitted.estimate_s / m.overhead)
+        m.overhead = min(3.0, max(0.5, m.overhead + (ratio - m.overhead) / 3))

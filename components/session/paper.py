@@ -21,7 +21,7 @@ from specrej.core.budget import budget_for
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.cost import StepCost, race_rows
 
-from components.session.context import AppContext
+from components.session.context import AppContext, Machine
 from components.state.shared import PAPER_SCALE, PaperPlan
 from components.session.replay import RECORDINGS, RecordingError, find, load
 from components.session.worker import torch_worker
@@ -50,20 +50,23 @@ def capped(ctx: AppContext, settings: dict) -> dict:
 def live_seconds(ctx: AppContext, settings: dict, prompt_len: int, shared: bool, cost: StepCost,
                  overhead: float | None = None) -> float:
     """The estimated live time of a race at ``settings`` on a quiet machine: the decode-time bound times what
-    races here took over it (``overhead``, default ``ctx.overhead``), as ``pace`` estimates a Run, so a setting
+    races here took over it (``overhead``, default ``ctx.machine.overhead``), as ``pace`` estimates a Run, so a setting
     chosen here is one a Run then starts live (at ``FIT_SHARE`` of the limit, against the Run's 80%: room for
     some load)."""
     cfg = RunConfig(prompt="-", n=settings["n"], alpha=settings["alpha"], max_new_tokens=settings["max_new_tokens"],
                     budget=settings["budget"], first_decision=settings["first_decision"])
     rows = race_rows(KVBudget(settings["budget"], prompt_len, shared), cfg, sr_auto=settings["sr_start"] == "auto")
-    return (ctx.overhead if overhead is None else overhead) * sum(cost.total(r) for r in rows.values())
+    if overhead is None:
+        with ctx.machine.lock:
+            overhead = ctx.machine.overhead
+    return overhead * sum(cost.total(r) for r in rows.values())
 
 
 # The scaled-down race is priced on the machine the paper-scale recordings were made on, not on this one now: the
 # same deployment (its limits) always gets the same scaled race, whatever the load when Paper scale is pressed
 # (two sessions got 96 tokens / 512 slots and 64 / 448). Its step: the median over the committed recordings of
 # each row count's measured step; its overhead: what the page's races took over their bound when first measured.
-REFERENCE_OVERHEAD = AppContext.__dataclass_fields__["overhead"].default
+REFERENCE_OVERHEAD = Machine.__dataclass_fields__["overhead"].default
 
 
 @functools.cache

@@ -85,9 +85,9 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
     if ZERO_GPU:   # the race runs in ZeroGPU's own process on a GPU lent per call: this process cannot time it
         return None
     sr_auto = any(dict(a.overrides).get("n") == AUTO for a in arms if a.kind.about.auto_n)
-    busy = bool(ctx.active)
+    busy = bool(ctx.machine.busy())
     token = f"measuring-{id(object())}"
-    ctx.active.add(token)   # a run starting meanwhile does not probe a machine this one is timing
+    ctx.machine.started(token)   # a run starting meanwhile does not probe a machine this one is timing
 
     def job():
         return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, busy=busy, methods=tuple(a.method for a in arms))
@@ -111,7 +111,7 @@ def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
         log.warning("could not measure this machine's decoding step", exc_info=True)
         return None
     finally:
-        ctx.active.discard(token)
+        ctx.machine.ended(token)
 
 
 def reward_label(ctx: AppContext, key: str, preference: str) -> str:
@@ -317,7 +317,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         if ctx.warming:   # a server just started: its models load and its step compiles, then this Run starts
             yield Update(Kind.WARMING, message=WARMING)
             while ctx.warming and not stop_requested():
-                ctx.warm_thread.join(0.25)
+                ctx.loaded.warm_thread.join(0.25)
             if stop_requested():
                 return
         check_fits(ctx, prep)
@@ -361,7 +361,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         return
     state = {"view": new_view(ctx, request, prep, fitted)}
     key = state["view"].run_id
-    ctx.active.add(key)
+    ctx.machine.started(key)
     try:
         yield from retry_on_oom(lambda view: race_updates(ctx, view, prep, events_fn, stop_requested, recording),
                                 state["view"], lambda v: state.update(view=v))
@@ -396,7 +396,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
             view.state = RunState.STOPPED
         if view.state is RunState.STOPPED:
             view.trace_path = _write(ctx, view)
-        ctx.active.discard(key)
+        ctx.machine.ended(key)
 
 
 def ended(ctx: AppContext, view: RunView, state: RunState, message: str) -> Update:

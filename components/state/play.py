@@ -15,6 +15,7 @@ Imports only the state room; no Gradio.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Iterable, Iterator
@@ -241,6 +242,31 @@ class Session:
             close = getattr(updates, "close", None)
             if close is not None:
                 close()
+
+
+class Sessions:
+    """Each browser session's ``Session`` by Gradio's session hash, held weakly: the page's ``gr.State`` owns it
+    (Gradio drops it with the session), and a handler whose inputs cannot carry it (the API's /run and /stop take
+    only their own fields) finds it here. A session that never registered (an API client) gets a fresh one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_hash: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    def register(self, key, session: Session) -> Session:
+        if isinstance(key, str) and isinstance(session, Session):
+            with self._lock:
+                self._by_hash[key] = session
+        return session
+
+    def get(self, key) -> Session:
+        with self._lock:
+            found = self._by_hash.get(key) if isinstance(key, str) else None
+            if found is None:
+                found = Session()
+                if isinstance(key, str):
+                    self._by_hash[key] = found   # alive while its handler holds it
+            return found
 
 
 # ---------------------------------------------------------------- the table, as docs/app.md carries it
