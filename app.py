@@ -92,8 +92,9 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn):
     # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
     # taken (the queue position shows on the status line), then start the race in the queue; one handler,
     # one API name.
-    on_run = gr.on([c.run.click, c.prompt.submit], lambda: ui.waiting_status(ctx), None, [a.status], queue=False,
-                   api_visibility="private").then(api_name="run", **race)
+    on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page)) \
+        .then(lambda: ui.waiting_status(ctx), None, [a.status], queue=False, api_visibility="private") \
+        .then(api_name="run", **race)
     on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
     return on_run
 
@@ -112,7 +113,8 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
                 return
             yield update
 
-    on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
+    on_replay = c.replay.click(**lecture.lock_step(page)) \
+        .then(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
                                concurrency_limit=4, api_visibility="private", preprocess=False)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
@@ -138,8 +140,8 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, on_run):
                 return
             yield update
 
-    on_paper = c.paper.click(lambda: ui.paper_measuring(ctx), None,
-                             [a.status], queue=False, api_visibility="private") \
+    on_paper = c.paper.click(**lecture.lock_step(page)) \
+        .then(lambda: ui.paper_measuring(ctx), None, [a.status], queue=False, api_visibility="private") \
         .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture], ui.paper_outputs(page), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)
 
