@@ -116,13 +116,14 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
     # taken (the queue position shows on the status line), then start the race in the queue; one handler,
     # one API name.
     # A Run pressed while something plays stops it at once (``play.TABLE``), so the race in progress frees the
-    # machine for this one.
+    # machine for this one. In lecture mode every other control locks first (``lecture.lock_step``).
     def press_run(session, request: gr.Request):
         own(sessions, session, request).press(Button.RUN)
         return ui.waiting_status(ctx)
 
-    on_run = gr.on([c.run.click, c.prompt.submit], press_run, [page.session], [a.status], queue=False,
-                   api_visibility="private").then(api_name="run", **race)
+    on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page)) \
+        .then(press_run, [page.session], [a.status], queue=False, api_visibility="private") \
+        .then(api_name="run", **race)
     on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
     def recorded_race(*values):
@@ -157,9 +158,9 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
             yield update
         yield from quiet_end(page, session, play)
 
-    on_replay = c.replay.click(replay, [c.prompt, c.pace, c.step, c.lecture, page.session], page.outputs(),
-                               concurrency_id="replay", concurrency_limit=4, api_visibility="private",
-                               preprocess=False)
+    on_replay = c.replay.click(**lecture.lock_step(page)) \
+        .then(replay, [c.prompt, c.pace, c.step, c.lecture, page.session], page.outputs(), concurrency_id="replay",
+              concurrency_limit=4, api_visibility="private", preprocess=False)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
     def paper_scale(prompt, pace, step, lecture_on, session, request: gr.Request):
@@ -196,8 +197,8 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         own(sessions, session, request).press(Button.PAPER)
         return ui.paper_measuring(ctx)
 
-    on_paper = c.paper.click(press_paper, [page.session],
-                             [a.status], queue=False, api_visibility="private") \
+    on_paper = c.paper.click(**lecture.lock_step(page)) \
+        .then(press_paper, [page.session], [a.status], queue=False, api_visibility="private") \
         .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture, page.session], ui.paper_outputs(page),
               concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)

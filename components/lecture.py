@@ -108,16 +108,20 @@ def locks(page: "Page", playing: bool, lecture: bool = True) -> dict:
     return {comp: gr.update(interactive=not playing) for comp in lockable(page)}
 
 
-def wire(page: "Page", ends: list) -> None:
-    """The toggle's layout switch, and the locks: set when a play starts (Run, Enter in the prompt, Replay,
-    Paper scale; "Run it live" presses Run), lifted when each of ``ends`` (the plays' events) ends and on Stop."""
-    import gradio as gr
+def lock_step(page: "Page") -> dict:
+    """The first step of every play's chain (Run, Enter in the prompt, Replay, Paper scale; "Run it live" presses
+    Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
+    separate event on the same click raced an instant replay and landed after it)."""
+    return dict(fn=lambda on: locks(page, True, on is True), inputs=[page.controls.lecture],
+                outputs=lockable(page), queue=False, api_visibility="private")
 
-    c, a = page.controls, page.arena
+
+def wire(page: "Page", ends: list) -> None:
+    """The toggle's layout switch, and the locks lifted when each of ``ends`` (the plays' events, each chained
+    after ``lock_step``) ends, and on Stop."""
+    c = page.controls
     c.lecture.change(None, [c.lecture], [c.lecture], js=TOGGLE_JS, queue=False, api_visibility="private")
     controls = lockable(page)
-    gr.on([c.run.click, c.prompt.submit, c.replay.click, c.paper.click],
-          lambda on: locks(page, True, on is True), [c.lecture], controls, queue=False, api_visibility="private")
     unlock = dict(fn=lambda: locks(page, False), inputs=None, outputs=controls, queue=False, api_visibility="private")
     for event in ends:
         event.then(**unlock)

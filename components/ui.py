@@ -782,7 +782,7 @@ def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     out = {named[k]: got[k] if k in got else gr.skip() for k in FIELDS}
     if "prompt" in got:
         out[named["prompt"]] = got["prompt"][:ctx.limits.max_prompt_chars]
-    changed = bool(set(got) - {"prompt"})
+    changed = bool(set(got) - {"prompt", "lecture"})   # lecture mode is the page's, not the race's settings
     out[page.controls.settings] = gr.Accordion(open=True, label=SETTINGS_LABELS["link"]) if changed else gr.skip()
     out[page.controls.second_group] = gr.Row(visible=bool(got.get("second"))) if "second" in got else gr.skip()
     out[named["preference"]] = (gr.Textbox(value=got["preference"], visible=got.get("reward") == PREFERENCE)

@@ -45,7 +45,7 @@ def inside_first_viewport(b: dict) -> bool:
 
 
 def test_at_1280x720_the_race_and_run_stop_are_in_the_first_screen_in_type_for_a_room(browser, app_url):
-    url, _ = app_url
+    url, ctx = app_url
     page = lecture_page(browser, url)
     assert page.evaluate("document.documentElement.classList.contains('lecture')")
     page.fill("#prompt textarea", PROMPT)
@@ -70,6 +70,15 @@ def test_at_1280x720_the_race_and_run_stop_are_in_the_first_screen_in_type_for_a
     assert px["body"] >= 24 and px["status"] >= 24, px
     assert px["chart"] >= 18, px                         # the charts' tick labels, for the back of the room
     page.screenshot(path=str(ARTIFACTS / "lecture-1280x720.png"))
+    # a recording (its badge and its long notes) keeps the race in the first screen too
+    page.fill("#prompt textarea", ctx.examples[0])
+    page.click("#replay")   # (below the race in lecture mode: the click scrolls to it)
+    page.wait_for_function("/Replay done/.test(document.querySelector('#status').innerText)", timeout=120_000)
+    page.wait_for_function("!document.querySelector('#replay').disabled")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_timeout(500)
+    for sel in ("#run", "#stop", "#plot-0 .js-plotly-plot", "#plot-1 .js-plotly-plot"):
+        assert inside_first_viewport(box(page, sel)), (sel, box(page, sel))
     page.close()
 
 
