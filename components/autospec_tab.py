@@ -24,7 +24,7 @@ from specrej.autospec.targets import all_states
 from components.deploy import memory
 from components.state.shared import ASSETS
 from components.deploy.clients import started
-from components.state.fields import check_choice, check_number
+from components.state.fields import FieldError, check_choice, check_number
 
 MAX_N = 1024           # cells on the grid
 MAX_EXACT_N = 10
@@ -124,6 +124,10 @@ class AutospecTab:
 # messages that name the field and show at most a short excerpt of the value (``state/fields.py``).
 
 def _int(name: str, value, lo: int, hi: int) -> int:
+    """A whole number in [lo, hi]; text is refused (the page's number boxes send numbers; issue 42: the API took
+    ``n="64"``), as the race's fields refuse it."""
+    if isinstance(value, str):
+        raise FieldError(f"{name} must be a whole number from {lo} to {hi}, not text.")
     return check_number(name, value, lo, hi, whole=True)
 
 

@@ -338,9 +338,10 @@ HUGE = "y" * 100_000
     ("sampler", "block" + SURROGATE, "sampler contains a character"),
     ("sampler", "nope", "sampler 'nope' is not one of"),
     ("n", None, "n must be a whole number from 2 to 1024, not nothing"),
-    ("n", "abc", "n must be a whole number from 2 to 1024, not 'abc'"),
+    ("n", "abc", "n must be a whole number from 2 to 1024, not text"),
     ("n", 5000, "n must be a whole number from 2 to 1024, got 5000"),
-    ("n", "5.5", "n must be a whole number from 2 to 1024, got 5.5"),
+    ("n", "5.5", "n must be a whole number from 2 to 1024, not text"),
+    ("n", "64", "n must be a whole number from 2 to 1024, not text"),   # issue 42: a number as text was taken
     ("seed", [1], "seed must be a whole number"),
     ("beta", {"v": 1}, "beta must be a number, not an object"),
     ("beta", "1e400", "beta must be a finite number"),
