@@ -202,13 +202,15 @@ def _ledger_rows(view: RunView) -> list[str]:
     reward = f"reward of the winner ({scale_of(view.reward_label).name})"
     rows: list[tuple[str, list[str]]] = [("winner", []), (reward, []), ("winner's length", []),
                                          ("tokens generated (all candidates)", []), ("tokens read by the reward", []),
-                                         ("compute (generator + reward)", []), ("wall time", []),
+                                         ("compute (generator + reward)", []),
+                                         ("wall time (decoding + scoring)", []),
                                          ("peak KV cache", []), ("decisions / passes", [])]
     for arm in arms:
         f, led = arm.finished, arm.finished.ledger
         cells = [f"#{f.winner.id}", f"**{fmt_score(f.winner.score)}**", f"{f.winner.tokens} tokens",
                  f"{led.generated_tokens:,}", f"{led.reward_tokens:,}", f"**{fmt_flops(led.flops)}**",
-                 fmt_s(led.wall_s), f"{led.peak_kv_slots:,} slots ({_mb(led.peak_memory_bytes)})",
+                 f"{fmt_s(led.wall_s)} ({fmt_s(led.decode_s)} + {fmt_s(led.reward_s)})",
+                 f"{led.peak_kv_slots:,} slots ({_mb(led.peak_memory_bytes)})",
                  look(arm.spec.method).rounds(f.rounds)]
         for (_, col), cell in zip(rows, cells):
             col.append(cell)
@@ -220,6 +222,14 @@ def _ledger_rows(view: RunView) -> list[str]:
            "compares with Best-of-k, the k answers it needs to match.*", "",
            "| | " + " | ".join(head(a) for a in arms) + " |", "|---|" + "---:|" * len(arms)]
     out += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows]
+    leds = [a.finished.ledger for a in arms]
+    if all(led.reward_s <= 0.01 * led.wall_s for led in leds):
+        out += ["", "*Scoring cost nothing here: under 1% of each method's time (the reward reads no model, or "
+                "reads statistics the engine already kept). With a reward model it can be the largest cost; the "
+                "verdict prices each method's scoring as its ledger timed it, call by call.*"]
+    else:
+        out += ["", "*Scoring is priced: each method's reward calls were timed (the + term above), and the verdict "
+                "adds them to the decoding time (Best-of-k pays k/N of Best-of-N's).*"]
     return out
 
 
