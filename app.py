@@ -58,6 +58,12 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
         lecture.wire(page, ends=[on_run, on_replay, on_paper])
         wire_steps(page, sessions)
         wire_links(ctx, page, demo)
+        # each browser session's play registered as the page loads: the queued handlers (Run, Replay, Paper scale)
+        # and /stop find it by the session's hash, so their inputs stay the API's and the page protocol's own
+        def register(session, request: gr.Request) -> None:
+            own(sessions, session, request)
+
+        demo.load(register, [page.session], None, queue=False, api_visibility="private")
         wire_toggles(page)
     # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
     # guard's gate lets through only the page's unqueued ones.
@@ -145,9 +151,9 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
     """Replay, Paper scale and "Run it live" (the recording's settings scaled to fit, run here)."""
     c, a = page.controls, page.arena
 
-    def replay(prompt, pace, step, lecture_on, session, request: gr.Request):
+    def replay(prompt, pace, step, lecture_on, request: gr.Request):
         """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
-        session = own(sessions, session, request)
+        session = sessions.get(getattr(request, "session_hash", None))   # the page's, registered on load
         play = session.begin(Phase.REPLAYING)   # a race in progress stops at its next update
         stop_requested = guard.on_start(request)
         for update in page.stream(drawn(session.follow(play, replay_updates(
@@ -159,14 +165,14 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         yield from quiet_end(page, session, play)
 
     on_replay = c.replay.click(**lecture.lock_step(page)) \
-        .then(replay, [c.prompt, c.pace, c.step, c.lecture, page.session], page.outputs(), concurrency_id="replay",
+        .then(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
-    def paper_scale(prompt, pace, step, lecture_on, session, request: gr.Request):
+    def paper_scale(prompt, pace, step, lecture_on, request: gr.Request):
         """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
         that fits, with the recorded paper-scale race played meanwhile."""
-        session = own(sessions, session, request)
+        session = sessions.get(getattr(request, "session_hash", None))
         play = session.begin(Phase.REPLAYING)   # measuring, then (where it does not fit) its recording
         stop_requested = guard.on_start(request)
         try:
@@ -199,8 +205,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
 
     on_paper = c.paper.click(**lecture.lock_step(page)) \
         .then(press_paper, [page.session], [a.status], queue=False, api_visibility="private") \
-        .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture, page.session], ui.paper_outputs(page),
-              concurrency_id="replay",
+        .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture], ui.paper_outputs(page), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False)
 
     def recorded_settings(prompt, view):

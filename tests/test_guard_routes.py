@@ -310,14 +310,14 @@ def test_one_cap_counts_races_replays_and_lab_runs_of_a_client_together(served):
         a.predict(**kwargs(ctx), api_name="/run")
     with pytest.raises(Exception, match="You already have 2 runs queued or running"):
         a.predict(**LAB, api_name="/autospec_sample")
-    for name, data in (("replay", [PROMPT, "inf", False, False, None]),
+    for name, data in (("replay", [PROMPT, "inf", False, False]),
                        ("exactness_handler", ["mixture", 6, 0.5, 3, 1.0, 2, "token", 1000]),
                        ("measure_handler", ["curie-weiss", 0.5, 3, 1.0, 2])):
         status, refusal = join(url, fn_index(demo, name), data, session=a.session_hash, address="10.0.0.41")
         assert status == 422 and "You already have 2 runs queued or running" in json.dumps(refusal), (name, refusal)
     # another client is not held up by this one
     assert "Done" in text(b.predict(**kwargs(ctx), api_name="/run")[0])
-    status, msg = join(url, fn_index(demo, "replay"), [PROMPT, "inf", False, False, None], session="b-replay", address="10.0.0.42")
+    status, msg = join(url, fn_index(demo, "replay"), [PROMPT, "inf", False, False], session="b-replay", address="10.0.0.42")
     assert status == 200 and msg["success"], msg
     gate["open"].set()
     for job in held:
@@ -364,11 +364,11 @@ def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, n
 
 
 @pytest.mark.parametrize("name,data,needle", [
-    ("replay", [PROMPT, None, False, False, None], "pace must be text, not nothing"),
-    ("replay", [PROMPT, "2", False, False, None], "pace '2' is not one of: 1, 4, 16, inf"),
-    ("replay", ["tips " + SURROGATE, "inf", False, False, None], "prompt contains a character that is not valid text"),
-    ("replay", [HUGE, "inf", False, False, None], "prompt is 100000 characters long"),
-    ("paper_scale", [PROMPT, "2", False, False, None], "pace '2' is not one of: 1, 4, 16, inf"),
+    ("replay", [PROMPT, None, False, False], "pace must be text, not nothing"),
+    ("replay", [PROMPT, "2", False, False], "pace '2' is not one of: 1, 4, 16, inf"),
+    ("replay", ["tips " + SURROGATE, "inf", False, False], "prompt contains a character that is not valid text"),
+    ("replay", [HUGE, "inf", False, False], "prompt is 100000 characters long"),
+    ("paper_scale", [PROMPT, "2", False, False], "pace '2' is not one of: 1, 4, 16, inf"),
     ("paper_scale", [["not text"], "inf", False, False, None], "prompt must be text"),
     ("exactness_handler", ["mixture", 10, 0.5, 64, 1.0, 2, "token", 1_000_000], "samples must be a whole number"),
     ("exactness_handler", ["mixture" + SURROGATE, 6, 0.5, 3, 1.0, 2, "token", 1000], "target contains a character"),

@@ -59,7 +59,7 @@ class Button(str, Enum):
         return self.value
 
 
-LABELS = {Button.RUN: "▶ Run", Button.STOP: "■ Stop", Button.REPLAY: "▶ Replay the recorded paper-scale race",
+LABELS = {Button.RUN: "▶ Run", Button.STOP: "■ Stop", Button.REPLAY: "▶ Replay paper-scale race",
           Button.PAPER: "Paper scale", Button.LIVE: "▶ Run it live", Button.PREV: "◀ Previous",
           Button.NEXT: "Next decision ▶", Button.END: "Run to the end »", Button.CLASSROOM: "Classroom preset",
           Button.LINK: "Link to this race"}
