@@ -25,7 +25,7 @@ from components.panels import STOPPED
 from components.deploy import memory
 from components.session import busy, paper
 from components.session.context import AppContext
-from components.session.replay import check_replay, replay_updates
+from components.session.recordings import check_replay, replay_updates
 from components.session.stream import race_events, updates
 from components.state.play import Button, Effect, Phase, Sessions
 from components.state.request import RunRequest

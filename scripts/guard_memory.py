@@ -64,7 +64,7 @@ def main() -> None:
     import app
     from components.deploy import memory
     from components.session.context import AppContext
-    from components.session.replay import RECORDINGS, load
+    from components.session.recordings import RECORDINGS, load
     from components.state.request import RunRequest
     from specrej.core.budget import opening_rows
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Record the paper-scale race of every example prompt (assets/examples.json) into assets/recordings/,
-# for instant replay in the app. Same settings as the app's "Paper scale" preset (components/session/replay.py):
+# for instant replay in the app. Same settings as the app's "Paper scale" preset (components/session/recordings.py):
 # Best-of-128 in the passes that fit, Speculative Rejection opening with the rows that fill the budget at
 # token 16, 256 new tokens, budget 2048 KV slots, alpha 0.5, the self-certainty reward. Best-of-N writes all
 # 128 answers (its curve over N is the verdict's yardstick), and the recording keeps this machine's measured

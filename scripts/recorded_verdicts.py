@@ -3,7 +3,7 @@
     python scripts/recorded_verdicts.py            # assets/recordings/
     python scripts/recorded_verdicts.py FOLDER
 
-Replays each recording instantly through the page's own frames (``components.session.replay``) and prints
+Replays each recording instantly through the page's own frames (``components.session.recordings``) and prints
 one markdown row: Best-of-N's k to reach Speculative Rejection's reward, both times (priced at the recording
 machine's measured decoding step, which the recording keeps), the speed-up in time, the FLOPs ratio, the
 improvement score, and what the recording took to make. No model is loaded.
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main(argv=None) -> int:
     from components.frames import drawn
-    from components.session.replay import RECORDINGS, index, replay_updates
+    from components.session.recordings import RECORDINGS, index, replay_updates
 
     argv = sys.argv[1:] if argv is None else argv
     folder = Path(argv[0]) if argv else RECORDINGS

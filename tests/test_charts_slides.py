@@ -17,7 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy ke
 def replayed():
     """Every frame of a committed recording's replay (Best-of-128, paper scale: seconds and FLOPs over decades)."""
     from components.frames import drawn
-    from components.session.replay import index, replay_updates
+    from components.session.recordings import index, replay_updates
     from specrej.record import load
 
     path = next(iter(index().values()))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from components import panels
-from components.session import replay
+from components.session import recordings
 from components.state import shared
 from components.state.summary import summary_dict
 from specrej.analysis import gpu_steps
@@ -49,7 +49,7 @@ def write(folder: Path, name: str, data) -> None:
 def replayed():
     """A finished view of a committed page race (the defaults), as the page replays it."""
     rec = load(RECORDED)
-    view = replay.view_for(rec)
+    view = recordings.view_for(rec)
     for _, ev in decode(rec):
         view.apply(ev)
     assert view.done and view.step is not None and view.verdicts()

@@ -66,7 +66,7 @@ def test_a_race_past_the_limit_with_no_recording_says_so_and_changes_nothing(ctx
 
 
 def test_a_race_past_the_limit_plays_the_recording_of_the_same_race(recorded, machine):
-    from components.session import replay
+    from components.session import recordings
 
     machine(1e5)
     out = race_frames(recorded, run_request(recorded, SETTINGS))
@@ -82,7 +82,7 @@ def test_a_race_past_the_limit_plays_the_recording_of_the_same_race(recorded, ma
     # and with the fallback off, the same race is refused rather than replayed
     off = race_frames(recorded, run_request(recorded, SETTINGS, fit=False))
     assert off[-1].status_kind == "error" and off[-1].view is not view
-    assert replay.find_race({"model": "x"}, recorded.page_races) is None
+    assert recordings.find_race({"model": "x"}, recorded.page_races) is None
 
 
 def test_the_recorded_race_is_the_race_the_page_runs(recorded, machine):
@@ -131,7 +131,7 @@ def test_the_status_says_the_expected_end_and_when_a_race_runs_late(ctx):
 def test_every_page_recording_is_found_by_the_key_the_page_builds_today():
     """The committed recordings (assets/recordings/page) stay 'the same race' when RunConfig gains settings
     they predate (the rivals' warmup, window ...): today's key for each recording's own settings finds it."""
-    from components.session import replay
+    from components.session import recordings
     from components.state.shared import PAGE_RACES
     from specrej import RunConfig
     from specrej.arms import parse_arms
@@ -139,11 +139,11 @@ def test_every_page_recording_is_found_by_the_key_the_page_builds_today():
     paths = sorted(PAGE_RACES.glob("*.json.gz"))
     assert len(paths) >= 12
     for path in paths:
-        race = replay.load(path).meta["race"]
+        race = recordings.load(path).meta["race"]
         cfg = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in race["config"].items()})
         key = replay.race_key(race["model"], race["reward"], cfg, parse_arms(race["arms"]),
                               race["stop_when_matched"], race["dtype"])
-        assert replay.find_race(key) == path, path.name
+        assert recordings.find_race(key) == path, path.name
         other = replay.race_key(race["model"], race["reward"], dataclasses.replace(cfg, warmup=cfg.warmup + 1),
                                 parse_arms(race["arms"]), race["stop_when_matched"], race["dtype"])
-        assert replay.find_race(other) is None   # a setting away from its default is another race
+        assert recordings.find_race(other) is None   # a setting away from its default is another race

@@ -105,18 +105,18 @@ def machine(monkeypatch, load: float):
 
 
 def test_a_lecture_run_on_a_busy_machine_plays_its_recording_paced_to_the_quiet_time(recorded, monkeypatch):
-    from components.session import replay
+    from components.session import recordings
 
     machine(monkeypatch, 4.0)
     paced = []
-    real = replay.play
+    real = recordings.play
     monkeypatch.setattr(replay, "play", lambda path, speed, **kw: paced.append((speed, kw)) or real(path, math.inf, **kw))
     out = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))
     (speed, kw), = paced
     assert kw["lecture"] is True and kw["fallback"]["reason"] == "lecture"
     fb = kw["fallback"]
     assert fb["stated_s"] == pytest.approx(fb["estimate_s"] / 4.0)   # the quiet live time, stated
-    recorded_s = replay.load(next(recorded.page_races.glob("*.json.gz"))).duration_s
+    recorded_s = recordings.load(next(recorded.page_races.glob("*.json.gz"))).duration_s
     assert speed == pytest.approx(recorded_s / fb["stated_s"])
     last = out[-1]
     assert last.view.recording is not None and last.view.lecture and last.view.done
@@ -151,7 +151,7 @@ def test_a_lecture_run_on_a_quiet_machine_races_live_and_the_link_is_that_race(r
 
 def test_the_link_of_a_recording_opens_that_recording():
     from components import links
-    from components.session.replay import RECORDINGS, play
+    from components.session.recordings import RECORDINGS, play
 
     path = sorted(RECORDINGS.glob("*.json.gz"))[0]
     view = next(u.view for u in play(path, math.inf) if u.view is not None)

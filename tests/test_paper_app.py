@@ -45,7 +45,7 @@ def test_bad_start_choice_is_a_message(ctx):
 def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
     from components.frames import Frame
     from components.frames import drawn
-    from components.session.replay import find, replay_updates
+    from components.session.recordings import find, replay_updates
     from specrej.cli import main
 
     rc = main(["record", "--out", str(tmp_path / "a.json.gz"), "--model", ctx.default_model,
@@ -71,7 +71,7 @@ def test_replay_uses_the_same_frames_and_says_it_is_recorded(ctx, tmp_path):
 def test_paper_scale_preset_and_committed_recordings(ctx):
     """The preset sets the paper's settings; every committed recording replays and names its settings."""
     from components.frames import drawn
-    from components.session.replay import RECORDINGS, index, replay_updates
+    from components.session.recordings import RECORDINGS, index, replay_updates
     from components.state.shared import PAPER_SCALE
     from specrej.record import load
 
@@ -103,7 +103,7 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
 
     from components.session import paper
     from components.session.context import Machine
-    from components.session.replay import find
+    from components.session.recordings import find
     from specrej.core.cost import StepCost
 
     measured = ctx.quiet_step(ctx.default_model)     # measured for real on the tiny model

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specrej import RunConfig
-from specrej.bench.protocol import aggregate, measure_pass, run_prompt, sr_rows, summary
+from specrej.bench.protocol import aggregate, measure_pass, opening_batch, run_prompt, summary
 from specrej.core.cost import StepCost
 
 PROMPT = "Give me three tips for staying healthy."
@@ -30,10 +30,10 @@ def test_first_batch_fills_the_budget_at_the_first_decision(tiny_lm, records):
     recs, _ = records
     for r in recs:
         for s in r["sr"]:
-            assert s["n"] == sr_rows(tiny_lm, r["budget"], r["prompt_tokens"], 4)
+            assert s["n"] == opening_batch(tiny_lm, r["budget"], r["prompt_tokens"], 4)
             first = s["decisions"][0]["position"]
             assert first >= 4                                  # the first decision comes at T or just after
-            one_more = sr_rows(tiny_lm, r["budget"] + r["prompt_tokens"] + 4, r["prompt_tokens"], 4)
+            one_more = opening_batch(tiny_lm, r["budget"] + r["prompt_tokens"] + 4, r["prompt_tokens"], 4)
             assert one_more > s["n"]                           # one more row would not have fitted at T
             assert s["steps"] >= first
         assert len(r["bon"]["scores"]) == 16
@@ -186,7 +186,7 @@ def test_a_coupled_run_larger_than_n_ref_replays_a_first_batch_beyond_it(tiny_lm
     assert rec["bon"]["n"] == 8 and rec["bon"]["scores"] == final[:8] and len(rec["bon"]["tokens"]) == 8
     assert rec["bon"]["winner"] == max(range(8), key=lambda c: (final[c], -c))
     (entry,) = rec["sr"]
-    assert entry["n"] == sr_rows(tiny_lm, budget, P, 4) > 8 and entry["source"] == "simulated"
+    assert entry["n"] == opening_batch(tiny_lm, budget, P, 4) > 8 and entry["source"] == "simulated"
     sim = simulate_sr(big, PrefixScorer(tiny_lm, length_reward, big), budget=budget, alpha=0.5, n0=entry["n"],
                       max_new_tokens=24, shared=tiny_lm.shares_prefix, n_ref=8)
     assert (entry["winner"], entry["steps"], entry["winner_fate"]) == (sim.winner, sim.steps, sim.bon_winner_fate.to_dict())

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy ke
 def replayed():
     """Every frame of a committed recording's replay (self-certainty, bon:n=128, sr:n=auto)."""
     from components.frames import drawn
-    from components.session.replay import index, replay_updates
+    from components.session.recordings import index, replay_updates
     from specrej.record import load
 
     path = next(iter(index().values()))

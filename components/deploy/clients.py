@@ -172,7 +172,7 @@ class StopFlag:
 
 
 @dataclass(kw_only=True)
-class _Run:
+class _QueuedRun:
     """A run the guard admitted: whose it is, of which event, and whether its client cancelled it."""
 
     key: str                   # the visitor (client_key)
@@ -224,7 +224,7 @@ class Guard:
     race_fn: int | None = None     # the race's event and the one a full queue moves it to (``full``)
     busy_fn: int | None = None
     _lock: Any = field(default_factory=threading.Lock)
-    _runs: dict = field(default_factory=dict)     # id(join request) -> _Run
+    _runs: dict = field(default_factory=dict)     # id(join request) -> _QueuedRun
     _early: dict = field(default_factory=dict)    # (session, fn) -> time of an id-less cancel that found no run
 
     @classmethod
@@ -314,7 +314,7 @@ class Guard:
         """Queued events waiting in Gradio's queue or running now."""
         return [e for e in gradio_private.queued_events(self.blocks) if gradio_private.event_fn(e) in self.queued_fns]
 
-    def _reconcile(self) -> tuple[list, list[_Run]]:
+    def _reconcile(self) -> tuple[list, list[_QueuedRun]]:
         """(Gradio's queued events, admitted runs not among them yet); forgets runs that are done
         (seen, now gone) or never reached the queue. Call with the lock held."""
         events = self._gradio_runs()
@@ -359,7 +359,7 @@ class Guard:
                         f"({MAX_ADDRESS_RUNS_ENV}, at most half the queue): wait for one to end and try again.")
             raw = gradio_private.raw_request(request)
             if raw is not None:
-                self._runs[id(raw)] = run = _Run(key=key, address=address, session=session, fn=fn,
+                self._runs[id(raw)] = run = _QueuedRun(key=key, address=address, session=session, fn=fn,
                                                  since=time.monotonic())
                 raw.state.specrej_run = run
         return None

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.deploy.limits import PolicyError
-from components.session import replay
+from components.session import recordings
 from components.session.context import AppContext
 from components.session.stream import prepare
 from components.state.update import Kind, Update
@@ -38,7 +38,7 @@ def recording(ctx: AppContext, values) -> Path | None:
         return None
     key = replay.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
                           prep.race_kw.get("stop_when_matched", False), DTYPES[ctx.dtype])
-    return replay.find_race(key, ctx.page_races)
+    return recordings.find_race(key, ctx.page_races)
 
 
 def has_recording(ctx: AppContext, values) -> bool:
@@ -62,5 +62,5 @@ def recorded_race(ctx: AppContext, values, *, waiting: int) -> Iterator[Update]:
     if path is None:
         yield Update(Kind.ERROR, message=full_message(waiting, run_s=ctx.limits.max_run_seconds, at_once=ctx.concurrency))
         return
-    yield from replay.play(path, math.inf, min_frame_interval=ctx.min_frame_interval,
+    yield from recordings.play(path, math.inf, min_frame_interval=ctx.min_frame_interval,
                            fallback={"reason": "queue_full", "waiting": waiting})

@@ -23,7 +23,7 @@ from specrej.core.cost import StepCost, race_rows
 
 from components.session.context import AppContext, Machine
 from components.state.shared import PAPER_SCALE, PaperPlan
-from components.session.replay import RECORDINGS, RecordingError, find, load
+from components.session.recordings import RECORDINGS, RecordingError, find, load
 from components.session.worker import torch_worker
 
 FIT_SHARE = 0.5

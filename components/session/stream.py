@@ -35,7 +35,7 @@ from components.state.update import Kind, Update
 from components.state.view import RunState, RunView
 from components.state.shared import CLASSROOM
 from components.session.context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
-from components.session import replay
+from components.session import recordings
 from components.deploy import memory
 from components.session.gpu import GPU
 from components.session.retry import OutOfMemory, retry_on_oom
@@ -210,7 +210,7 @@ def recording_of(ctx: AppContext, prep: Prepared) -> Path | None:
         return None
     key = replay.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
                           prep.race_kw.get("stop_when_matched", False), dtype_name(ctx.generator(prep.model_spec)))
-    return replay.find_race(key, ctx.page_races)
+    return recordings.find_race(key, ctx.page_races)
 
 
 def dtype_name(lm) -> str:
@@ -223,7 +223,7 @@ def recorded_seconds(recording: Path | None) -> float | None:
     if recording is None:
         return None
     try:
-        return replay.load(recording).duration_s or None
+        return recordings.load(recording).duration_s or None
     except (OSError, ValueError, replay.RecordingError):
         return None
 
@@ -334,7 +334,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         return   # cancelled while the machine was measured: nothing started
     if fitted is pace.TOO_SLOW:   # lecture mode: too busy even to measure in time: the recording, at once
         plan = pace.busy_plan(quiet.estimate_s, quiet.limit_s, recorded_seconds(recording) or 0.0)
-        yield from replay.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
+        yield from recordings.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
                                step=request.step, lecture=True,
                                fallback={"reason": "lecture", "stated_s": plan.stated_s, "limit_s": quiet.limit_s,
                                          "probe_s": pace.PATIENCE_S})
@@ -342,7 +342,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     if request.lecture and fitted is not None:   # lecture mode: live or its recording, decided now
         plan = lecture_choice(fitted, recording)
         if plan.mode == "recording":
-            yield from replay.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
+            yield from recordings.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
                                    step=request.step, lecture=True,
                                    fallback={"reason": "lecture", "estimate_s": fitted.estimate_s,
                                              "stated_s": plan.stated_s, "limit_s": fitted.limit_s,
@@ -355,7 +355,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         if recording is None:
             yield Update(Kind.ERROR, message=too_long(fitted, prep))
             return
-        yield from replay.play(recording, 1.0, min_frame_interval=ctx.min_frame_interval, step=request.step,
+        yield from recordings.play(recording, 1.0, min_frame_interval=ctx.min_frame_interval, step=request.step,
                                fallback={"reason": "too_long", "estimate_s": fitted.estimate_s,
                                          "limit_s": fitted.limit_s, "load": fitted.load})
         return
@@ -377,7 +377,7 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
     except FellBehind:   # the recording of this same race, at once, rather than a race cut at the limit
         view = state["view"]
         view.state, view.message = RunState.STOPPED, "fell behind: the recording of this race was played instead"
-        yield from replay.play(recording, math.inf, min_frame_interval=ctx.min_frame_interval,
+        yield from recordings.play(recording, math.inf, min_frame_interval=ctx.min_frame_interval,
                                step=request.step, lecture=request.lecture,
                                fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
                                          "limit_s": float(ctx.limits.max_run_seconds), "elapsed_s": view.elapsed(),

@@ -68,7 +68,7 @@ def measure_pass(lm, cfg: RunConfig, rows: int, stats: bool = True) -> dict:
 
 
 # ---------------------------------------------------------------------------------- one prompt
-def sr_rows(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
+def opening_batch(lm, budget: int, prompt_tokens: int, first_decision: int) -> int:
     """Speculative Rejection's first batch: the rows that fill the budget at the first decision."""
     return max(1, KVBudget(budget, prompt_tokens, sharing(lm, lm.backend)).auto_n(first_decision))
 
@@ -123,7 +123,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     for rule in rules:   # names in core.rules.RULES, or rule objects (simulated only)
         name = getattr(rule, "name", rule)
         for alpha, first in points:
-            n0 = sr_rows(lm, budget, P, first)
+            n0 = opening_batch(lm, budget, P, first)
             entry = {"rule": name, "alpha": alpha, "first_decision": first, "n": n0}
             sim = None
             if n0 <= run.n:

@@ -17,7 +17,7 @@ from ..core.budget import admit, sharing
 from ..core.cost import flops
 from ..core.decisions import Moment
 from ..core.rules import Contender
-from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress, Round
+from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress, Round, Status
 from ..core.scoring import Reward, TokenStats, checked
 
 
@@ -25,7 +25,7 @@ from ..core.scoring import Reward, TokenStats, checked
 @dataclass
 class _Rec:
     id: int
-    status: str = "waiting"
+    status: Status = "waiting"   # the events' Literal: waiting | live | kept | pruned | finished
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     score: float | None = None
