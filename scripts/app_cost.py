@@ -78,7 +78,10 @@ class Library:
         ctx = AppContext.from_env()
         req = RunRequest(**kw)
         self.cfg, self.arms = req.config(0), req.arms(ctx.arms)
-        self.lm, self.reward = get_models(*ctx.resolve(req.model, req.reward, req.preference))
+        # the app's dtype (SPECREJ_DTYPE, fp32 by default), not the library's "auto" (bf16 on a CPU with
+        # avx512_bf16, itself ~1.4x faster there): a pair compares the app with the library, nothing else
+        self.dtype = ctx.dtype
+        self.lm, self.reward = get_models(*ctx.resolve(req.model, req.reward, req.preference), dtype=ctx.dtype)
 
     def race(self) -> float:
         from specrej.arms import race_arms
@@ -151,6 +154,14 @@ def main(argv=None) -> int:
     app = App(kw)
     try:
         lib = Library(kw)
+        import torch
+
+        # what both sides run with: the same dtype, engine (SPECREJ_COMPILE, SPECREJ_BACKEND) and torch threads
+        # (the app's server inherits this environment, so the same defaults apply to both)
+        same = {"dtype": lib.dtype, "threads": torch.get_num_threads(),
+                "compile": os.environ.get("SPECREJ_COMPILE", "default"),
+                "backend": os.environ.get("SPECREJ_BACKEND", "default")}
+        print(f"[both sides] {same}", flush=True)
         print(f"[warm-up] library {lib.race():.1f} s, app {app.race():.1f} s", flush=True)
         libs, apps, parts = [], [], []
         for i in range(args.repeats):   # in turn, so a drift in the machine's speed hits both sides
@@ -167,7 +178,7 @@ def main(argv=None) -> int:
     ratios = [a / b for a, b in zip(apps, libs)]
     result = {"settings": {k: v for k, v in kw.items() if k != "prompt"}, "prompt": kw["prompt"],
               "library_s": libs, "app_s": apps, "library_median_s": statistics.median(libs),
-              "app_median_s": statistics.median(apps), "app_parts": parts, "ratios": ratios, "ratio": statistics.median(ratios),
+              "app_median_s": statistics.median(apps), "app_parts": parts, "ratios": ratios, "ratio": statistics.median(ratios), "both_sides": same,
               "load": os.getloadavg()[0]}
     print(f"library {result['library_median_s']:.1f} s, app {result['app_median_s']:.1f} s (medians); "
           f"pair by pair the app takes {result['ratio']:.2f}x the library's time (median of "
