@@ -141,9 +141,9 @@ def test_every_page_recording_is_found_by_the_key_the_page_builds_today():
     for path in paths:
         race = recordings.load(path).meta["race"]
         cfg = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in race["config"].items()})
-        key = replay.race_key(race["model"], race["reward"], cfg, parse_arms(race["arms"]),
+        key = recordings.race_key(race["model"], race["reward"], cfg, parse_arms(race["arms"]),
                               race["stop_when_matched"], race["dtype"])
         assert recordings.find_race(key) == path, path.name
-        other = replay.race_key(race["model"], race["reward"], dataclasses.replace(cfg, warmup=cfg.warmup + 1),
+        other = recordings.race_key(race["model"], race["reward"], dataclasses.replace(cfg, warmup=cfg.warmup + 1),
                                 parse_arms(race["arms"]), race["stop_when_matched"], race["dtype"])
         assert recordings.find_race(other) is None   # a setting away from its default is another race

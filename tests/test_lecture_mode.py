@@ -110,7 +110,7 @@ def test_a_lecture_run_on_a_busy_machine_plays_its_recording_paced_to_the_quiet_
     machine(monkeypatch, 4.0)
     paced = []
     real = recordings.play
-    monkeypatch.setattr(replay, "play", lambda path, speed, **kw: paced.append((speed, kw)) or real(path, math.inf, **kw))
+    monkeypatch.setattr(recordings, "play", lambda path, speed, **kw: paced.append((speed, kw)) or real(path, math.inf, **kw))
     out = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))
     (speed, kw), = paced
     assert kw["lecture"] is True and kw["fallback"]["reason"] == "lecture"

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrej import Candidate, Finished, Ledger, Round
-from specrej.analysis.verdict import bon_curve, decode_cost, expected_pass_cost, from_race, place, verdict
+from specrej.analysis.verdict import bon_curve, decode_cost, from_race, place, verdict
+from specrej.core.cost import expected_pass_cost
 
 
 def step(rows: int) -> float:

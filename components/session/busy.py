@@ -2,7 +2,7 @@
 
 When every place in the queue is taken (``SPECREJ_MAX_QUEUE``), a Run used to get Gradio's bare "Queue is full!
 Please try again.", even when the app holds the labelled recording of that very race (an example prompt at its
-recorded settings, ``replay.PAGE_RACES``). The guard (``components/deploy``) asks ``has_recording`` when a race
+recorded settings, ``recordings.PAGE_RACES``). The guard (``components/deploy``) asks ``has_recording`` when a race
 joins a full queue; if it has one, the run is moved to ``recorded_race``, which plays that recording instantly
 with a line saying why (``RunView.fallback``, reason ``queue_full``); otherwise the refusal is ``full_message``:
 how many runs wait and when a place may free. Nothing here knows Gradio.
@@ -36,7 +36,7 @@ def recording(ctx: AppContext, values) -> Path | None:
         return None
     if ctx.page_races is None or ctx.dtype not in DTYPES:
         return None
-    key = replay.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
+    key = recordings.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
                           prep.race_kw.get("stop_when_matched", False), DTYPES[ctx.dtype])
     return recordings.find_race(key, ctx.page_races)
 

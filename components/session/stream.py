@@ -205,10 +205,10 @@ def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
 
 
 def recording_of(ctx: AppContext, prep: Prepared) -> Path | None:
-    """The labelled recording of this very race, when one was made (``replay.PAGE_RACES``)."""
+    """The labelled recording of this very race, when one was made (``recordings.PAGE_RACES``)."""
     if ctx.page_races is None:
         return None
-    key = replay.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
+    key = recordings.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
                           prep.race_kw.get("stop_when_matched", False), dtype_name(ctx.generator(prep.model_spec)))
     return recordings.find_race(key, ctx.page_races)
 
@@ -224,7 +224,7 @@ def recorded_seconds(recording: Path | None) -> float | None:
         return None
     try:
         return recordings.load(recording).duration_s or None
-    except (OSError, ValueError, replay.RecordingError):
+    except (OSError, ValueError, recordings.RecordingError):
         return None
 
 
@@ -414,7 +414,7 @@ def page_fields(request) -> dict:
 
 def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Path:
     """Race ``request`` as the page does (the same checks, arms and settings) and save it as the labelled
-    recording of that race (``replay.PAGE_RACES``): its events, this machine's quiet step (a replay prices
+    recording of that race (``recordings.PAGE_RACES``): its events, this machine's quiet step (a replay prices
     Best-of-N's curve with it, and says whose machine that was), the generator's dtype and its ``race_key``,
     by which a Run too long for its machine finds it. ``scripts/record_page_races.py`` records the page's."""
     from specrej.record import Recorder, make_meta
@@ -438,7 +438,7 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
                      prompt=c.prompt, arms=[{"id": a.id, "spec": a.spec} for a in prep.arms],
                      step_cost={"rows": list(cost.rows), "seconds": list(cost.seconds)},
                      dtype=dtype_name(lm), request=page_fields(request),
-                     race=replay.race_key(prep.model_spec, prep.reward_spec, c, prep.arms,
+                     race=recordings.race_key(prep.model_spec, prep.reward_spec, c, prep.arms,
                                           bool(prep.race_kw.get("stop_when_matched")), dtype_name(lm)))
     recorder.recording(meta).save(path)
     return path

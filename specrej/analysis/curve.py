@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..core.budget import KVBudget
-from ..core.cost import best_of_k, expected_pass_cost, passes
+from ..core.cost import best_of_k
 from .metrics import SpeedUp, speedup
 
 MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "wall")

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from .compare import fmt_times, reached
-from ..core.cost import best_of_k, decode_cost, expected_pass_cost, passes
+from ..core.cost import best_of_k, decode_cost
 from .curve import expected_max
 from .metrics import improvement_score
 
