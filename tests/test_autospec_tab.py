@@ -39,7 +39,7 @@ def test_sample_animates_round_by_round(sampler):
     (("curie-weiss", 16, float("nan"), 3, 1.0, 2), "beta must be a finite number"),
     (("curie-weiss", 16, 50.0, 3, 1.0, 2), "beta must be between"),
     (("mixture", 16, 0.5, 0, 1.0, 2), "C (components) must be"),
-    (("mixture", None, 0.5, 3, 1.0, 2), "n must be a whole number from 2 to 1024, not nothing"), (("mixture", "ten", 0.5, 3, 1.0, 2), "n must be a whole number from 2 to 1024, not &#x27;ten&#x27;"),
+    (("mixture", None, 0.5, 3, 1.0, 2), "n must be a whole number from 2 to 1024, not nothing"), (("mixture", "ten", 0.5, 3, 1.0, 2), "n must be a whole number from 2 to 1024, not text"),
     (("mixture", float("inf"), 0.5, 3, 1.0, 2), "n must be"),
 ])
 def test_bad_input_gets_a_message(args, msg):

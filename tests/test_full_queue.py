@@ -26,7 +26,7 @@ def recorded(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     ctx = tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory)
     folder = tmp_path_factory.mktemp("page-races")
     stream.record(ctx, run_request(ctx, SETTINGS), folder / "rivers.json.gz")
-    return dataclasses.replace(ctx, page_races=folder, active=set(), concurrency=1, max_queue=2)
+    return dataclasses.replace(ctx, page_races=folder, machine=ctx.machine.copy(), concurrency=1, max_queue=2)
 
 
 def test_the_full_queues_words_and_the_recorded_race_alone(recorded):

@@ -369,7 +369,7 @@ def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, n
     ("replay", ["tips " + SURROGATE, "inf", False, False], "prompt contains a character that is not valid text"),
     ("replay", [HUGE, "inf", False, False], "prompt is 100000 characters long"),
     ("paper_scale", [PROMPT, "2", False, False], "pace '2' is not one of: 1, 4, 16, inf"),
-    ("paper_scale", [["not text"], "inf", False, False, None], "prompt must be text"),
+    ("paper_scale", [["not text"], "inf", False, False], "prompt must be text"),
     ("exactness_handler", ["mixture", 10, 0.5, 64, 1.0, 2, "token", 1_000_000], "samples must be a whole number"),
     ("exactness_handler", ["mixture" + SURROGATE, 6, 0.5, 3, 1.0, 2, "token", 1000], "target contains a character"),
     ("exactness_handler", [None] * 8, "must be"),

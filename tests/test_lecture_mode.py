@@ -94,7 +94,7 @@ def recorded(ctx, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("page-races")
     stream.record(ctx, run_request(ctx, SETTINGS), folder / "rivers.json.gz")
-    return dataclasses.replace(ctx, page_races=folder, active=set())
+    return dataclasses.replace(ctx, page_races=folder, machine=ctx.machine.copy())
 
 
 def machine(monkeypatch, load: float):
@@ -223,9 +223,10 @@ def test_the_scaled_down_paper_race_is_sized_from_the_deployment_not_the_load(ct
     from components.session import paper
 
     fast = StepCost((1, 8, 32, 128), (0.01, 0.012, 0.02, 0.05))
-    quiet_ctx = dataclasses.replace(ctx, step_costs={ctx.default_model: fast}, overhead=1.0, active=set())
-    busy_ctx = dataclasses.replace(ctx, step_costs={ctx.default_model: fast.scaled(4.0)}, overhead=3.0,
-                                   active=set())
+    from components.session.context import Machine
+
+    quiet_ctx = dataclasses.replace(ctx, machine=Machine(step_costs={ctx.default_model: fast}, overhead=1.0))
+    busy_ctx = dataclasses.replace(ctx, machine=Machine(step_costs={ctx.default_model: fast.scaled(4.0)}, overhead=3.0))
     prompt = ctx.examples[0]
     a, b = paper.plan(quiet_ctx, prompt), paper.plan(busy_ctx, prompt)
     assert a.settings == b.settings and a.scaled_s is not None and b.scaled_s is not None

@@ -240,7 +240,7 @@ def lecture_quiet(ctx: AppContext, prep: Prepared) -> pace.Fit | None:
 
     if ZERO_GPU:
         return None
-    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in prep.arms if a.method == "sr")
+    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in prep.arms if a.kind.about.auto_n)
     try:
         fit = torch_worker().call(lambda: pace.quiet_fit(ctx, prep.model_spec, prep.cfg, sr_auto=sr_auto,
                                                           methods=tuple(a.method for a in prep.arms)))
