@@ -369,6 +369,8 @@ def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_ow
     url, ctx = app_url
     page = open_page(browser, url)
     page.fill("#prompt textarea", "Name two seas.")
+    page.click("#settings")   # the rivals' ticks are under Settings
+    page.wait_for_selector("#deepconf input", state="visible")
     page.check("#deepconf input")
     page.check("#stbon input")
     page.check("#step input")
