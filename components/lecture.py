@@ -105,7 +105,10 @@ def locks(page: "Page", playing: bool, lecture: bool = True) -> dict:
 
     if playing and not lecture:
         return {comp: gr.skip() for comp in lockable(page)}
-    return {comp: gr.update(interactive=not playing) for comp in lockable(page)}
+    steps = {id(b) for b in (page.arena.step.prev, page.arena.step.next, page.arena.step.end)}
+    # unlocked, the step buttons stay as the session's table set them (Previous at decision 1 stays disabled)
+    return {comp: gr.skip() if not playing and id(comp) in steps else gr.update(interactive=not playing)
+            for comp in lockable(page)}
 
 
 def lock_step(page: "Page") -> dict:

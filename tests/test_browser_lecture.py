@@ -54,7 +54,8 @@ def test_at_1280x720_the_race_and_run_stop_are_in_the_first_screen_in_type_for_a
     page.wait_for_function("document.querySelector('#replay').disabled")
     assert page.is_disabled("#run") and page.is_disabled("#lecture input") and not page.is_disabled("#stop")
     page.wait_for_function("document.querySelector('#status').innerText.includes('Done')", timeout=120_000)
-    page.wait_for_function("!document.querySelector('#replay').disabled")   # unlocked once it ended
+    # unlocked once it ended (the toggle by the play's end; Replay already by the last frame's buttons)
+    page.wait_for_function("!document.querySelector('#replay').disabled && !document.querySelector('#lecture input').disabled")
     assert not page.is_disabled("#run") and not page.is_disabled("#lecture input")
     page.wait_for_timeout(500)   # the last frame's drawing
     assert page.evaluate("window.scrollY") == 0
