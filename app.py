@@ -104,8 +104,13 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
         play = session.begin(Phase.RACING)   # any other play of this session stops at its next update
         stop = guard.on_start(request)
         try:
+            def stop_requested() -> bool:
+                return stop() or not session.current(play)
+
+            # the guard's flag wakes a reader waiting on a held torch step (a /cancel answers at once): keep its hook
+            stop_requested.on_set = getattr(stop, "on_set", None)
             yield from page.stream(drawn(session.follow(play, updates(
-                ctx, values, events_fn=events_fn, stop_requested=lambda: stop() or not session.current(play)))))
+                ctx, values, events_fn=events_fn, stop_requested=stop_requested))))
             yield from quiet_end(page, session, play)
         finally:
             memory.release()   # the allocator keeps freed KV caches otherwise
