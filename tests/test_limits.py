@@ -66,3 +66,27 @@ def test_frames_are_paced_by_the_deployment(monkeypatch):
     assert AppContext.from_env({"SPECREJ_FRAME_MS": "500"}).min_frame_interval == 0.5
     with pytest.raises(ValueError, match="SPECREJ_FRAME_MS"):
         AppContext.from_env({"SPECREJ_FRAME_MS": "10"})
+
+
+def test_one_place_checks_a_deployment_limit(monkeypatch):
+    """The request's fields (state/fields.Spec.check) and each arm's config (Limits.check) both ask
+    Limits.over; no other code compares a value with a deployment limit's message."""
+    from pathlib import Path
+
+    from components.state.request import RunRequest
+
+    asked = []
+    real = Limits.over
+    monkeypatch.setattr(Limits, "over", lambda self, name, value, said: asked.append(name) or real(self, name, value, said))
+    lim = Limits(max_prompt_chars=10, max_n=8)
+    with pytest.raises(ValueError, match="SPECREJ_MAX_N"):
+        RunRequest.parse({"prompt": "hi", "n": 9}, lim)
+    with pytest.raises(ValueError, match="SPECREJ_MAX_PROMPT_CHARS"):
+        RunRequest.parse({"prompt": "x" * 11}, lim)
+    with pytest.raises(LimitError, match="SPECREJ_MAX_N"):
+        lim.check(RunConfig(prompt="hi", n=9))
+    assert asked.count("max_n") == 2 and "max_prompt_chars" in asked
+    root = Path(__file__).resolve().parents[1]
+    said = [str(p.relative_to(root)) for d in ("components", "specrej") for p in (root / d).rglob("*.py")
+            if "allows at most" in p.read_text(encoding="utf-8")]
+    assert said == ["components/deploy/limits.py"]

@@ -57,19 +57,27 @@ class Limits:
         base = cls()
         return replace(base, **{f: env_int(var, getattr(base, f), env=env, error=LimitError) for f, var in cls.ENV.items()})
 
+    def over(self, name: str, value: float, said: str) -> str | None:
+        """The one check of a deployment limit (the request's fields and each arm's config both ask it): the
+        refusal when ``value`` is past the limit ``name`` (a field of this class), naming the limit and its
+        environment variable; None when it is within. ``said`` is the value in words ("N is 40 candidates")."""
+        limit = getattr(self, name)
+        if value <= limit:
+            return None
+        return f"{said}; this deployment allows at most {limit:g} ({self.ENV[name]})."
+
     def check(self, cfg: RunConfig) -> None:
         """Raise LimitError naming the limit (and its environment variable) that cfg exceeds."""
         over = [
-            ("prompt", len(cfg.prompt), self.max_prompt_chars, "max_prompt_chars", "characters"),
-            ("N", cfg.n, self.max_n, "max_n", "candidates") if cfg.n != AUTO else
-            ("auto N (budget / first decision)", auto_rows_bound(cfg), self.max_auto_n, "max_auto_n", "rows"),
-            ("max new tokens", cfg.max_new_tokens, self.max_new_tokens, "max_new_tokens", "tokens"),
-            ("memory budget", cfg.budget or 0, self.max_budget, "max_budget", "KV slots"),
+            ("max_prompt_chars", len(cfg.prompt), f"the prompt is {len(cfg.prompt)} characters long"),
+            ("max_n", cfg.n, f"N is {cfg.n} candidates") if cfg.n != AUTO else
+            ("max_auto_n", (rows := auto_rows_bound(cfg)), f"auto N (budget / first decision) is {rows} rows"),
+            ("max_new_tokens", cfg.max_new_tokens, f"max new tokens is {cfg.max_new_tokens} tokens"),
+            ("max_budget", cfg.budget or 0, f"the memory budget is {cfg.budget} KV slots"),
         ]
-        for what, value, limit, name, unit in over:
-            if value > limit:
-                raise LimitError(f"{what} is {value} {unit}; this deployment allows at most {limit} "
-                                 f"(limit {self.ENV[name]}).")
+        for name, value, said in over:
+            if (why := self.over(name, value, said)) is not None:
+                raise LimitError(why)
 
     def check_race(self, cfgs) -> None:
         """LimitError where a race's arms (``cfgs``: each arm's config), holding their caches at once, would hold

@@ -153,8 +153,8 @@ class Spec:
             text = check_text_field(name, value, self.max_chars if env else cap)
             if not self.empty and not text.strip():
                 raise FieldError(f"{name} is empty: type a message for the model to answer.")
-            if len(text) > cap:
-                raise FieldError(f"{name} is {len(text)} characters long; this deployment allows at most {cap} ({env}).")
+            if env and (why := limits.over(self.limit, len(text), f"{name} is {len(text)} characters long")):
+                raise FieldError(why)
             return text
         if self.kind == "flag":
             return check_flag(name, value)
@@ -167,9 +167,8 @@ class Spec:
             if cap is None or self.lo is None:
                 raise
             number = check_number(name, value, self.lo, cap, whole=whole)   # the same refusal, in this range's words
-        if cap is not None and number > cap:
-            raise FieldError(f"{name} is {_number_words(number)}; this deployment allows at most {cap:g}"
-                             + (f" ({env})." if env else "."))
+        if env and (why := limits.over(self.limit, number, f"{name} is {_number_words(number)}")):
+            raise FieldError(why)   # the deployment's own check (components.deploy.limits.Limits.over)
         return number
 
     def words(self, limits: Any = None) -> str:
