@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from components import charts, panels
+from components import charts, lecture, panels
 from components.looks import colour, look
 from components.state.summary import summary_dict
 from components.state.update import Kind, Update
@@ -174,15 +174,24 @@ def failure_frame(view: RunView) -> Frame:
 
 def draw(update: Update) -> Frame:
     """The frame that shows one of the runtime's updates (``state/update.py``), marked with its play and phase;
-    a lecture-mode run's charts drawn for a room (``lecture.frame_for_room``)."""
-    from components.lecture import frame_for_room, in_lecture
-
+    a lecture-mode run's charts drawn for a room (``lecture.for_room``)."""
     f = _draw(update)
     if update.play:
         f.play = update.play
     if update.phase is not None:
         f.phase = update.phase
-    return frame_for_room(f) if in_lecture(update.view) else f
+    return _for_room(f) if lecture.in_lecture(update.view) else f
+
+
+def _for_room(frame: Frame) -> Frame:
+    """Every chart of ``frame`` (the arms', the race's, the step panel's) drawn for a room; the rest as it is."""
+    if isinstance(frame.arm_plots, list):
+        frame.arm_plots = [p if p is KEEP else lecture.for_room(p) for p in frame.arm_plots]
+    if frame.race_plot is not KEEP:
+        frame.race_plot = lecture.for_room(frame.race_plot)
+    if isinstance(frame.step, dict) and "plot" in frame.step:
+        frame.step = {**frame.step, "plot": lecture.for_room(frame.step["plot"])}
+    return frame
 
 
 def _draw(update: Update) -> Frame:

@@ -6,7 +6,7 @@ updates: the frame builders use the rest).
   the other layout). At 1280x720 the prompt, Run/Stop and the status sit at the top, the race's charts fill
   the width below them inside the first screen, body text is 24 px; the rest of the page follows.
 - **Charts for the back of a room** (``for_room``): a chart spec with larger fonts, a taller plot and room for
-  the larger tick labels; ``frame_for_room`` applies it to every chart of a frame of a lecture-mode run.
+  the larger tick labels; ``frames.draw`` applies it to every chart of a frame of a lecture-mode run.
 - **One play at a time** (``locks``): one function maps playing / not playing to the controls' updates: while
   something plays every control but Stop is locked.
 - **The clicker** (``KEYS_JS``): right arrow / Page Down = the next decision, left arrow / Page Up = the
@@ -19,11 +19,8 @@ before it starts) is ``components/session/pace.py``'s ``lecture_plan``; the requ
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:   # the page's builders (ui.py imports this module)
-    from components.frames import Frame
-    from components.ui import Page
 
 FONT = 20          # a chart's text in lecture mode (the page's charts: 14)
 TICKS = 18
@@ -69,19 +66,6 @@ def for_room(spec: dict | None) -> dict | None:
     return out
 
 
-def frame_for_room(frame: "Frame") -> "Frame":
-    """Every chart of ``frame`` (the arms', the race's, the step panel's) ``for_room``; the rest as it is."""
-    from components.frames import KEEP
-
-    if isinstance(frame.arm_plots, list):
-        frame.arm_plots = [p if p is KEEP else for_room(p) for p in frame.arm_plots]
-    if frame.race_plot is not KEEP:
-        frame.race_plot = for_room(frame.race_plot)
-    if isinstance(frame.step, dict) and "plot" in frame.step:
-        frame.step = {**frame.step, "plot": for_room(frame.step["plot"])}
-    return frame
-
-
 def in_lecture(view: Any) -> bool:
     """The run on ``view`` was asked for in lecture mode."""
     return bool(getattr(view, "lecture", False))
@@ -90,7 +74,7 @@ def in_lecture(view: Any) -> bool:
 # ------------------------------------------------------------------ one play at a time
 
 
-def lockable(page: "Page") -> list:
+def lockable(page: Any) -> list:   # page: components.ui.Page (not imported: ui imports this module)
     """Every control a visitor can change or press, but Stop: locked while something plays."""
     c, a = page.controls, page.arena
     skip = {"stop", "settings", "second_group", "paper_note", "link_box", "link_qr"}   # Stop; containers and read-only boxes
@@ -98,7 +82,7 @@ def lockable(page: "Page") -> list:
     return named + [a.live, a.x_axis, a.step.prev, a.step.next, a.step.end]
 
 
-def locks(page: "Page", playing: bool, lecture: bool = True) -> dict:
+def locks(page: Any, playing: bool, lecture: bool = True) -> dict:
     """The one map from playing / not playing to the controls: while something plays (in lecture mode) every
     control but Stop is locked; when nothing plays all are unlocked. Outside lecture mode nothing is locked."""
     import gradio as gr   # here: the frames that draw charts for the room import this module without Gradio
@@ -111,7 +95,7 @@ def locks(page: "Page", playing: bool, lecture: bool = True) -> dict:
             for comp in lockable(page)}
 
 
-def lock_step(page: "Page") -> dict:
+def lock_step(page: Any) -> dict:
     """The first step of every play's chain (Run, Enter in the prompt, Replay, Paper scale; "Run it live" presses
     Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
     separate event on the same click raced an instant replay and landed after it)."""
@@ -119,7 +103,7 @@ def lock_step(page: "Page") -> dict:
                 outputs=lockable(page), queue=False, api_visibility="private")
 
 
-def wire(page: "Page", ends: list) -> None:
+def wire(page: Any, ends: list) -> None:
     """The toggle's layout switch, and the locks lifted when each of ``ends`` (the plays' events, each chained
     after ``lock_step``) ends, and on Stop."""
     c = page.controls
