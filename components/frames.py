@@ -60,8 +60,19 @@ def race_label(view: RunView, x_axis: str | None = None) -> str:
     return label.replace("its time here", "its time on the recording's machine") if view.recording else label
 
 
+ROOM_CHART_LABELS = {"pruning": "reward as it is written", "final": "reward when complete",
+                     "signal": "its own signal (no reward)"}   # lecture mode: one line at 20 px in half of 1280 px
+
+
 def slots(view: RunView) -> list[tuple[str, str, str]]:
-    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[look(a.spec.method).chart]}", colour(a.spec)) for a in view.display_order()]
+    """Each arm's chart: its id, its label (the method's name, its settings and what the chart shows; in
+    lecture mode the name and the short words alone, so the label fits its half of the screen) and colour."""
+    arms = view.display_order()
+    if lecture.in_lecture(view):
+        names = [a.spec.kind.name for a in arms]
+        return [(a.arm, f"{name if names.count(name) == 1 else a.spec.short}: "   # two arms of one method: their settings
+                        f"{ROOM_CHART_LABELS[look(a.spec.method).chart]}", colour(a.spec)) for a, name in zip(arms, names)]
+    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[look(a.spec.method).chart]}", colour(a.spec)) for a in arms]
 
 
 def since(frame: Frame, sent: Frame | None) -> Frame:

@@ -125,6 +125,9 @@ def test_a_lecture_run_on_a_busy_machine_plays_its_recording_paced_to_the_quiet_
     from components import lecture
 
     assert last.arm_plots[0]["layout"]["font"]["size"] == lecture.FONT
+    # and labelled in words short enough for half of a 1280 px screen at 20 px: the name, no settings
+    labels = [label for _, label, _ in next(f.slots for f in reversed(out) if isinstance(f.slots, list))]
+    assert labels and all(len(label) <= 48 and "=" not in label for label in labels), labels
 
 
 def test_a_lecture_run_on_a_quiet_machine_races_live_and_the_link_is_that_race(recorded, monkeypatch):
