@@ -24,7 +24,7 @@ from .core.events import Finished, Progress, Round, to_dict
 from .analysis.match import StopWhenMatched
 from .backends import BACKENDS, load_lm
 from .record import Recorder, make_meta
-from .rewards import load_reward, own_prompt
+from .rewards import check_prompt, load_reward, own_prompt
 
 METHOD_ARMS = {"sr": ("sr",), "bon": ("bon",), "both": DEFAULT_ARMS}
 RECORD_HELP = ("Record a race (its events, compactly) for instant replay in the app, e.g. python -m specrej record "
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[specrej] the {args.reward} reward scores its own prompts only: racing its first, {own!r}",
                       file=sys.stderr)
         cfg = RunConfig(**settings)
+        check_prompt(args.reward, cfg.prompt)   # a reward of its own prompts only refuses another before loading
         arms = parse_arms(args.arms or METHOD_ARMS[args.method])
         for arm in arms:
             arm.config(cfg)  # every arm's settings are valid before the models load

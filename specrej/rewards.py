@@ -307,14 +307,27 @@ REWARDS: dict[str, type] = {cls.kind: cls for cls in (
 EMBEDDED_KIND = "preference"   # what the spec "embedded" means: the preference reward on the embedded embedder
 
 
+def _own_prompts(spec) -> bool:
+    return isinstance(spec, str) and spec.strip().partition(":")[0].strip() == InstructionsReward.kind
+
+
 def own_prompt(spec) -> str | None:
     """The first prompt of a reward's own prompt set, for a reward that scores only its own prompts
     (``instructions``); None for every other kind (they score any prompt)."""
-    if isinstance(spec, str) and spec.strip().partition(":")[0].strip() == InstructionsReward.kind:
+    if _own_prompts(spec):
         from .instructions import bundled
 
         return next(iter(bundled().values())).prompt
     return None
+
+
+def check_prompt(spec, prompt: str) -> None:
+    """ValueError, before any model loads, where the reward ``spec`` cannot score ``prompt`` (a reward that
+    scores only its own prompts, given another); nothing for every other kind."""
+    if _own_prompts(spec):
+        from .instructions import task_for
+
+        task_for(prompt)
 
 
 def offered_kinds() -> list[tuple[str, str]]:

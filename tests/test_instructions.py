@@ -38,3 +38,12 @@ def test_the_reward_scores_its_own_prompts_and_refuses_others_clearly():
     with pytest.raises(RewardError, match="own prompt set"):
         r.score("What is the capital of Australia?", ["Canberra"])
     assert own_prompt("sentiment") is None
+
+
+def test_the_cli_refuses_a_prompt_the_instructions_reward_cannot_score_before_any_model_loads(monkeypatch, capsys):
+    from specrej import cli
+
+    monkeypatch.setattr(cli, "load_lm", lambda *a, **k: pytest.fail("a model loaded for a prompt it cannot score"))
+    assert cli.main(["--arms", "bon", "sr", "deepconf", "stbon", "--reward", "instructions",
+                     "--prompt", "Write a poem."]) != 0
+    assert "own prompt set only" in capsys.readouterr().err
