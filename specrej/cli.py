@@ -88,15 +88,19 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
     return p
 
 
+def _count(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
     led, w = f.ledger, f.winner
     return [
-        f"== {arm.label} [{arm.id}] ({f.rounds} round{'' if f.rounds == 1 else 's'})",
+        f"== {arm.label} [{arm.id}] ({_count(f.rounds, arm.kind.about.round_word)})",
         f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
         "   " + w.text.strip().replace("\n", "\n   "),
         f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
         f"{fmt_flops(led.flops)}; {led.wall_s:.1f} s ({led.decode_s:.1f} s decoding, {led.reward_s:.2f} s scoring "
-        f"{led.scored} answers in {led.reward_calls} calls); peak KV {led.peak_kv_slots} of {led.budget} slots",
+        f"{_count(led.scored, 'answer')} in {_count(led.reward_calls, 'call')}{'' if led.reward_s else ': this reward costs nothing'}); peak KV {led.peak_kv_slots} of {led.budget} slots",
         "",
     ]
 
@@ -107,7 +111,9 @@ def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison) -> list[str]:
     elif c.kept_baseline_winner:
         kept = f"kept {base.label}'s winner #{c.baseline_winner}"
     else:
-        kept = f"pruned {base.label}'s winner #{c.baseline_winner} in round {c.baseline_winner_round_pruned}"
+        about = arm.kind.about   # its own words, its decisions counted from 1
+        kept = (f"{about.cut_word} {base.label}'s winner #{c.baseline_winner} at its {about.round_word} "
+                f"{c.baseline_winner_round_pruned + 1}")
     lines = [
         f"== {arm.label} against {base.label}",
         f"   reward:           {c.reward:.4f} vs {c.baseline_reward:.4f} "
@@ -120,8 +126,9 @@ def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison) -> list[str]:
         lines.append("   baseline matched: " + (f"after {fmt_flops(c.baseline_matched_flops)}"
                                                 if c.baseline_matched_flops is not None else "never"))
     for d in c.decisions:
-        rho = "undefined" if d.spearman is None else f"{d.spearman:.2f}"
-        lines.append(f"   decision {d.index} at token {d.position}: Spearman({d.signal or 'partial reward'}, final "
+        rho = "undefined (one side has no spread)" if d.spearman is None else f"{d.spearman:.2f}"
+        lines.append(f"   {arm.kind.about.round_word} {d.index + 1} at token {d.position}: Spearman("
+                     f"{d.signal or 'partial reward'}, final "
                      f"reward) {rho} "
                      f"over {d.n_live} candidates")
     lines.append("")
@@ -148,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     try:
         settings = {k: v for k, v in vars(args).items() if k in fields}
-        own = own_prompt(args.reward)   # a reward that scores only its own prompts: its first, unless one is given
+        own = own_prompt(args.reward)   # a reward that scores only its own prompts: one of them, unless one is given
         if own is not None and settings.get("prompt") == RunConfig.prompt:
             settings["prompt"] = own
             if not args.quiet:
-                print(f"[specrej] the {args.reward} reward scores its own prompts only: racing its first, {own!r}",
+                print(f"[specrej] the {args.reward} reward scores its own prompts only: racing {own!r}",
                       file=sys.stderr)
         cfg = RunConfig(**settings)
         check_prompt(args.reward, cfg.prompt)   # a reward of its own prompts only refuses another before loading
@@ -164,15 +171,17 @@ def main(argv: list[str] | None = None) -> int:
                      kv_slots=cfg.budget)
         reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
                              preference=args.preference, relevance=args.relevance)
+        # the decoding step is built (compiled, where it can be) by its first engine: timed here, before the
+        # race, so that no arm's wall time pays for it; a recording measures this machine's step too, so that a
+        # replay prices Best-of-N's curve in seconds here
+        from .backends.steptime import measure
+
+        cost = measure(lm, steps=3) if record else measure(lm, rows=(2,), steps=1)
+        step_cost = {"rows": list(cost.rows), "seconds": list(cost.seconds)} if record else None
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
-                  f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows)", file=sys.stderr)
-        step_cost = None
-        if record:   # this machine's decoding step, so that a replay prices Best-of-N's curve in seconds here
-            from .backends.steptime import measure
-
-            cost = measure(lm, steps=3)
-            step_cost = {"rows": list(cost.rows), "seconds": list(cost.seconds)}
+                  f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows, decoding step "
+                  "built before the race)", file=sys.stderr)
         trace, tally = [], Tally()
         referee = StopWhenMatched(arms[0].id, arms[1].id) if args.stop_when_matched and len(arms) > 1 else None
         recorder = Recorder()

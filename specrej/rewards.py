@@ -312,12 +312,12 @@ def _own_prompts(spec) -> bool:
 
 
 def own_prompt(spec) -> str | None:
-    """The first prompt of a reward's own prompt set, for a reward that scores only its own prompts
-    (``instructions``); None for every other kind (they score any prompt)."""
+    """The prompt to race, for a reward that scores only its own prompts (``instructions``: its set's
+    ``DEMO_TASK``, one its answers follow only sometimes); None for every other kind (they score any prompt)."""
     if _own_prompts(spec):
-        from .instructions import bundled
+        from .instructions import DEMO_TASK, bundled
 
-        return next(iter(bundled().values())).prompt
+        return next(t.prompt for t in bundled().values() if t.id == DEMO_TASK)
     return None
 
 

@@ -87,10 +87,12 @@ def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
     text = summary(parse_arms(["bon", "sr", "deepconf", "stbon"]), tally)   # the CLI names what each decision ranked
     blocks = [b for b in text.split("== ")[1:] if " against " in b.split("\n")[0]]
     ranked = {}
-    for label, signal in (("Speculative Rejection", "partial reward"), ("DeepConf", "group confidence"),
-                          ("ST-BoN", "consistency")):
+    for label, signal, word in (("Speculative Rejection", "partial reward", "decision"),
+                                ("DeepConf", "group confidence", "stop"), ("ST-BoN", "consistency", "truncation")):
         block = next(b for b in blocks if b.startswith(label))
-        lines = [x for x in block.splitlines() if "decision " in x and "Spearman" in x]
+        lines = [x for x in block.splitlines() if "Spearman" in x]
+        assert all(x.strip().startswith(f"{word} ") for x in lines), block   # in its own words, counted from 1
+        assert " 0 at token" not in block, block
         assert all(f"Spearman({signal}, final reward)" in x for x in lines), block
         ranked[label] = len(lines)
     assert ranked["DeepConf"] and ranked["ST-BoN"], text   # the rivals decided on their own signals

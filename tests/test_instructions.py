@@ -25,7 +25,8 @@ def test_the_score_is_the_fraction_of_instructions_followed():
     assert task.followed("A cat naps in warm light.") == [True, True]
     assert task.score("A cat naps, warm and still.") == 0.5                      # a comma
     assert task.score(" ".join(["cat"] * 40) + ", done") == 0.0                  # too long, and a comma
-    lower = I.task_for(own_prompt("instructions"))
+    assert I.task_for(own_prompt("instructions")).id == I.DEMO_TASK
+    lower = I.task_for("Describe a rainy afternoon in a small town. Write only in lowercase letters, no capitals at all.")
     assert lower.score("all lowercase here.") == 1.0 and lower.score("Not lowercase.") == 0.0
     assert lower.score("") == 0.0                                                # nothing written follows nothing
 
