@@ -12,7 +12,7 @@ import math
 
 from specrej import Candidate
 from specrej.analysis.compare import Comparison, fmt_times, reached
-from specrej.rewards import scale_of
+from specrej.rewards import kind_of, scale_of
 
 from components.looks import look
 from components.theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
@@ -635,6 +635,10 @@ def why_markdown(view: RunView, verdicts: dict | None = None) -> str:
                   else "its paper's own rule, without the reward")
             body += ["", f"*{sr}'s winner was named by {by} (pick={pick}). {_cap(about.adapted)} The paper: "
                          f"{about.paper}.*"]
+            if why := about.judged_by_own_signal(kind_of(view.reward_label) or ""):
+                body += ["", f"**The judge reads this method's own signal:** {why}, so this race judges "
+                             f"{md_escape(arm.spec.kind.name)} by what it decides with. For a judge no arm uses, "
+                             "choose the preference reward."]
         if w.causes:
             body += ["", _cause_words(w, sr)]
         body += ["", _paper_words(w, machine)]

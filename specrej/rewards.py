@@ -337,17 +337,20 @@ def offered_kinds() -> list[tuple[str, str]]:
     return [(cls.label, k) for k, cls in REWARDS.items()
             if cls.offered and (cls.requires is None or importlib.util.find_spec(cls.requires) is not None)]
 
-def scale_of(name: str) -> Scale:
-    """The ``Scale`` of a reward named by its spec (``self-certainty``, ``preference:<text>``,
-    ``hf:<id>``) or by a UI label (a registry label, ``Reward model: <id>``); ``UNKNOWN_SCALE`` else."""
+def kind_of(name: str) -> str | None:
+    """The kind of a reward named by its spec (``self-certainty``, ``preference:<text>``, ``hf:<id>``) or by a
+    UI label (a registry label, ``Reward model: <id>``); None when it names none."""
     text = str(name or "").strip()
     kind = text.partition(":")[0].strip().casefold()
     if kind in REWARDS:
-        return REWARDS[kind].scale
-    for cls in REWARDS.values():
-        if text == cls.label or text.startswith(cls.label + ":"):
-            return cls.scale
-    return UNKNOWN_SCALE
+        return kind
+    return next((k for k, cls in REWARDS.items() if text == cls.label or text.startswith(cls.label + ":")), None)
+
+
+def scale_of(name: str) -> Scale:
+    """The ``Scale`` of a reward named by its spec or by a UI label (``kind_of``); ``UNKNOWN_SCALE`` else."""
+    kind = kind_of(name)
+    return UNKNOWN_SCALE if kind is None else REWARDS[kind].scale
 
 
 # Every cache here has a bound (an LRU: the least recently used entry goes first). Dropping an entry

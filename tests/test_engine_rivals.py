@@ -105,3 +105,25 @@ def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
     bon = {c.id: c.score for c in fins["bon"].candidates}
     for arm in ("sr", "deepconf", "stbon"):   # every winner is one of Best-of-N's answers, with its reward
         assert fins[arm].winner.score == bon[fins[arm].winner.id]
+
+
+def test_the_why_box_says_when_the_judge_reads_a_rivals_own_signal(lm32, length_reward):
+    """Under self-certainty (DeepConf's token confidence over the whole vocabulary) the page says DeepConf is judged
+    by what it decides with; under a reward no arm decides with it says nothing of the kind."""
+    from specrej.arms import parse_arms
+    from specrej.rewards import REWARDS
+    from components.panels import why_markdown
+    from components.state.view import RunView
+
+    cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0, warmup=2, window=4)
+    events = list(race_arms(lm32, length_reward, cfg, ["bon", "deepconf", "stbon"]))
+    texts = {}
+    for kind in ("self-certainty", "preference"):
+        view = RunView(cfg, reward_label=REWARDS[kind].label, specs=parse_arms(["bon", "deepconf", "stbon"]))
+        for e in events:
+            view.apply(e)
+        texts[kind] = why_markdown(view)
+    note = "The judge reads this method's own signal"
+    assert texts["self-certainty"].count(note) == 1, texts["self-certainty"]   # DeepConf's box, not ST-BoN's
+    assert "DeepConf's token confidence taken over the whole vocabulary" in texts["self-certainty"]
+    assert note not in texts["preference"] and texts["preference"]

@@ -30,6 +30,8 @@ class About:
     citation: str = ""             # "Fu et al., 2025": the paper it follows
     paper: str = ""                # the paper's title and identifier
     adaptations: tuple[str, ...] = ()   # every way this project's version differs from the paper's
+    own_signal_rewards: tuple[tuple[str, str], ...] = ()   # (reward kind, why): rewards that read its own signal,
+                                                           # so a race they judge is judged by what it decides with
 
     @property
     def rival(self) -> bool:
@@ -40,6 +42,10 @@ class About:
     def adapted(self) -> str:
         """One line: "adapted here: ...", naming every adaptation ("" when it follows its paper as it is)."""
         return ("adapted here: " + "; ".join(self.adaptations) + ".") if self.adaptations else ""
+
+    def judged_by_own_signal(self, reward_kind: str) -> str:
+        """Why a race judged by the reward ``reward_kind`` judges this method by its own signal ("" if it does not)."""
+        return next((why for kind, why in self.own_signal_rewards if kind == reward_kind), "")
 
     def label(self, name: str) -> str:
         """The method's name with its citation: "DeepConf-style (Fu et al., 2025)"."""
@@ -62,7 +68,12 @@ DEEPCONF = About(
         "the consensus stop is off by default (open-ended answers have no extracted answer to agree on)",
         "the race's reward picks the winner among the traces the filter kept (pick=reward); the paper votes "
         "(pick=paper)",
-        "a stopped trace writes the token that took it below the threshold, then leaves"))
+        "a stopped trace writes the token that took it below the threshold, then leaves"),
+    own_signal_rewards=(
+        ("self-certainty", "the self-certainty reward is DeepConf's token confidence taken over the whole vocabulary, "
+                           "minus a constant"),
+        ("confidence", "the confidence reward, the mean log-probability of the tokens written, reads the same "
+                       "next-token distribution as DeepConf's token confidence")))
 STBON = About(
     OPENING, "truncation", "truncated", decides_by="consistency", signal="consistency",
     signal_axis="consistency: minus the mean squared distance of its hidden-state chain to the others'; "
