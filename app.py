@@ -20,7 +20,7 @@ from components.autospec_tab import build_autospec_tab
 from components.deploy import gradio_private
 from components.deploy.clients import FullQueue, Guard, forwarded_headers_ignored
 from components.deploy.gate import ApiGate
-from components.frames import Frame, drawn, error_frame, final_frame, race_label, step_frame
+from components.frames import Frame, as_seen, drawn, error_frame, final_frame, race_label, step_frame
 from components.panels import STOPPED
 from components.deploy import memory
 from components.session import busy, paper
@@ -258,7 +258,7 @@ def wire_stop(page: ui.Page, guard: Guard, events: list, sessions: Sessions) -> 
         if STEPS_CLOSED in str(shown) and view is not None and view.done:
             f = final_frame(view)
             f.status, f.status_kind, f.phase, f.play = STEPS_CLOSED, "done", session.phase, session.play
-            return page.updates(f)
+            return page.updates(as_seen(f, view))
         return page.updates(Frame(status=STOPPED, status_kind="stopped", phase=session.phase))
 
     c.stop.click(stop, None, [a.status], cancels=events, queue=False, api_name="stop") \
@@ -285,7 +285,7 @@ def wire_steps(page: ui.Page, sessions: Sessions) -> None:
                 view.step_shown = min(max(0, int(k or 0) + delta), len(view.checkpoints) - 1)
                 f = step_frame(view, view.step_shown)
             f.phase, f.play = session.phase, session.play
-            return page.updates(lecture.frame_for_room(f) if view.lecture else f)
+            return page.updates(as_seen(f, view))
         return show
 
     for button, key, delta in ((s.prev, Button.PREV, -1), (s.next, Button.NEXT, 1), (s.end, Button.END, None)):

@@ -191,11 +191,14 @@ def draw(update: Update) -> Frame:
         f.play = update.play
     if update.phase is not None:
         f.phase = update.phase
-    return _for_room(f) if lecture.in_lecture(update.view) else f
+    return as_seen(f, update.view)
 
 
-def _for_room(frame: Frame) -> Frame:
-    """Every chart of ``frame`` (the arms', the race's, the step panel's) drawn for a room; the rest as it is."""
+def as_seen(frame: Frame, view) -> Frame:
+    """``frame`` as the run on ``view`` is seen: in lecture mode every chart (the arms', the race's, the step
+    panel's) drawn for a room (once: ``lecture.for_room`` grows fonts each time); the rest as it is."""
+    if not lecture.in_lecture(view):
+        return frame
     if isinstance(frame.arm_plots, list):
         frame.arm_plots = [p if p is KEEP else lecture.for_room(p) for p in frame.arm_plots]
     if frame.race_plot is not KEEP:

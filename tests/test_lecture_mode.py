@@ -130,6 +130,25 @@ def test_a_lecture_run_on_a_busy_machine_plays_its_recording_paced_to_the_quiet_
     assert labels and all(len(label) <= 48 and "=" not in label for label in labels), labels
 
 
+
+def test_stepping_a_lecture_race_and_closing_the_steps_keep_its_charts_for_a_room(recorded, monkeypatch):
+    """The step buttons and Stop (which closes stepping) draw frames outside the race's stream: theirs are
+    drawn for a room too (a missing name there failed every ArrowRight in lecture mode), and only once."""
+    from components import lecture
+    from components.frames import as_seen, final_frame, step_frame
+
+    machine(monkeypatch, 4.0)
+    view = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))[-1].view
+    assert len(view.checkpoints) >= 2
+    for f in (as_seen(step_frame(view, 1), view), as_seen(final_frame(view), view)):
+        assert f.arm_plots[0]["layout"]["font"]["size"] == lecture.FONT
+        assert f.arm_plots[0]["layout"]["height"] == lecture.HEIGHT
+    plain = step_frame(view, 1)
+    notes = [n["font"]["size"] for n in as_seen(step_frame(view, 1), view).step["plot"]["layout"].get("annotations", [])]
+    assert notes == [n["font"]["size"] for n in lecture.for_room(plain.step["plot"])["layout"].get("annotations", [])]
+    view.lecture = False
+    assert as_seen(step_frame(view, 1), view).arm_plots[0]["layout"]["font"]["size"] != lecture.FONT
+
 def test_a_lecture_run_on_a_quiet_machine_races_live_and_the_link_is_that_race(recorded, monkeypatch):
     from components import links
 

@@ -451,7 +451,8 @@ def _quiet(fn: Callable) -> Callable:
         except gr.Error:
             raise
         except Exception as e:
-            log.warning("malformed call of %s: %s", getattr(fn, "__name__", "an event"), type(e).__name__)
+            log.warning("malformed call of %s: %s", getattr(fn, "__name__", "an event"), type(e).__name__,
+                        exc_info=log.isEnabledFor(logging.DEBUG))   # the traceback for whoever debugs the page
             raise gr.Error("This event's input is not what the page sends.", print_exception=False) from None
 
     quiet._specrej_quiet = True
