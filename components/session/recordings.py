@@ -81,8 +81,8 @@ def _same(a, b) -> bool:
 
 def same_race(recorded, key: dict) -> bool:
     """Is the recorded race ``key``'s? A setting added after the recording was made (the rivals' ``warmup``,
-    ``window`` ..., now their settings classes' fields) is absent from it; the race ran with what is now that setting's default, so a
-    key holding the default there is the same race (any other value is not)."""
+    ``window`` ..., now their settings classes' fields) is absent from it; the race ran with what is now that
+    setting's default, so a key holding the default there is the same race (any other value is not)."""
     if not isinstance(recorded, dict) or not isinstance(recorded.get("config"), dict):
         return False
     defaults = {**{f.name: f.default for f in dataclasses.fields(RunConfig) if f.name != "settings"},
