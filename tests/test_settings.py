@@ -145,3 +145,32 @@ def test_a_recorded_flat_config_finds_its_recording_and_a_changed_setting_does_n
     assert recordings.find_race(changed, tmp_path) is None
     view = recordings.view_for(recordings.load(tmp_path / "race.json.gz"))
     assert view.cfg == cfg and [a.spec for a in view.specs] == ["bon", "deepconf:warmup=2"]
+
+
+def test_the_cli_has_a_flag_per_setting_and_gives_it_to_the_arms_that_take_it(capsys):
+    from specrej.cli import build_parser, main, with_settings
+
+    helped = " ".join(build_parser().format_help().split())
+    assert all(f"--{name.replace('_', '-')}" in helped for name in OLD_FLAT) and "--settings" not in helped
+    arms = with_settings(parse_arms(["bon", "deepconf", "deepconf:warmup=2", "stbon"]), {"warmup": 8, "pick": "paper"})
+    assert [a.spec for a in arms] == ["bon", "deepconf:warmup=8,pick=paper", "deepconf:warmup=2,pick=paper",
+                                      "stbon:pick=paper"]   # the spec's own value wins; ids kept
+    assert [a.id for a in arms] == ["bon", "deepconf", "deepconf2", "stbon"]
+    assert arms[1].config(RunConfig(prompt="x", n=16)).settings == DeepConfSettings(warmup=8, pick="paper")
+    assert main(["--prompt", "Say hi.", "--arms", "bon", "deepconf", "--warmup", "0"]) == 2   # before any model
+    assert "arm 'deepconf:warmup=0': warmup=0 is not allowed" in capsys.readouterr().err
+
+
+def test_the_cli_trace_writes_each_arms_settings_flat(tiny_lm_dir, tiny_reward_dir, tmp_path):
+    from specrej.cli import main
+
+    out = tmp_path / "trace.json"
+    rc = main(["--model", tiny_lm_dir, "--reward", f"hf:{tiny_reward_dir}", "--prompt", "Say hi.", "--n", "6",
+               "--max-new-tokens", "8", "--budget", "300", "--arms", "bon", "deepconf:warmup=2", "--window", "4",
+               "--json", str(out), "--quiet"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert "settings" not in data["config"] and data["config"]["warmup"] == 4   # the base: the defaults, by name
+    bon, dc = (a["config"] for a in data["arms"])
+    assert (bon["warmup"], bon["window"]) == (4, 8) and (dc["warmup"], dc["window"]) == (2, 4)
+    assert RunConfig.from_flat(dc).settings == DeepConfSettings(warmup=2, window=4)
