@@ -779,20 +779,21 @@ def candidate_rows(view: RunView) -> list[list]:
 def _rival_happened(r, about, label: str, cfg) -> str:
     """What a rival's Round did, in its own words (``About``; the Round's marks say which of its moves it is)."""
     what = {m for m, _ in r.marks}
+    own = about.settings_for(cfg)   # its own settings (specrej.core.settings), as the arm ran
     bar = f"**{fmt_score(r.signal_threshold)}**" if r.signal_threshold is not None else "its threshold"
     sig = about.signal
     if "threshold set" in what:
         return (f"**What happened:** {label} decides on its own {sig}, not on a reward. Its {len(r.signals)} "
                 f"warm-up traces were written to the end; their lowest {sig} sets the threshold at {bar} "
                 f"({r.n_kept} of them at or above it). Every later trace stops the step its {sig} over the last "
-                f"{cfg.window} tokens falls below it.")
+                f"{own.window} tokens falls below it.")
     if "filtered" in what:
         return (f"**What happened:** after the run, the paper's filter: {_count(r.n_pruned, 'finished trace', 'finished traces')} "
                 f"whose lowest {sig} is below {bar} {'is' if r.n_pruned == 1 else 'are'} dropped "
                 f"({_count(r.n_kept, 'trace remains', 'traces remain')} to pick the winner from).")
     if "consensus" in what:
         return (f"**What happened:** the answers written so far agree (the top answer's share of the vote reached "
-                f"{cfg.consensus:g}): {label} starts no more traces and stops {_count(r.n_pruned, 'trace', 'traces')} "
+                f"{own.consensus:g}): {label} starts no more traces and stops {_count(r.n_pruned, 'trace', 'traces')} "
                 "still writing.")
     if "truncated" in what:
         why = ("memory was full before its buffer ended" if r.forced else

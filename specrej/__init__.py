@@ -17,6 +17,7 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
                      "register"], ".arms"),
     "BudgetError": ".core.budget",
     "RunConfig": ".core.config",
+    **dict.fromkeys(["DeepConfSettings", "STBoNSettings"], ".core.settings"),
     **dict.fromkeys(["Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict"], ".core.events"),
     **dict.fromkeys(["METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection"], ".methods"),
     **dict.fromkeys(["LM", "load_generator"], ".backends.hf"),
@@ -27,7 +28,8 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
 __all__ = [
     "DEFAULT_ARMS", "REGISTRY", "ArmKind", "ArmSpec", "ArmSpecError", "parse_arms", "race_arms", "register",
     "Comparison", "Ratio", "Tally", "compare", "compare_all",
-    "BudgetError", "RunConfig", "Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict",
+    "BudgetError", "RunConfig", "DeepConfSettings", "STBoNSettings",
+    "Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict",
     "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelSpecError",
     "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "load_reward",
 ]

@@ -1,9 +1,12 @@
 """Arms: which methods race, and with which settings.
 
 An arm spec is ``method[:key=value,...]``: ``bon``, ``sr:alpha=0.5``,
-``sr:alpha=0.9,decision=interval,interval=16``, ``deepconf:warmup=8``, ``stbon:buffer=0.5``. The keys are ``RunConfig`` fields the method
-accepts (its registry entry's ``options``); an arm's config is ``replace(base, **overrides)``,
-validated by ``RunConfig``. Parse errors name the bad key or value.
+``sr:alpha=0.9,decision=interval,interval=16``, ``deepconf:warmup=8``, ``stbon:buffer=0.5``. The keys are the
+settings the method accepts (its registry entry's ``options``): ``RunConfig`` fields, and fields of the method's
+own settings class (``About.settings``, ``specrej.core.settings``: DeepConf's ``warmup``, ``window`` ...,
+ST-BoN's ``buffer``, both ``pick``). An arm's config is the base with its RunConfig overrides, its ``settings``
+the method's settings in the base (``About.settings_for``) with its settings overrides; both validated, errors
+naming the arm. Parse errors name the bad key or value.
 
 ``REGISTRY`` says what a method is to a user: display name, short name and the settings an arm
 spec may give it, and its ``About`` (``specrej.core.about``: how it schedules rows, what it cuts by
@@ -26,6 +29,11 @@ from .core.events import Event
 from .methods import METHODS, race
 from .core.about import ABOUTS, GENERIC, About
 
+def _config_names() -> set[str]:
+    """RunConfig's fields an arm spec may name (``settings`` is set through its method's own fields)."""
+    return {f.name for f in dataclasses.fields(RunConfig)} - {"settings"}
+
+
 class ArmSpecError(ValueError):
     """An arm spec that names an unknown method, key or value."""
 
@@ -36,7 +44,7 @@ class ArmKind:
 
     key: str                    # its key in METHODS
     name: str                   # display name
-    options: tuple[str, ...]    # RunConfig fields an arm spec of this method may set
+    options: tuple[str, ...]    # RunConfig fields, and its settings class's fields, an arm spec of it may set
     short: str = ""             # for narrow places (table headers): "SR", "BoN"; default: the name
     prunes: bool = False        # it decides mid-answer which candidates go on (a verdict places it on the
                                 # baseline's Best-of-N curve; its decisions can be stepped through)
@@ -44,11 +52,18 @@ class ArmKind:
                                 # None: ABOUTS[key]
 
     def __post_init__(self) -> None:
-        unknown = set(self.options) - {f.name for f in dataclasses.fields(RunConfig)}
-        if unknown:
-            raise ValueError(f"options {sorted(unknown)} are not RunConfig fields.")
         if self.about is None:   # a method with no description of its own: rows in passes, generic words
             object.__setattr__(self, "about", ABOUTS.get(self.key, GENERIC))
+        unknown = set(self.options) - _config_names() - set(self.setting_names)
+        if unknown:
+            raise ValueError(f"options {sorted(unknown)} are neither RunConfig fields nor fields of "
+                             f"{self.key}'s settings.")
+
+    @property
+    def setting_names(self) -> tuple[str, ...]:
+        """The fields of its own settings class (``About.settings``; none for a method without one)."""
+        cls = self.about.settings if self.about is not None else None
+        return tuple(f.name for f in dataclasses.fields(cls)) if cls is not None else ()
 
     @property
     def method(self):
@@ -72,8 +87,8 @@ register(ArmKind("bonc", "Best-of-N, continuous batching", ("n",), "BoN-c"))   #
 register(ArmKind("sr", "Speculative Rejection", ("n", "alpha", "decision", "interval", "keep_finished",
                                                  "first_decision", "rule"), "SR", prunes=True))
 
-register(ArmKind("deepconf", ABOUTS["deepconf"].label("DeepConf-style"), ("n", "warmup", "conf_percentile", "window", "conf_topk", "consensus",
-                                                  "pick"),
+register(ArmKind("deepconf", ABOUTS["deepconf"].label("DeepConf-style"),
+                 ("n", "warmup", "conf_percentile", "window", "conf_topk", "consensus", "pick"),
                  "DeepConf-style", prunes=True))
 register(ArmKind("stbon", ABOUTS["stbon"].label("ST-BoN-style"), ("n", "buffer", "pick"), "ST-BoN-style",
                  prunes=True))
@@ -109,10 +124,17 @@ class ArmSpec:
         return (self.kind.short or self.kind.name) + (f" {extra}" if extra else "")
 
     def config(self, base: RunConfig) -> RunConfig:
-        """The base config with this arm's overrides, validated (ArmSpecError naming the arm)."""
+        """The base config with this arm's overrides, validated (ArmSpecError naming the arm): its RunConfig
+        fields replaced, and, for a method with settings of its own, ``settings`` the method's settings in the
+        base (``About.settings_for``) with the arm's settings overrides."""
+        own = set(self.kind.setting_names)
+        general = {k: v for k, v in self.overrides if k not in own}
         try:
-            return dataclasses.replace(base, **dict(self.overrides))
-        except ValueError as e:
+            if own:
+                mine = {k: v for k, v in self.overrides if k in own}
+                general["settings"] = dataclasses.replace(self.kind.about.settings_for(base), **mine)
+            return dataclasses.replace(base, **general)
+        except (ValueError, TypeError) as e:
             raise ArmSpecError(f"arm {self.spec!r}: {e}") from None
 
     def events(self, lm, reward, base: RunConfig) -> Iterator[Event]:
@@ -136,9 +158,11 @@ def _show(v) -> str:
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-def _convert(text: str, key: str, raw: str):
-    """``raw`` as the type of RunConfig's ``key`` (its default's type)."""
-    default = next(f.default for f in dataclasses.fields(RunConfig) if f.name == key)
+def _convert(text: str, key: str, raw: str, kind: ArmKind | None = None):
+    """``raw`` as the type of ``key``'s default: the field of the method's settings class (``kind``), else
+    RunConfig's."""
+    cls = kind.about.settings if kind is not None and key in kind.setting_names else RunConfig
+    default = next(f.default for f in dataclasses.fields(cls) if f.name == key)
     value = raw.strip()
     if not value:
         raise ArmSpecError(f"arm {text!r}: {key} has no value; write {key}=<value>.")
@@ -182,7 +206,7 @@ def parse_arm(text: str) -> ArmSpec:
                                f"{', '.join(kind.options) or 'no settings'}.")
         if key in overrides:
             raise ArmSpecError(f"arm {text!r}: {key} is set twice.")
-        overrides[key] = _convert(text, key, raw)
+        overrides[key] = _convert(text, key, raw, kind)
     if colon and not overrides:
         raise ArmSpecError(f"arm {text!r}: nothing after ':'; write key=value pairs or just {method!r}.")
     return ArmSpec(method, tuple(overrides.items()))

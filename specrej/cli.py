@@ -4,7 +4,9 @@
 ``--method both`` (the default) is ``--arms bon sr``. The first arm is the baseline the others
 are compared with (``specrej.analysis.compare``). Prints progress to stderr, a readable summary to stdout,
 and (with ``--json``) the full event trace. Every RunConfig field is a flag; its help text comes
-from the dataclass.
+from the dataclass. So is every field of a method's own settings (``specrej.core.settings``: ``--warmup``,
+``--buffer``, ``--pick`` ...): given, it goes to every arm of a method whose settings have it, unless the arm's
+spec sets it (``--warmup 8`` makes ``deepconf`` ``deepconf:warmup=8``).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from .engine import precision
 from .arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms, race_arms
 from .analysis.compare import Comparison, Tally, fmt_flops
+from .core.about import settings_classes
 from .core.config import AUTO, RunConfig
 from .core.budget import sharing
 from .core.events import Finished, Progress, Round, to_dict
@@ -75,6 +78,8 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
     helps = RunConfig.help()
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
+        if f.name == "settings":   # an object: its fields are flags of their own (below)
+            continue
         if f.name == "stop":
             p.add_argument(flag, action="append", default=[], help=helps[f.name])
         elif f.name == "keep_finished":
@@ -85,7 +90,30 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
             p.add_argument(flag, type=_n, default=f.default, help=helps[f.name])
         else:
             p.add_argument(flag, type=type(f.default), default=f.default, help=helps[f.name])
+    for name, (default, text) in _setting_flags().items():
+        p.add_argument("--" + name.replace("_", "-"), type=type(default), default=None,
+                       help=f"{text} Given, it goes to every arm whose method takes it (default: {default}).")
     return p
+
+
+def _setting_flags() -> dict[str, tuple[object, str]]:
+    """The methods' own settings (``specrej.core.settings``) by name: (default, help), the first class's for a
+    name two share (``pick``)."""
+    out: dict[str, tuple[object, str]] = {}
+    for cls in settings_classes():
+        for f in dataclasses.fields(cls):
+            out.setdefault(f.name, (f.default, f.metadata["help"]))
+    return out
+
+
+def with_settings(arms: tuple[ArmSpec, ...], given: dict[str, object]) -> tuple[ArmSpec, ...]:
+    """Each arm with the settings flags ``given`` that its method takes and its spec does not set."""
+    out = []
+    for arm in arms:
+        mine = dict(arm.overrides)
+        extra = tuple((k, v) for k, v in given.items() if k in arm.kind.setting_names and k not in mine)
+        out.append(dataclasses.replace(arm, overrides=arm.overrides + extra) if extra else arm)
+    return tuple(out)
 
 
 def _count(count: int, word: str) -> str:
@@ -163,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
         cfg = RunConfig(**settings)
         check_prompt(args.reward, cfg.prompt)   # a reward of its own prompts only refuses another before loading
-        arms = parse_arms(args.arms or METHOD_ARMS[args.method])
+        arms = with_settings(parse_arms(args.arms or METHOD_ARMS[args.method]),
+                             {k: v for k in _setting_flags() if (v := getattr(args, k)) is not None})
         for arm in arms:
             arm.config(cfg)  # every arm's settings are valid before the models load
         t0 = time.perf_counter()
@@ -210,10 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "config": dataclasses.asdict(cfg), "model": args.model, "reward": reward.name,
+            "config": cfg.flat(), "model": args.model, "reward": reward.name,
             "dtype": precision.short_name(lm.dtype), "kv_sharing": "shared" if sharing(lm, lm.backend) else "copied",
             "arms": [{"id": a.id, "spec": a.spec, "method": a.method, "label": a.label,
-                      "config": dataclasses.asdict(a.config(cfg))} for a in arms],
+                      "config": a.config(cfg).flat()} for a in arms],
             "comparison": {k: c.to_dict() for k, c in tally.compare_all(arms[0].id).items()},
             "events": trace}, indent=1))
         print(f"\ntrace written to {args.json}")

@@ -18,6 +18,7 @@ from specrej.backends.hf import (
     next_logits_hidden,
 )
 from specrej.core.events import Finished
+from specrej.core.settings import DeepConfSettings
 from specrej.methods import METHODS, run_to_completion
 
 PROMPT = "Name three colours of the sea."
@@ -53,7 +54,8 @@ def test_coe_feature_by_hand():
     assert float(coe_features(h)[0]) == pytest.approx(1 / math.sqrt(2) - 0.5, rel=1e-5)
 
 
-@pytest.mark.parametrize("method,extra", [("deepconf", {"warmup": 2, "window": 4}), ("stbon", {})])
+@pytest.mark.parametrize("method,extra", [("deepconf", {"settings": DeepConfSettings(warmup=2, window=4)}),
+                                          ("stbon", {})])
 def test_a_rival_writes_best_of_ns_tokens_for_every_candidate_it_writes(lm32, length_reward, method, extra):
     base = RunConfig(prompt=PROMPT, n=6, max_new_tokens=16, budget=12 + 6 * 20, progress_every=0, **extra)
     bon = run_to_completion(METHODS["bon"](lm32, length_reward, base))
@@ -78,7 +80,8 @@ def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
     from specrej.cli import summary
     from specrej.analysis.compare import Tally
 
-    cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0, warmup=2, window=4)
+    cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0,
+                    settings=DeepConfSettings(warmup=2, window=4))
     events = list(race_arms(lm32, length_reward, cfg, ["bon", "sr", "deepconf", "stbon"]))
     fins = {e.arm: e for e in events if isinstance(e, Finished)}
     tally = Tally()
@@ -115,7 +118,8 @@ def test_the_why_box_says_when_the_judge_reads_a_rivals_own_signal(lm32, length_
     from components.panels import why_markdown
     from components.state.view import RunView
 
-    cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0, warmup=2, window=4)
+    cfg = RunConfig(prompt=PROMPT, n=8, max_new_tokens=12, progress_every=0,
+                    settings=DeepConfSettings(warmup=2, window=4))
     events = list(race_arms(lm32, length_reward, cfg, ["bon", "deepconf", "stbon"]))
     texts = {}
     for kind in ("self-certainty", "preference"):

@@ -135,15 +135,19 @@ def test_every_page_recording_is_found_by_the_key_the_page_builds_today():
     from components.state.shared import PAGE_RACES
     from specrej import RunConfig
     from specrej.arms import parse_arms
+    from specrej.core.settings import DeepConfSettings
 
     paths = sorted(PAGE_RACES.glob("*.json.gz"))
     assert len(paths) >= 12
     for path in paths:
         race = recordings.load(path).meta["race"]
-        cfg = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in race["config"].items()})
+        cfg = RunConfig.from_flat(race["config"])   # the recorded flat config: the rivals' settings by name
         key = recordings.race_key(race["model"], race["reward"], cfg, parse_arms(race["arms"]),
                               race["stop_when_matched"], race["dtype"])
         assert recordings.find_race(key) == path, path.name
-        other = recordings.race_key(race["model"], race["reward"], dataclasses.replace(cfg, warmup=cfg.warmup + 1),
+        rebuilt = recordings.view_for(recordings.load(path)).cfg   # the replay rebuilds the same RunConfig
+        assert dataclasses.replace(rebuilt, prompt=cfg.prompt) == cfg
+        warm = DeepConfSettings(warmup=DeepConfSettings().warmup + 1)
+        other = recordings.race_key(race["model"], race["reward"], dataclasses.replace(cfg, settings=warm),
                                 parse_arms(race["arms"]), race["stop_when_matched"], race["dtype"])
         assert recordings.find_race(other) is None   # a setting away from its default is another race

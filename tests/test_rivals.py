@@ -6,7 +6,10 @@ import pytest
 from test_replay import ByteLM, LastLetter
 
 from specrej.backends.replay import MemoReward, Replay, Script
+import dataclasses
+
 from specrej.core.config import RunConfig
+from specrej.core.settings import DeepConfSettings, STBoNSettings
 from specrej.core.events import Finished, Round
 from specrej.methods import METHODS, run_to_completion
 from specrej.methods.deepconf import (
@@ -45,8 +48,13 @@ DC_SCRIPT = Script(prompt_tokens=4, tokens=[list(t.encode()) for t in DC_TEXTS],
                    conf=[[float(x) for x in c] for c in DC_CONF], conf_topk=20)
 # the prompt held once (4 slots) + 3 rows at full length (8 tokens, the last never fed: 7 slots each) in 28
 # slots (every arm must fit its N rows for 4 tokens: 4 + 6 x 4 = 28)
-DC_CFG = RunConfig(prompt="abcd", n=6, max_new_tokens=8, budget=28, warmup=2, window=2,
-                   conf_percentile=50, progress_every=0)
+DC_SET = DeepConfSettings(warmup=2, window=2, conf_percentile=50)
+DC_CFG = RunConfig(prompt="abcd", n=6, max_new_tokens=8, budget=28, settings=DC_SET, progress_every=0)
+
+
+def dc(**kw) -> RunConfig:
+    """DC_CFG with DeepConf's settings ``kw`` changed."""
+    return dataclasses.replace(DC_CFG, settings=dataclasses.replace(DC_SET, **kw))
 
 
 def test_deepconf_sets_its_threshold_and_stops_traces_by_hand_with_refills():
@@ -96,7 +104,7 @@ def test_deepconf_filters_the_last_window_and_traces_shorter_than_a_window_after
     assert {c.id: c.status for c in fin.candidates} == {0: "pruned", 1: "finished", 2: "pruned", 3: "pruned",
                                                         4: "finished", 5: "finished"}
     assert fin.winner.id == 5       # 'e' beats 'd' and 'b' once 'z' and 'y' are out
-    paper = events("deepconf", script, RunConfig(**{**vars(DC_CFG), "pick": "paper"}))[-1]
+    paper = events("deepconf", script, dc(pick="paper"))[-1]
     assert paper.winner.id == 1     # the vote: c1 and c4 at 2.0 (the lower id), never a dropped trace
 
 
@@ -113,7 +121,7 @@ def test_deepconfs_consensus_stop_ends_the_run_once_the_answers_agree():
     conf = [[1, 1, 3, 3]] + [[2] * 4] * 5
     script = Script(prompt_tokens=4, tokens=[list(t.encode()) for t in texts],
                     conf=[[float(x) for x in c] for c in conf], conf_topk=20)
-    cfg = RunConfig(**{**vars(DC_CFG), "consensus": 0.95})
+    cfg = dc(consensus=0.95)
     evs = events("deepconf", script, cfg, refills=False)
     fin = evs[-1]
     agreed = [r for r in evs if isinstance(r, Round) and r.marks and r.marks[0][0] == "consensus"]
@@ -124,11 +132,11 @@ def test_deepconfs_consensus_stop_ends_the_run_once_the_answers_agree():
     off = events("deepconf", script, DC_CFG, refills=False)[-1]
     assert off.ledger.generated_tokens == 2 * 4 + 4 * 4       # off (the default): the traces go on to N
     with pytest.raises(ValueError, match="consensus"):
-        RunConfig(prompt="x", consensus=1.5)
+        DeepConfSettings(consensus=1.5)
 
 
 def test_deepconfs_own_pick_is_the_highest_lowest_group_confidence_among_its_voters():
-    fin = events("deepconf", DC_SCRIPT, RunConfig(**{**vars(DC_CFG), "pick": "paper"}))[-1]
+    fin = events("deepconf", DC_SCRIPT, dc(pick="paper"))[-1]
     # voters: what the filter kept: c1 (warm-up, 2.0 >= 1.5; c0's 1.0 is dropped), c3 (2.0), c5 (1.6): a tie at
     # 2.0 goes to the lower id
     assert (fin.winner.id, fin.picked_by) == (1, "paper")
@@ -136,7 +144,7 @@ def test_deepconfs_own_pick_is_the_highest_lowest_group_confidence_among_its_vot
 
 def test_deepconf_refuses_a_warmup_that_leaves_nothing_to_stop():
     with pytest.raises(ValueError, match="warmup=6 leaves none of N=6"):
-        events("deepconf", DC_SCRIPT, RunConfig(**{**vars(DC_CFG), "warmup": 6}))
+        events("deepconf", DC_SCRIPT, dc(warmup=6))
 
 
 def test_a_replay_without_confidences_refuses_deepconf_with_the_fix():
@@ -182,8 +190,8 @@ def test_stbon_truncates_after_the_divergence_step_and_its_buffer_by_hand():
     assert status == {0: ("pruned", 4), 1: ("finished", 8), 2: ("pruned", 4), 3: ("finished", 3)}
     assert fin.rows_per_step == (4, 4, 4, 3, 1, 1, 1, 1)
     assert (fin.winner.id, fin.picked_by) == (3, "reward")      # the reward's best of the two written to the end
-    paper = run_to_completion(METHODS["stbon"](ByteLM(), LastLetter(), RunConfig(**{**vars(ST_CFG), "pick": "paper"}),
-                                               engine=Replay(ST_SCRIPT)))
+    paper_cfg = dataclasses.replace(ST_CFG, settings=STBoNSettings(pick="paper"))
+    paper = run_to_completion(METHODS["stbon"](ByteLM(), LastLetter(), paper_cfg, engine=Replay(ST_SCRIPT)))
     assert (paper.winner.id, paper.picked_by) == (1, "paper")   # the kept one
 
 
@@ -191,7 +199,7 @@ def test_stbon_truncates_early_when_memory_fills_before_the_buffer_ends():
     # buffer 2: tau = 4, truncation due at token 6 in 20 slots; c3 ends at token 3, so 3 rows go on; at token 5
     # the next token would need 4 + 3 x 6 = 22 slots: a forced truncation on the votes so far (t = 3: c2,
     # t = 4: c1, t = 5: features 0, 1, 2 and c3's 3, c1 and c2 tied, c1): c1
-    cfg = RunConfig(**{**vars(ST_CFG), "buffer": 2.0, "budget": 20})
+    cfg = dataclasses.replace(ST_CFG, settings=STBoNSettings(buffer=2.0), budget=20)
     evs = events("stbon", ST_SCRIPT, cfg)
     (r,) = [e for e in evs if isinstance(e, Round)]
     assert (r.position, r.forced, r.marks) == (5, True, (("diverged", 2), ("truncated", 5)))
@@ -216,7 +224,8 @@ def test_the_rivals_take_their_settings_from_arm_specs():
 
     a = parse_arms(["bon", "sr", "deepconf:warmup=2,window=4,conf_percentile=10", "stbon:buffer=0.5,pick=paper"])
     assert [x.id for x in a] == ["bon", "sr", "deepconf", "stbon"] and all(x.kind.prunes for x in a[1:])
-    assert a[2].config(DC_CFG).conf_percentile == 10.0 and a[3].config(DC_CFG).pick == "paper"
+    assert a[2].config(DC_CFG).settings == DeepConfSettings(warmup=2, window=4, conf_percentile=10)
+    assert a[3].config(DC_CFG).settings == STBoNSettings(buffer=0.5, pick="paper")
     with pytest.raises(ArmSpecError, match=r"ST-BoN-style \(Wang et al., 2025\) does not take 'alpha'"):
         parse_arms(["stbon:alpha=0.5"])
     with pytest.raises(ArmSpecError, match="pick='best' is unknown"):

@@ -18,6 +18,7 @@ from specrej import Progress, RunConfig
 from specrej.arms import parse_arms
 from specrej.record import Recording, RecordingError, load, paced
 
+from specrej.core.about import settings_fields
 from specrej.core.cost import StepCost
 
 from components.state.fields import check_choice, check_text_field
@@ -56,10 +57,12 @@ def race_key(model_spec: str, reward_spec: str, cfg: RunConfig, arms, stop_when_
              dtype: str = "") -> dict:
     """What makes two races the same experiment: the generator and its dtype (float32 and bfloat16 write
     different answers), the reward, every setting (the prompt normalised; the budget as it resolves here) and
-    the arms. Never the machine, its load or its threads (the same answers either way in both dtypes)."""
+    the arms. Never the machine, its load or its threads (the same answers either way in both dtypes). The
+    config is flat (``RunConfig.flat``): the rivals' settings under their own names, defaults filled, as the
+    recordings hold them."""
     from specrej.backends import planned_budget
 
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _IGNORED}
+    settings = {k: v for k, v in cfg.flat().items() if k not in _IGNORED}   # flat: the rivals' settings by name
     settings["prompt"] = _norm(cfg.prompt)
     settings["budget"] = planned_budget(cfg.budget)
     return {"model": model_spec, "dtype": dtype, "reward": reward_spec, "config": settings,
@@ -77,12 +80,13 @@ def _same(a, b) -> bool:
 
 
 def same_race(recorded, key: dict) -> bool:
-    """Is the recorded race ``key``'s? A setting added to RunConfig after the recording was made (the rivals'
-    ``warmup``, ``window`` ...) is absent from it; the race ran with what is now that setting's default, so a
-    key holding the default there is the same race (any other value is not)."""
+    """Is the recorded race ``key``'s? A setting added after the recording was made (the rivals' ``warmup``,
+    ``window`` ..., now their settings classes' fields) is absent from it; the race ran with what is now that
+    setting's default, so a key holding the default there is the same race (any other value is not)."""
     if not isinstance(recorded, dict) or not isinstance(recorded.get("config"), dict):
         return False
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    defaults = {**{f.name: f.default for f in dataclasses.fields(RunConfig) if f.name != "settings"},
+                **settings_fields()}
     config = {k: v for k, v in key.get("config", {}).items()
               if k in recorded["config"] or k not in defaults or not _same(v, defaults[k])}
     return _same(recorded, {**key, "config": config})
@@ -104,8 +108,7 @@ def view_for(rec: Recording) -> RunView:
     m, s = rec.meta, rec.meta.get("settings", {})
     race = m.get("race")
     if isinstance(race, dict):   # a page race: every setting as it ran
-        kw = {k: v for k, v in race["config"].items() if k in {f.name for f in dataclasses.fields(RunConfig)}}
-        cfg = RunConfig(**{**kw, "prompt": m.get("prompt") or "-"})
+        cfg = RunConfig.from_flat(race["config"], prompt=m.get("prompt") or "-")   # the rivals' settings by name
     else:
         cfg = RunConfig(prompt=m.get("prompt") or "-", n=s.get("n", 32), alpha=s.get("alpha", 0.5),
                         max_new_tokens=s.get("max_new_tokens", 128), budget=s.get("budget") or None,

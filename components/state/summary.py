@@ -2,8 +2,6 @@
 trace both hold this). Imports only ``specrej`` and the run's view."""
 from __future__ import annotations
 
-import dataclasses
-
 from specrej import Candidate
 
 from components.state.shared import gpu_steps
@@ -17,7 +15,7 @@ def _cand(c: Candidate) -> dict:
 def summary_dict(view: RunView) -> dict:
     """Winners, ledgers and the comparisons: JSON-ready (the same numbers the trace holds)."""
     out: dict = {"prompt": view.cfg.prompt, "generator": view.model_label, "reward": view.reward_label,
-                 "state": str(view.state), "config": dataclasses.asdict(view.cfg), "baseline": view.baseline, "arms": {}}
+                 "state": str(view.state), "config": view.cfg.flat(), "baseline": view.baseline, "arms": {}}
     for a, arm in view.arms.items():
         f = arm.finished
         out["arms"][a] = {

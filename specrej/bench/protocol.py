@@ -45,7 +45,7 @@ from ..methods import speculative_rejection
 from ..analysis.metrics import bootstrap_ci, speedup
 from .coupled import CoupledRun, PrefixScorer, collect
 from .simulate import simulate_sr
-from ..core.about import PASSES
+from ..core.about import DEEPCONF, PASSES
 
 
 # ---------------------------------------------------------------------------------- step times
@@ -97,7 +97,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     P = len(lm.render(row["prompt"]))
     shared = sharing(lm, lm.backend)
     t0 = time.perf_counter()
-    reads = dict(conf_topk=base.conf_topk, hidden=True) if rivals else {}
+    reads = dict(conf_topk=DEEPCONF.settings_for(base).conf_topk, hidden=True) if rivals else {}
     run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0), **reads)
     if run.n < n_ref:
         raise ValueError(f"the coupled run holds {run.n} candidates, fewer than n_ref={n_ref}.")
@@ -157,8 +157,12 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
 def rival_settings(base: RunConfig, n_ref: int) -> RunConfig:
     """The rivals' settings in the bench unless their spec names them: the paper's proportions. DeepConf warms
     up on 1/16 of its traces (the paper: 16 of 256) and groups 1/8 of the longest answer (the paper: 2048
-    tokens of answers up to 16k-64k long; this window is proportionally longer, so a stop reads more tokens)."""
-    return replace(base, n=n_ref, warmup=max(1, n_ref // 16), window=max(1, base.max_new_tokens // 8))
+    tokens of answers up to 16k-64k long; this window is proportionally longer, so a stop reads more tokens): the
+    base's ``settings`` become DeepConf's (``DeepConfSettings``), which its arms read; other arms read their own
+    defaults."""
+    own = DEEPCONF.settings_for(base)
+    return replace(base, n=n_ref, settings=replace(own, warmup=max(1, n_ref // 16),
+                                                   window=max(1, base.max_new_tokens // 8)))
 
 
 def _rivals(lm, reward, run: CoupledRun, scorer: PrefixScorer, row: dict, base: RunConfig, spec: str, *, n_ref: int,

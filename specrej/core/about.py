@@ -5,11 +5,15 @@ Every method has one ``About`` (``ABOUTS``, by method key; ``specrej.arms.ArmKin
 method module re-exports its own as ``ABOUT``). It lives in the core because the core's cost model reads a
 method's schedule and the core imports nothing above it. The page, the charts, the why box, the request, the
 cost model and the bench read it instead of branching on a method's name (``tests/test_method_data.py`` looks
-for such branches outside ``specrej/methods/`` and this table). No torch.
+for such branches outside ``specrej/methods/`` and this table). A rival's own settings are a frozen dataclass of
+``specrej.core.settings`` that its ``About.settings`` names and ``About.settings_for(cfg)`` reads. No torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Mapping
+
+from .settings import DeepConfSettings, STBoNSettings
 
 PASSES = "passes"     # the rows that fit at full length at once (Best-of-N's passes; DeepConf: any trace may run on)
 OPENING = "opening"   # all its opening rows in one batch, capped by what the budget holds (SR, ST-BoN)
@@ -32,6 +36,8 @@ class About:
     adaptations: tuple[str, ...] = ()   # every way this project's version differs from the paper's
     own_signal_rewards: tuple[tuple[str, str], ...] = ()   # (reward kind, why): rewards that read its own signal,
                                                            # so a race they judge is judged by what it decides with
+    settings: type | None = None   # its own settings' frozen dataclass (specrej.core.settings); None: RunConfig's
+                                   # fields are all it takes (Best-of-N, Speculative Rejection)
 
     @property
     def rival(self) -> bool:
@@ -46,6 +52,14 @@ class About:
     def judged_by_own_signal(self, reward_kind: str) -> str:
         """Why a race judged by the reward ``reward_kind`` judges this method by its own signal ("" if it does not)."""
         return next((why for kind, why in self.own_signal_rewards if kind == reward_kind), "")
+
+    def settings_for(self, cfg):
+        """This method's settings in the run ``cfg``: ``cfg.settings`` when it is an instance of this method's
+        class, else the class's defaults (None for a method with no settings of its own)."""
+        if self.settings is None:
+            return None
+        own = getattr(cfg, "settings", None)
+        return own if isinstance(own, self.settings) else self.settings()
 
     def label(self, name: str) -> str:
         """The method's name with its citation: "DeepConf-style (Fu et al., 2025)"."""
@@ -73,7 +87,8 @@ DEEPCONF = About(
         ("self-certainty", "the self-certainty reward is DeepConf's token confidence taken over the whole vocabulary, "
                            "minus a constant"),
         ("confidence", "the confidence reward, the mean log-probability of the tokens written, reads the same "
-                       "next-token distribution as DeepConf's token confidence")))
+                       "next-token distribution as DeepConf's token confidence")),
+    settings=DeepConfSettings)
 STBON = About(
     OPENING, "truncation", "truncated", decides_by="consistency", signal="consistency",
     signal_axis="consistency: minus the mean squared distance of its hidden-state chain to the others'; "
@@ -86,7 +101,37 @@ STBON = About(
         "the most consistent one (pick=paper), a method that needs no reward model",
         "memory may force the truncation before c + tau (the Round says forced)",
         "an answer that ends early leaves the batch, its chain feature frozen at its end",
-        "open-ended answers of at most max_new_tokens, not reasoning chains"))
+        "open-ended answers of at most max_new_tokens, not reasoning chains"),
+    settings=STBoNSettings)
 
 GENERIC = About(PASSES, "round", "pruned")   # a registered method that gives no About of its own
 ABOUTS: dict[str, About] = {"bon": BON, "bonc": BONC, "sr": SR, "deepconf": DEEPCONF, "stbon": STBON}
+
+
+def settings_classes() -> tuple[type, ...]:
+    """Every registered method's settings class, once each, in ``ABOUTS``' order."""
+    return tuple(dict.fromkeys(a.settings for a in ABOUTS.values() if a.settings is not None))
+
+
+def settings_fields() -> dict:
+    """Every settings class's fields by name with their defaults, flat (``RunConfig.flat``; a name two methods
+    share, such as ``pick``, has one default)."""
+    out: dict = {}
+    for cls in settings_classes():
+        out.update(asdict(cls()))
+    return out
+
+
+def settings_from_flat(flat: Mapping):
+    """The settings object that ``flat`` (settings by name, ``RunConfig.flat``'s shape) holds: None when every
+    setting there is its default, else the first method's class whose fields hold every setting away from its
+    default, built from ``flat``. A ValueError when no one class holds them (two methods' settings at once)."""
+    defaults = settings_fields()
+    changed = {k for k, v in flat.items() if k in defaults and v != defaults[k]}
+    if not changed:
+        return None
+    for cls in settings_classes():
+        names = {f.name for f in fields(cls)}
+        if changed <= names:
+            return cls(**{k: flat[k] for k in names if k in flat})
+    raise ValueError(f"settings {sorted(changed)} belong to no one method; give one method's settings at a time.")

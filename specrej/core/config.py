@@ -4,18 +4,24 @@ Every field has a default and a ``help`` that the CLI and the app read. ``__post
 checks ranges and cross-field rules with messages that say what to change; it does no I/O.
 Checks that need the model (the prompt's token count against the memory budget) live in
 ``specrej.core.budget`` (this module is part of the torch-free core).
+
+RunConfig holds the settings every method shares, and Best-of-N's and Speculative Rejection's. A rival's own
+settings (DeepConf's ``warmup``, ``window`` ..., ST-BoN's ``buffer``, both ``pick``) are its own frozen dataclass
+(``specrej.core.settings``), carried in the one field ``settings`` (None: the method's defaults) and read through
+the method's ``About.settings_for(cfg)``. ``flat()`` / ``from_flat()`` give and read every setting by its name in
+one dict, the shape recordings and run metadata have always had.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Mapping
 
 from .rules import RULES
 
 DECISIONS = ("budget", "interval")
-PICKS = ("reward", "paper")   # who names a rival arm's winner (deepconf, stbon): the race's reward or the paper's rule
+PICKS = ("reward", "paper")   # who names a rival arm's winner (its settings' pick): the race's reward or the paper's rule
 AUTO = "auto"
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
 DEFAULT_CPU_BUDGET = 448   # KV slots a run gets on a CPU: 8 full-length rows of 48 tokens, or ~50 rows at token 8
@@ -50,24 +56,9 @@ class RunConfig:
                    "rule) or a rule fitted on coupled runs, e.g. 'calibrated' (see specrej.core.rules).")
     keep_finished: bool = _f(False, "Finished candidates always stay in contention instead of competing "
                              "for kept slots (the reference code makes them compete).")
-    warmup: int = _f(4, "DeepConf: traces written to the end first; their lowest group confidence sets the stop "
-                     "threshold (the paper's online mode: 16 of 256 traces).")
-    conf_percentile: float = _f(90.0, "DeepConf: the percentage of warm-up traces whose lowest group confidence "
-                                "clears the threshold: 90 is DeepConf-high (threshold at the 10th percentile), 10 "
-                                "DeepConf-low.")
-    window: int = _f(8, "DeepConf: tokens in the sliding window whose mean token confidence is the group confidence "
-                     "(the paper: 2048 of answers thousands of tokens long).")
-    conf_topk: int = _f(20, "DeepConf: a token's confidence is minus the mean log-probability of the model's k most "
-                        "likely tokens at that step (the paper: 20).")
-    consensus: float = _f(0.0, "DeepConf: the paper's adaptive sampling: stop starting traces once the answers "
-                          "written so far agree, the top answer's share of the confidence-weighted vote reaching "
-                          "this (the paper: 0.95); answers agree when their texts match (case and spacing "
-                          "aside). 0 = off (open-ended answers rarely agree: the traces go on to N).")
-    buffer: float = _f(1.0, "ST-BoN: after the earliest step c at which every pair of answers differs, decode "
-                       "max(1, int(buffer x c)) more tokens before truncating (the paper's tau = c).")
-    pick: str = _f("reward", "DeepConf, ST-BoN: who names the winner among the answers they finish: 'reward' (the "
-                   "race's reward, as Best-of-N picks) or 'paper' (the paper's own rule: DeepConf the highest "
-                   "lowest-group-confidence, ST-BoN the most consistent answer).")
+    settings: object | None = _f(None, "The arm's own method settings (a frozen dataclass named by its About: "
+                                 "specrej.core.settings.DeepConfSettings, STBoNSettings); None: that method's "
+                                 "defaults. Arm specs set it (deepconf:warmup=8, stbon:buffer=0.5).")
     stop: tuple[str, ...] = _f((), "Stop strings that end a candidate.")
     progress_every: int = _f(8, "Emit a Progress event every this many decoding steps (0 = never).")
 
@@ -100,20 +91,9 @@ class RunConfig:
         _int(self, "interval", lo=1, hint="interval is a positive number of tokens")
         _int(self, "first_decision", lo=1, hint="first_decision is a positive number of generated tokens")
         _int(self, "progress_every", lo=0, hint="progress_every is 0 (off) or a positive step count")
-        _int(self, "warmup", lo=1, hint="warmup is a positive number of DeepConf warm-up traces")
-        if not _is_num(self.conf_percentile) or not 0.0 < self.conf_percentile <= 100.0:
-            raise ValueError(f"conf_percentile={self.conf_percentile!r} must be in (0, 100]: the share of warm-up "
-                             "traces whose confidence clears DeepConf's threshold (90 or 10 in the paper).")
-        _int(self, "window", lo=1, hint="window is a positive number of tokens (DeepConf's group)")
-        _int(self, "conf_topk", lo=1, hint="conf_topk is a positive number of tokens (DeepConf's token confidence)")
-        if not _is_num(self.consensus) or not 0.0 <= self.consensus <= 1.0:
-            raise ValueError(f"consensus={self.consensus!r} must be in [0, 1]: the vote share at which DeepConf "
-                             "stops (0.95 in the paper), or 0 for off.")
-        if not _is_num(self.buffer) or self.buffer < 0:
-            raise ValueError(f"buffer={self.buffer!r} must be a number >= 0: ST-BoN's buffer as a multiple of the "
-                             "divergence step (1 in the paper).")
-        if self.pick not in PICKS:
-            raise ValueError(f"pick={self.pick!r} is unknown; choose one of {', '.join(PICKS)}.")
+        if self.settings is not None and (not is_dataclass(self.settings) or isinstance(self.settings, type)):
+            raise ValueError(f"settings={self.settings!r} is not a method's settings: give a settings object such "
+                             "as DeepConfSettings(warmup=8), or None for the method's defaults.")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop strings must be non-empty strings.")
         for s in self.stop:
@@ -122,6 +102,36 @@ class RunConfig:
     @classmethod
     def help(cls) -> dict[str, str]:
         return {f.name: f.metadata["help"] for f in fields(cls)}
+
+    def flat(self) -> dict:
+        """Every setting by name, as before the rivals' settings were their own classes (issue 40): RunConfig's
+        fields, less ``settings``, plus every registered method's settings under their own names (``warmup``,
+        ``window``, ``buffer``, ``pick`` ...), this config's ``settings`` over the defaults. JSON-ready; the race
+        key, run metadata and ``from_flat`` read this shape."""
+        from .about import settings_fields   # the core's descriptors' table (it imports this module)
+
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "settings"}
+        flat = settings_fields()
+        if self.settings is not None:
+            flat.update(asdict(self.settings))
+        return {**out, **flat}
+
+    @classmethod
+    def from_flat(cls, flat: Mapping, **kw) -> "RunConfig":
+        """A RunConfig from ``flat``'s shape (``flat()``, or a recording's config): RunConfig's fields as they are,
+        the methods' settings back into the one method's settings object whose fields hold every setting away
+        from its default (None when all are defaults; a ``settings`` dict, as ``dataclasses.asdict`` writes it, counts
+        as settings by name); unknown keys are ignored; ``kw`` over ``flat``."""
+        from .about import settings_from_flat
+
+        mine = {f.name for f in fields(cls)} - {"settings"}
+        given = {**flat, **kw}
+        own = given.get("settings")
+        if isinstance(own, Mapping):
+            given = {**given, **own}
+        args = {k: v for k, v in given.items() if k in mine}
+        return cls(**args, settings=own if own is not None and not isinstance(own, Mapping)
+                   else settings_from_flat(given))
 
 
 def check_text(name: str, value: str) -> None:
@@ -143,7 +153,7 @@ def _int(cfg, name: str, lo: int, hint: str) -> None:
     v = getattr(cfg, name)
     if isinstance(v, float) and v.is_integer():
         v = int(v)
-        setattr(cfg, name, v)
+        object.__setattr__(cfg, name, v)   # frozen settings too
     if not isinstance(v, int) or isinstance(v, bool) or v < lo:
         shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
         raise ValueError(f"{name}={shown} is not allowed: {hint}.")

@@ -48,6 +48,7 @@ from collections.abc import Iterator, Sequence
 
 from ..core.events import Event, Round
 from ..core.about import DEEPCONF as ABOUT  # noqa: F401  (what this method is, as data)
+from ..core.settings import DeepConfSettings as SETTINGS  # noqa: F401  (its own settings: warmup, window ...)
 from .run import _Run, _timed
 
 SIGNAL = "group confidence"
@@ -131,13 +132,14 @@ def _passes(run: _Run, ids: list[int], width: int, on_step, halt=None) -> Iterat
 
 def _deepconf_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
-    if cfg.warmup >= cfg.n:
-        raise ValueError(f"deepconf: warmup={cfg.warmup} leaves none of N={cfg.n} traces to stop: give it more "
-                         f"candidates (deepconf:n={cfg.warmup * 4}) or fewer warm-up traces (deepconf:warmup=...).")
-    run.prefill(conf_topk=cfg.conf_topk)
+    own = ABOUT.settings_for(cfg)   # its own settings (DeepConfSettings): cfg.settings, or the defaults
+    if own.warmup >= cfg.n:
+        raise ValueError(f"deepconf: warmup={own.warmup} leaves none of N={cfg.n} traces to stop: give it more "
+                         f"candidates (deepconf:n={own.warmup * 4}) or fewer warm-up traces (deepconf:warmup=...).")
+    run.prefill(conf_topk=own.conf_topk)
     width = run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens)   # rows that fit at full length: no stop is forced
-    every, window = signal_every(cfg.max_new_tokens), cfg.window
-    warm = list(range(cfg.warmup))
+    every, window = signal_every(cfg.max_new_tokens), own.window
+    warm = list(range(own.warmup))
 
     # 1. the warm-up traces, written to the end
     def note(done):
@@ -146,7 +148,7 @@ def _deepconf_body(run: _Run) -> Iterator[Event]:
     yield from _passes(run, warm, width, note)
     # 2. the threshold: a percentile of the warm-up traces' lowest group confidences
     lowest = {c: lowest_group_confidence(run.recs[c].conf, window) for c in warm}
-    bar = percentile(list(lowest.values()), 100.0 - cfg.conf_percentile)
+    bar = percentile(list(lowest.values()), 100.0 - own.conf_percentile)
     yield _threshold_round(run, 0, lowest, bar)
     index = 1
 
@@ -171,7 +173,7 @@ def _deepconf_body(run: _Run) -> Iterator[Event]:
     def agreed(done):
         nonlocal index
         share = consensus_share(run, bar, window)
-        if not cfg.consensus or share < cfg.consensus:
+        if not own.consensus or share < own.consensus:
             return None
         rows = run.rows
         live = list(rows.ids) if rows is not None and len(rows) else []
@@ -183,7 +185,7 @@ def _deepconf_body(run: _Run) -> Iterator[Event]:
         index += 1
         return event
 
-    yield from _passes(run, list(range(cfg.warmup, cfg.n)), width, stop, agreed if cfg.consensus else None)
+    yield from _passes(run, list(range(own.warmup, cfg.n)), width, stop, agreed if own.consensus else None)
     # 4. the paper's filter, after the run: every finished trace whose lowest group confidence is below the
     # threshold is dropped (its last window and a trace shorter than a window included), warm-up ones too
     final = {r.id: lowest_group_confidence(r.conf, window) for r in run.recs if r.status == "finished"}
@@ -191,7 +193,7 @@ def _deepconf_body(run: _Run) -> Iterator[Event]:
     if low:
         yield _filter_round(run, index, final, bar, window, dropped=low)
         index += 1
-    if cfg.pick == "paper":
+    if own.pick == "paper":
         yield run.finished(rounds=index, winner=_paper_pick(run, window), picked_by="paper")
     else:
         yield run.finished(rounds=index)
@@ -246,6 +248,6 @@ def _paper_pick(run: _Run, window: int) -> int:
 
 
 def deepconf(lm, reward, cfg, *, engine=None) -> Iterator[Event]:
-    """DeepConf online (the module docstring): ``cfg.warmup`` traces to the end set a threshold on the group
+    """DeepConf online (the module docstring): ``warmup`` traces to the end set a threshold on the group
     confidence; every later trace stops the step its group confidence falls below it."""
     return _timed(lambda: _Run("deepconf", lm, reward, cfg, engine), _deepconf_body)

@@ -41,6 +41,7 @@ from collections.abc import Iterator, Mapping
 from ..core.events import Event
 from .deepconf import signal_every
 from ..core.about import STBON as ABOUT  # noqa: F401  (what this method is, as data)
+from ..core.settings import STBoNSettings as SETTINGS  # noqa: F401  (its own settings: buffer, pick)
 from .run import _Run, _timed
 
 SIGNAL = "consistency"
@@ -93,6 +94,7 @@ def _note(run: _Run, s: Mapping[int, float], t: int, ended: set[int]) -> None:
 
 def _stbon_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
+    own = ABOUT.settings_for(cfg)   # its own settings (STBoNSettings): cfg.settings, or the defaults
     run.prefill(hidden=True)
     rows = run.start(list(range(cfg.n)))
     every = signal_every(cfg.max_new_tokens)
@@ -110,7 +112,7 @@ def _stbon_body(run: _Run) -> Iterator[Event]:
             # 1. the earliest step at which every pair differs (or an answer ends), then the buffer
             if diverged is None and (done or len({tuple(x) for x in rows.tokens}) == len(rows)):
                 diverged = t
-                truncate_at = diverged + max(1, int(cfg.buffer * diverged))
+                truncate_at = diverged + max(1, int(own.buffer * diverged))
             s = inconsistency(_features(run))
             if t % every == 0 or done:
                 _note(run, s, t, {d.cand for d in done})
@@ -125,7 +127,7 @@ def _stbon_body(run: _Run) -> Iterator[Event]:
     if not decided:   # every answer ended before the truncation step: the vote over the steps that came
         kept = vote(votes) if votes else most_consistent(_features(run))
     # 3. the winner: the kept answer (the paper's), or the reward's best of those written to the end
-    if cfg.pick == "paper":
+    if own.pick == "paper":
         yield run.finished(rounds=int(decided), winner=kept, picked_by="paper")
     else:
         yield run.finished(rounds=int(decided))
