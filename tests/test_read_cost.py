@@ -1,0 +1,134 @@
+"""A rival's own extra reads priced in the verdict's time (issue 40.5): DeepConf's steps read the top-k
+log-probabilities, ST-BoN's every layer's hidden states; the step-time table measures each beside the plain
+step (``StepCost.reads``) and a rival's steps are priced at its own measured step, while Best-of-N's and
+Speculative Rejection's prices do not move. Hand-made numbers first, then the engine on a tiny model."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specrej import Candidate, Finished, Ledger, Round
+from specrej.analysis.verdict import from_race
+from specrej.core.cost import StepCost, read_key, read_kwargs, read_words
+
+
+def step(rows: int) -> float:
+    """The made-up machine of test_verdict: 1 s a step plus 0.1 s a row."""
+    return 1.0 + 0.1 * rows
+
+
+# the same machine as a measured table (linear between 1 and 4 rows, the last slope beyond), and with DeepConf's
+# top-20 read measured at 1.5x the plain step at both sizes and ST-BoN's hidden states at 2x and 1.25x
+PLAIN = StepCost((1, 4), (1.1, 1.4))
+READS = StepCost((1, 4), (1.1, 1.4), (("top-20", (1.5, 1.5)), ("hidden", (2.0, 1.25))))
+
+
+def test_read_keys_and_words():
+    assert read_key() == "" and read_key(conf_topk=20) == "top-20" and read_key(hidden=True) == "hidden"
+    assert read_kwargs("top-20") == {"conf_topk": 20} and read_kwargs("hidden") == {"hidden": True}
+    assert read_kwargs("") == {} and read_kwargs(read_key(5, True)) == {"conf_topk": 5, "hidden": True}
+    assert read_words("top-20") == "the top-20 log-probabilities" and "hidden states" in read_words("hidden")
+    with pytest.raises(ValueError):
+        read_kwargs("top-0")
+
+
+def test_a_step_that_reads_more_is_priced_at_its_measured_ratio():
+    assert [PLAIN.step(r) for r in (1, 2, 4, 6)] == pytest.approx([step(r) for r in (1, 2, 4, 6)])
+    top = READS.reading("top-20")
+    assert [top.step(r) for r in (1, 2, 4, 6)] == pytest.approx([1.5 * step(r) for r in (1, 2, 4, 6)])
+    hid = READS.reading("hidden")   # 2.2 s at 1 row, 1.75 s at 4: the fit never prices more rows cheaper
+    assert hid.step(1) == pytest.approx(1.75) and hid.step(4) == pytest.approx(1.75)
+    assert READS.reading("") is READS and READS.reading("top-5") is None and PLAIN.reading("hidden") is None
+    assert READS.read_keys == ("top-20", "hidden")
+    # the plain step is the same with or without reads measured beside it
+    assert [READS.step(r) for r in range(1, 9)] == [PLAIN.step(r) for r in range(1, 9)]
+
+
+def test_reads_travel_with_the_table():
+    assert READS.scaled(2.0).reads == READS.reads and READS.scaled(2.0).step(1) == pytest.approx(2.2)
+    other = StepCost((1, 4), (1.0, 1.5), (("top-20", (1.2, 1.8)),))
+    m = READS.merged(other)
+    assert m.seconds == (1.0, 1.4) and dict(m.reads) == {"top-20": (1.2, 1.5), "hidden": (2.0, 1.25)}
+    assert StepCost.from_record(READS.to_record()) == READS
+    assert PLAIN.to_record() == {"rows": [1, 4], "seconds": [1.1, 1.4]}   # a recording without reads, as before
+    for bad in ((0.9, 1.0), (1.0,), (1.0, math.nan)):
+        with pytest.raises(ValueError):
+            StepCost((1, 4), (1.1, 1.4), (("top-20", bad),))
+
+
+def _cand(i, tokens, score, status, finish="eos", round_pruned=None):
+    return Candidate(id=i, text=f"answer {i}", tokens=tokens, status=status, score=score, finish_reason=finish,
+                     round_pruned=round_pruned)
+
+
+def _race(reads: str):
+    """test_verdict's race: Best-of-N's 4 answers of 2 tokens in passes of 2; the challenger decodes 4 rows,
+    then 2 (2.6 s plain), its steps reading ``reads``."""
+    bon = tuple(_cand(i, 2, s, "finished") for i, s in enumerate([0.1, 0.5, 0.3, 0.9]))
+    rounds = [Round(arm="bon", index=j, position=2, candidates=bon, threshold=None, n_kept=2, n_pruned=0,
+                    forced=False, ledger=Ledger()) for j in range(2)]
+    led = Ledger(prompt_tokens=5, generated_tokens=8, generator_flops=2.0 * 13)
+    bon_fin = Finished(arm="bon", winner=bon[3], candidates=bon, rounds=2, ledger=led)
+    ch = (_cand(0, 1, 0.2, "pruned", None, 0), _cand(1, 1, 0.4, "pruned", None, 0), _cand(2, 2, 0.3, "finished"),
+          _cand(3, 2, 0.9, "finished"))
+    ch_fin = Finished(arm="rival", winner=ch[3], candidates=ch, rounds=1,
+                      ledger=Ledger(generator_flops=30.0, reads=reads))
+    return ch_fin, bon_fin, rounds
+
+
+def test_a_rivals_modelled_time_includes_its_extra_reads():
+    # DeepConf-style: every step 1.5x -> 2.6 s x 1.5 = 3.9 s; Best-of-N's curve is priced at the plain step
+    v = from_race(*_race("top-20"), READS)
+    assert v.seconds == pytest.approx(3.9) and v.bon_seconds == pytest.approx(4.8)
+    assert v.read_factor == pytest.approx(1.5) and v.reads == "top-20"
+    assert v.reads_words() == ("Its steps include the top-20 log-probabilities it reads (measured here: 1.50x the "
+                               "plain steps' time).")
+    # ST-BoN-style: a step of 4 rows 1.75 s, then one of 2 rows 1.75 s (never cheaper than more rows) = 3.5 s
+    h = from_race(*_race("hidden"), READS.step)   # the bound step of a table counts as the table (the page's)
+    assert h.seconds == pytest.approx(3.5) and h.read_factor == pytest.approx(3.5 / 2.6)
+    # not measured (a GPU table, an older recording): the plain step, and the page says so
+    n = from_race(*_race("hidden"), PLAIN)
+    assert n.seconds == pytest.approx(2.6) and n.read_factor is None and "not priced" in n.reads_words()
+    # scoring still adds on top of the read-priced decoding
+    ch, bon, rounds = _race("top-20")
+    from dataclasses import replace
+    s = from_race(replace(ch, ledger=replace(ch.ledger, reward_s=0.5)), bon, rounds, READS, scoring=True)
+    assert s.seconds == pytest.approx(3.9 + 0.5)
+
+
+def test_best_of_n_and_speculative_rejection_prices_do_not_move():
+    """A challenger that reads nothing extra gets the verdict it got before the reads were measured, number for
+    number, whether priced by the function, the plain table or the table with reads."""
+    race = _race("")
+    before = from_race(*race, step).to_dict()
+    for price in (PLAIN, READS, READS.step):
+        after = from_race(*race, price).to_dict()
+        assert after == before and after["read_factor"] is None and after["reads"] == ""
+    assert from_race(*race, READS).reads_words() == ""
+
+
+# ------------------------------------------------------------------ the engine (a tiny real model)
+def test_the_engine_measures_each_extra_read_beside_the_plain_step(tiny_lm_dir):
+    from specrej import load_generator
+    from specrej.backends.steptime import RIVAL_READS, measure, time_paired
+
+    lm = load_generator(tiny_lm_dir, dtype="fp32")
+    t = time_paired(lm, lm.render("Hello"), 3, 4, RIVAL_READS)
+    assert set(t) == {"", *RIVAL_READS}
+    assert all(len(v) == 4 and all(0 < x < math.inf for x in v) for v in t.values())
+    cost = measure(lm, rows=(1, 4), steps=2, reads=RIVAL_READS)
+    assert cost.read_keys == RIVAL_READS and RIVAL_READS == ("top-20", "hidden")
+    for key in RIVAL_READS:   # recorded, finite, never below the plain step
+        own = cost.reading(key)
+        assert all(1.0 <= r < math.inf for r in dict(cost.reads)[key])
+        assert all(a >= b > 0 for a, b in zip(own.seconds, cost.seconds))
+    assert StepCost.from_record(cost.to_record()) == cost
+    assert measure(lm, rows=(1,), steps=1).reads == ()   # the plain calibration (the pace probe) reads nothing
+
+
+def test_rival_reads_default_to_deepconfs_k():
+    from specrej.backends.steptime import RIVAL_READS
+    from specrej.core.config import RunConfig
+
+    assert RIVAL_READS[0] == read_key(conf_topk=RunConfig(prompt="x").conf_topk)
