@@ -174,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         # the decoding step is built (compiled, where it can be) by its first engine: timed here, before the
         # race, so that no arm's wall time pays for it; a recording measures this machine's step too, so that a
         # replay prices Best-of-N's curve in seconds here
-        from .backends.steptime import measure
+        from .backends.steptime import RIVAL_READS, measure
 
-        cost = measure(lm, steps=3) if record else measure(lm, rows=(2,), steps=1)
-        step_cost = {"rows": list(cost.rows), "seconds": list(cost.seconds)} if record else None
+        cost = measure(lm, steps=3, reads=RIVAL_READS) if record else measure(lm, rows=(2,), steps=1)
+        step_cost = cost.to_record() if record else None
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
                   f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows, decoding step "

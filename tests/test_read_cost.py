@@ -82,8 +82,8 @@ def test_a_rivals_modelled_time_includes_its_extra_reads():
     v = from_race(*_race("top-20"), READS)
     assert v.seconds == pytest.approx(3.9) and v.bon_seconds == pytest.approx(4.8)
     assert v.read_factor == pytest.approx(1.5) and v.reads == "top-20"
-    assert v.reads_words() == ("Its steps include the top-20 log-probabilities it reads (measured here: 1.50x the "
-                               "plain steps' time).")
+    assert v.reads_words() == ("Its steps include the top-20 log-probabilities it reads (measured on this machine: 1.50x "
+                               "the plain steps' time).")
     # ST-BoN-style: a step of 4 rows 1.75 s, then one of 2 rows 1.75 s (never cheaper than more rows) = 3.5 s
     h = from_race(*_race("hidden"), READS.step)   # the bound step of a table counts as the table (the page's)
     assert h.seconds == pytest.approx(3.5) and h.read_factor == pytest.approx(3.5 / 2.6)
@@ -132,3 +132,34 @@ def test_rival_reads_default_to_deepconfs_k():
     from specrej.core.config import RunConfig
 
     assert RIVAL_READS[0] == read_key(conf_topk=RunConfig(prompt="x").conf_topk)
+
+
+def test_the_page_says_a_rivals_steps_include_its_reads(tiny_lm_dir, length_reward):
+    """A race of Best-of-N, DeepConf and ST-BoN on a tiny model, priced at a table that measured the top-20 read
+    (1.5x) but not the hidden states: DeepConf's verdict line says its steps include its top-20 at 1.50x, ST-BoN's
+    that its hidden states are not priced; the time of each is its own step's."""
+    from specrej import RunConfig, load_generator
+    from specrej.arms import parse_arms, race_arms
+    from components.panels import verdict_lines
+    from components.state.view import RunView
+
+    lm = load_generator(tiny_lm_dir, dtype="fp32")
+    cfg = RunConfig(prompt="Name three colours of the sea.", n=8, max_new_tokens=12, progress_every=0, warmup=2,
+                    window=4)
+    specs = parse_arms(["bon", "deepconf", "stbon"])
+    view = RunView(cfg, specs=specs)
+    for e in race_arms(lm, length_reward, cfg, specs):
+        view.apply(e)
+    view.step = StepCost((1, 8), (0.01, 0.02), (("top-20", (1.5, 1.5)),))
+    verdicts = view.verdicts()
+    assert set(verdicts) == {a.id for a in specs[1:]}
+    plain = StepCost((1, 8), (0.01, 0.02))
+    text = {}
+    for arm_id, v in verdicts.items():
+        arm = view.arms[arm_id]
+        text[arm.spec.method] = "\n".join(verdict_lines(view, arm, v))
+        profile = arm.finished.rows_per_step
+        own = view.step.reading(v.reads) or plain
+        assert v.seconds == pytest.approx(sum(own.step(r) for r in profile) + arm.finished.ledger.reward_s)
+    assert "Its steps include the top-20 log-probabilities it reads (measured on this machine: 1.50x" in text["deepconf"]
+    assert "every layer's hidden states, not priced here" in text["stbon"]

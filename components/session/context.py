@@ -147,18 +147,19 @@ class Models:
 
     def quiet_step(self, ctx: "AppContext", model: str, lm=None):
         """This machine's decoding step for ``model`` (``specrej.backends.steptime.measure``: the fastest of 3 steps
-        at 1, 8, 32 and 128 rows, on the torch thread), measured on first use, then kept in ``ctx.machine``: the
-        machine at its quietest. Measured once even when a Run asks while the warm-up measures it."""
+        at 1, 8, 32 and 128 rows, on the torch thread; the rivals' extra reads timed in turn with it,
+        ``StepCost.reads``), measured on first use, then kept in ``ctx.machine``: the machine at its quietest. Measured once even when a Run asks while the warm-up measures it."""
         machine = ctx.machine
         with machine._measuring:
             with machine.lock:
                 known = machine.step_costs.get(model)
             if known is None:
-                from specrej.backends.steptime import measure
+                from specrej.backends.steptime import RIVAL_READS, measure
 
                 from components.session.worker import torch_worker
 
-                known = torch_worker().call(measure, lm or self.generator(ctx, model))
+                # with the rivals' extra reads timed in turn with it: the verdict prices their steps with them
+                known = torch_worker().call(measure, lm or self.generator(ctx, model), reads=RIVAL_READS)
                 with machine.lock:
                     machine.step_costs[model] = known
             return known

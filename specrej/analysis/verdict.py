@@ -134,7 +134,7 @@ class Verdict:
 
     def reads_words(self, where: str = "on this machine") -> str:
         """One sentence on the challenger's extra reads in its time: "Its steps include the top-20
-        log-probabilities it reads (measured here: 1.04x the plain steps' time)."; or that they are not
+        log-probabilities it reads (measured on this machine: 1.04x the plain steps' time)."; or that they are not
         priced where no step with them was measured; "" for a method that reads nothing extra."""
         if not self.reads:
             return ""
@@ -142,7 +142,7 @@ class Verdict:
         if self.read_factor is None:
             return (f"Its steps also read {what}, not priced here (no step reading them was measured {where}), "
                     "which flatters it.")
-        return f"Its steps include {what} it reads (measured here: {self.read_factor:.2f}x the plain steps' time)."
+        return f"Its steps include {what} it reads (measured {where}: {self.read_factor:.2f}x the plain steps' time)."
 
     @property
     def beyond(self) -> bool:
