@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         # replay prices Best-of-N's curve in seconds here
         from .backends.steptime import RIVAL_READS, measure
 
-        cost = measure(lm, steps=3, reads=RIVAL_READS) if record else measure(lm, rows=(2,), steps=1)
+        # (a rival's step, with its extra reads, is built and measured beside it: ST-BoN's reads its own graph)
+        reads = RIVAL_READS if any(a.kind.about.rival for a in arms) else ()
+        cost = measure(lm, steps=3, reads=reads) if record else measure(lm, rows=(2,), steps=1, reads=reads)
         step_cost = cost.to_record() if record else None
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "

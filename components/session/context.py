@@ -184,6 +184,8 @@ class AppContext:
     limits: Limits = field(default_factory=Limits)
     policy: ModelPolicy = field(default_factory=ModelPolicy)
     arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
+    threads: int | None = None       # SPECREJ_THREADS: race with exactly this many torch threads (the probe's
+                                     # one-thread fallback off: a paired timing, scripts/app_cost.py, pins both sides)
     dtype: str = "fp32"              # the generator's dtype (SPECREJ_DTYPE): fp32 by default, where coupling is exact
                                      # and the recorded page races (fp32) are the races the page runs
     page_races: Path | None = PAGE_RACES   # recordings of the page's own races (None: live only; ``stream.py``)
@@ -223,6 +225,7 @@ class AppContext:
                                        if k.startswith(MODEL_REWARD))
         kw = dict(models=models, rewards=tuple(rewards), default_model=specs[0], default_reward=default,
                   dtype=env.get("SPECREJ_DTYPE", "").strip() or "fp32",
+                  threads=env_int("SPECREJ_THREADS", 0, env=env) or None,
                   default_preference=preference, notes=tuple(notes),
                   concurrency=env_int("SPECREJ_CONCURRENCY", 2 if on_gpu else 1, env=env),
                   max_queue=env_int("SPECREJ_MAX_QUEUE", 10, env=env),

@@ -171,14 +171,15 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     quiet = ctx.quiet_step(model, lm)
     with ctx.machine.lock:
         known = ctx.machine.threads
-        most = ctx.machine.threads = max(1, min(os.cpu_count() or 1, torch.get_num_threads() if known is None else known))
+        most = ctx.machine.threads = ctx.threads or max(1, min(os.cpu_count() or 1,
+                                                               torch.get_num_threads() if known is None else known))
     ref = [quiet.step(r) for r in PROBE_ROWS]
 
     def load_of(times):
         return max(t / q for t, q in zip(times, ref))
 
     best_threads, best = most, torch_worker().call(_probe, lm, most)
-    if load_of(best) > SLOW and most > 1:
+    if load_of(best) > SLOW and most > 1 and not ctx.threads:   # SPECREJ_THREADS: that many, whatever the load
         one = torch_worker().call(_probe, lm, 1)
         if max(one) < max(best):
             best_threads, best = 1, one
