@@ -85,15 +85,22 @@ def test_a_large_seed_round_trips_through_a_link_and_one_out_of_range_is_dropped
 
 def test_specrej_threads_pins_the_threads_whatever_the_load(tiny_app, monkeypatch):
     """SPECREJ_THREADS (a paired timing, scripts/app_cost.py, pins both sides): the probe's one-thread fallback
-    on a busy machine is off; without it a slow probe at two threads tries one. The quiet step the app measured
-    carries the rivals' extra reads (the verdict prices their steps with them)."""
+    on a busy machine is off; without it a slow probe at two threads tries one. The quiet step gains the rivals'
+    extra reads when a race first asks for them (the verdict prices their steps with them), not before."""
     import dataclasses
 
     from components.session import pace
     from components.session.context import AppContext, Machine
     from specrej.backends.steptime import RIVAL_READS
 
-    assert tiny_app.quiet_step(tiny_app.default_model).read_keys == RIVAL_READS
+    model = tiny_app.default_model
+    plain = tiny_app.quiet_step(model)
+    assert plain.read_keys == ()   # the warm-up races Best-of-N and Speculative Rejection: no rival's step built
+    cfg = RunConfig(prompt="Name three rivers.", n=4, budget=200, max_new_tokens=8)
+    pace.fit(tiny_app, model, cfg, sr_auto=False, busy=False, methods=("bon", "stbon"))
+    both = tiny_app.quiet_step(model)
+    assert both.read_keys == RIVAL_READS and all(b <= a for a, b in zip(plain.seconds, both.seconds))
+    assert tiny_app.quiet_step(model, reads=RIVAL_READS) is both   # measured once
     assert AppContext.from_env({"SPECREJ_THREADS": "2"}).threads == 2 and AppContext.from_env({}).threads is None
     quiet = StepCost((1, 8, 32, 128), (0.01, 0.012, 0.02, 0.05))
     probed = []

@@ -145,21 +145,25 @@ class Models:
         return torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference),
                                                       dtype=ctx.dtype)[0])
 
-    def quiet_step(self, ctx: "AppContext", model: str, lm=None):
+    def quiet_step(self, ctx: "AppContext", model: str, lm=None, reads: tuple[str, ...] = ()):
         """This machine's decoding step for ``model`` (``specrej.backends.steptime.measure``: the fastest of 3 steps
-        at 1, 8, 32 and 128 rows, on the torch thread; the rivals' extra reads timed in turn with it,
-        ``StepCost.reads``), measured on first use, then kept in ``ctx.machine``: the machine at its quietest. Measured once even when a Run asks while the warm-up measures it."""
+        at 1, 8, 32 and 128 rows, on the torch thread), measured on first use, then kept in ``ctx.machine``: the
+        machine at its quietest. Measured once even when a Run asks while the warm-up measures it. ``reads``
+        (a race with a rival: ``steptime.RIVAL_READS``): those extra reads' steps too, timed in turn with the plain
+        one (``StepCost.reads``: the verdict prices a rival's steps with them), each measured once, when a race
+        first needs it (a race of Best-of-N and Speculative Rejection builds no rival's step)."""
         machine = ctx.machine
         with machine._measuring:
             with machine.lock:
                 known = machine.step_costs.get(model)
-            if known is None:
-                from specrej.backends.steptime import RIVAL_READS, measure
+            missing = tuple(k for k in reads if known is None or k not in known.read_keys)
+            if known is None or missing:
+                from specrej.backends.steptime import measure
 
                 from components.session.worker import torch_worker
 
-                # with the rivals' extra reads timed in turn with it: the verdict prices their steps with them
-                known = torch_worker().call(measure, lm or self.generator(ctx, model), reads=RIVAL_READS)
+                fresh = torch_worker().call(measure, lm or self.generator(ctx, model), reads=missing)
+                known = fresh if known is None else known.merged(fresh)   # the faster plain step of the two
                 with machine.lock:
                     machine.step_costs[model] = known
             return known
@@ -309,10 +313,10 @@ class AppContext:
         thread.start()
         return thread
 
-    def quiet_step(self, model: str, lm=None):
+    def quiet_step(self, model: str, lm=None, reads: tuple[str, ...] = ()):
         """This machine's quiet decoding step for ``model`` (``Models.quiet_step``: measured once, kept in
         ``machine``)."""
-        return self.loaded.quiet_step(self, model, lm)
+        return self.loaded.quiet_step(self, model, lm, reads)
 
     def generator(self, model: str):
         """The generator ``model`` (loaded once per process), loaded on the torch thread (``Models.generator``)."""

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from specrej import RunConfig
 from specrej.backends import planned_budget
 from specrej.core.budget import KVBudget, sharing
-from specrej.core.cost import StepCost, race_seconds
+from specrej.core.about import ABOUTS, GENERIC
+from specrej.core.cost import RIVAL_READS, StepCost, race_seconds
 
 from components.session.context import AppContext
 from components.session.worker import torch_worker
@@ -206,6 +207,8 @@ def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: boo
             return None
         return Fit(cfg, quiet.scaled(last_load), last_load, threads or 1, 0.0, limit)
     lm = ctx.generator(model)
+    if any(ABOUTS.get(m, GENERIC).rival for m in methods):   # a rival races: its steps' extra reads, measured once
+        ctx.quiet_step(model, lm, RIVAL_READS)
     cost, load, threads = measure(ctx, model, lm)
     with m.lock:
         m.last_load, overhead = load, m.overhead

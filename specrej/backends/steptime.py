@@ -14,13 +14,10 @@ import torch
 
 from . import Sampling
 from ..core.budget import KVBudget, sharing
-from ..core.config import RunConfig
-from ..core.cost import StepCost, read_key, read_kwargs
+from ..core.cost import RIVAL_READS, StepCost, read_kwargs
 
 CALIBRATION_ROWS = (1, 8, 32, 128)
-# what the rivals read each step at their defaults: DeepConf its top-k log-probabilities, ST-BoN every layer's
-# hidden states (another k than the default is not measured: the page says its reads are not priced)
-RIVAL_READS = (read_key(conf_topk=RunConfig.conf_topk), read_key(hidden=True))
+__all__ = ["CALIBRATION_ROWS", "RIVAL_READS", "measure", "time_paired", "time_steps"]
 
 
 def _sync(device: torch.device) -> None:

@@ -156,6 +156,11 @@ def read_key(conf_topk: int = 0, hidden: bool = False) -> str:
     return f"top-{int(conf_topk)}" if conf_topk else "hidden" if hidden else ""
 
 
+# what the rivals read each step at their defaults: DeepConf its top-k log-probabilities, ST-BoN every layer's
+# hidden states (another k than the default is not measured: the page says its reads are not priced)
+RIVAL_READS = (read_key(conf_topk=RunConfig.conf_topk), read_key(hidden=True))
+
+
 def read_kwargs(key: str) -> dict:
     """The engine's keyword arguments for a ``read_key`` (``{"conf_topk": 20}``, ``{"hidden": True}``, ``{}``)."""
     out: dict = {}
