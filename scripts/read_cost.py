@@ -7,7 +7,7 @@ dtype, threads and engine (``specrej.backends.steptime.time_paired``), which it 
     python scripts/read_cost.py --rows 4 8 16 32 --steps 12 --repeats 3
 
 For each batch size: the median over the paired steps of (read step / plain step), its spread (the quartiles),
-and the ratio of the fastest of each, which is what ``steptime.measure(reads=...)`` keeps (``StepCost.reads``).
+and the ratio of the fastest of each; ``steptime.measure(reads=...)`` keeps the median (at least 1: ``StepCost.reads``).
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ recording, the bench's ``decode_sweep`` adds rooflines to the same timings.
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -17,7 +18,7 @@ from ..core.budget import KVBudget, sharing
 from ..core.cost import RIVAL_READS, StepCost, read_kwargs
 
 CALIBRATION_ROWS = (1, 8, 32, 128)
-__all__ = ["CALIBRATION_ROWS", "RIVAL_READS", "measure", "time_paired", "time_steps"]
+__all__ = ["CALIBRATION_ROWS", "READ_STEPS", "RIVAL_READS", "measure", "time_paired", "time_steps"]
 
 
 def _sync(device: torch.device) -> None:
@@ -73,15 +74,20 @@ def time_paired(lm, ids: list[int], rows: int, steps: int, reads: tuple[str, ...
     return times
 
 
+READ_STEPS = 7   # steps of each side a read's ratio is the median of (at least; a ratio of two steps is noisy)
+
+
 def measure(lm, rows: tuple[int, ...] = CALIBRATION_ROWS, *, steps: int = 3, prompt: str = "Hello",
             reads: tuple[str, ...] = ()) -> StepCost:
     """The fastest of ``steps`` decoding steps at each batch size in ``rows``; with ``reads`` (e.g.
-    ``RIVAL_READS``), each extra read's step too, in turn with the plain one (``time_paired``), kept as the
-    ratio of the fastest of each (``StepCost.reads``, at least 1)."""
+    ``RIVAL_READS``), each extra read's step too, in turn with the plain one (``time_paired``, at least
+    ``READ_STEPS`` of each), kept as the median over the pairs of (read step / plain step), at least 1
+    (``StepCost.reads``). The median of paired ratios, not a ratio of the fastest of each: load slows either
+    side of a ratio, so its noise is two-sided, and a pair's two steps run back to back under the same load."""
     ids = lm.render(prompt)
     if not reads:
         return StepCost(tuple(rows), tuple(min(time_steps(lm, ids, r, steps)[0]) for r in rows))
-    timed = [time_paired(lm, ids, r, steps, reads) for r in rows]
-    plain = tuple(min(t[""]) for t in timed)
-    return StepCost(tuple(rows), plain, tuple((k, tuple(max(1.0, min(t[k]) / p) for t, p in zip(timed, plain)))
-                                              for k in reads if k))
+    timed = [time_paired(lm, ids, r, max(steps, READ_STEPS), reads) for r in rows]
+    return StepCost(tuple(rows), tuple(min(t[""]) for t in timed),
+                    tuple((k, tuple(max(1.0, statistics.median(a / b for a, b in zip(t[k], t[""]))) for t in timed))
+                          for k in reads if k))

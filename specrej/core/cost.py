@@ -200,8 +200,9 @@ class StepCost:
 
     ``reads``: what a step that reads more than the logits costs, measured on the same machine with the plain
     step (``steptime.measure(reads=...)``: the two in turn, same model, dtype, threads and engine): for each
-    ``read_key`` ("top-20", "hidden"), its step's time over the plain step's at each of ``rows``, never below 1
-    (an extra read never makes a step faster: a ratio measured below 1 is noise, priced as 1). ``reading``
+    ``read_key`` ("top-20", "hidden"), its step's time over the plain step's at each of ``rows`` (the median over
+    pairs of steps), never below 1 (an extra read never makes a step faster: a ratio measured below 1 is noise,
+    priced as 1). ``reading``
     prices a rival's step with it; Best-of-N's and Speculative Rejection's steps read nothing extra."""
 
     rows: tuple[int, ...]
