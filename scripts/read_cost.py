@@ -32,10 +32,20 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10, help="paired steps per engine per repeat")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--prompt", default=PROMPT)
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's default here)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: seconds as they pass; cpu: the process's CPU seconds (with --threads 1, the work "
+                        "alone, a shared machine's waits left out)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
 
+    import time
+
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
     from specrej.backends.hf import load_generator
     from specrej.backends.steptime import RIVAL_READS, time_paired
@@ -46,6 +56,7 @@ def main(argv=None) -> int:
                      n_total=1, max_new_tokens=4, stats=False)
     setup = {"model": lm.name, "dtype": str(lm.dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
              "engine": f"{eng.name} ({eng.step_kind} step, prompt cache {eng.kv_sharing})", "context": len(ids),
+             "clock": args.clock,
              "load": os.getloadavg()[0], "reads": list(RIVAL_READS)}
     eng.release()
     print("both sides: " + ", ".join(f"{k} {v}" for k, v in setup.items()), flush=True)
@@ -54,7 +65,7 @@ def main(argv=None) -> int:
         pairs: dict[str, list[float]] = {k: [] for k in RIVAL_READS}
         fastest: dict[str, list[float]] = {k: [] for k in ("",) + RIVAL_READS}
         for _ in range(args.repeats):
-            t = time_paired(lm, ids, rows, args.steps, RIVAL_READS)
+            t = time_paired(lm, ids, rows, args.steps, RIVAL_READS, clock=clock)
             for k in RIVAL_READS:
                 pairs[k] += [a / b for a, b in zip(t[k], t[""])]
             for k in fastest:

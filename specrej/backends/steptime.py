@@ -48,11 +48,13 @@ def time_steps(lm, ids: list[int], rows: int, steps: int, sampling: Sampling = S
 
 @torch.inference_mode()
 def time_paired(lm, ids: list[int], rows: int, steps: int, reads: tuple[str, ...] = (),
-                sampling: Sampling = Sampling()) -> dict[str, list[float]]:
+                sampling: Sampling = Sampling(), clock=time.perf_counter) -> dict[str, list[float]]:
     """Seconds of ``steps`` decoding steps at ``rows`` rows of the plain step (key ``""``) and of the step that
     also reads each of ``reads`` (``core.cost.read_key``: "top-20", "hidden"), taken in turn (the order rotating
     each round), so a drift in the machine's speed hits every side alike: one engine each, the same model,
-    dtype, threads and backend, one warm-up step each (which builds a compiled step's variant)."""
+    dtype, threads and backend, one warm-up step each (which builds a compiled step's variant). ``clock``: wall
+    time by default; ``time.process_time`` counts the CPU's work only (on one thread, a shared machine's waits
+    left out: ``scripts/read_cost.py --clock cpu``)."""
     keys = ("",) + tuple(k for k in reads if k)
     backend, engines, batches = lm.backend, {}, {}
     for key in keys:
@@ -64,10 +66,10 @@ def time_paired(lm, ids: list[int], rows: int, steps: int, reads: tuple[str, ...
     for i in range(steps):
         for key in keys[i % len(keys):] + keys[:i % len(keys)]:
             _sync(lm.device)
-            t = time.perf_counter()
+            t = clock()
             batches[key].step()
             _sync(lm.device)
-            times[key].append(time.perf_counter() - t)
+            times[key].append(clock() - t)
     for key in keys:
         batches[key].release()
         engines[key].release()
