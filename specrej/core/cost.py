@@ -296,11 +296,12 @@ class StepCost:
 
     def merged(self, other: "StepCost") -> "StepCost":
         """The faster of the two at each measured batch size (the machine at its quietest); an extra read's
-        ratio, the smaller of the two where both measured it (noise only raises it)."""
+        ratio, the mean of the two where both measured it (each a median of paired ratios, whose noise moves it
+        either way: the smaller of the two would flatter a rival)."""
         if self.rows != other.rows:
             return other
         mine, theirs = dict(self.reads), dict(other.reads)
-        reads = tuple((k, tuple(map(min, mine[k], theirs[k])) if k in mine and k in theirs
+        reads = tuple((k, tuple((a + b) / 2 for a, b in zip(mine[k], theirs[k])) if k in mine and k in theirs
                        else mine.get(k) or theirs[k]) for k in dict.fromkeys([*mine, *theirs]))
         return StepCost(self.rows, tuple(min(a, b) for a, b in zip(self.seconds, other.seconds)), reads)
 
