@@ -163,3 +163,38 @@ def test_the_page_says_a_rivals_steps_include_its_reads(tiny_lm_dir, length_rewa
         assert v.seconds == pytest.approx(sum(own.step(r) for r in profile) + arm.finished.ledger.reward_s)
     assert "Its steps include the top-20 log-probabilities it reads (measured on this machine: 1.50x" in text["deepconf"]
     assert "every layer's hidden states, not priced here" in text["stbon"]
+
+
+def test_the_measured_read_cost_is_carried_into_a_real_races_verdict(tiny_lm_dir, length_reward):
+    """This machine's step measured with the rivals' reads on the tiny model (finite, at least the plain step),
+    then a real race of Best-of-N, DeepConf and ST-BoN priced at it: each rival's verdict time is its own
+    measured step's (its ledger names its read), with the ratio kept; Speculative Rejection's, at the plain step."""
+    from specrej import RunConfig, load_generator
+    from specrej.arms import parse_arms, race_arms
+    from specrej.backends.steptime import RIVAL_READS, measure
+    from specrej.core.cost import StepCost as Cost
+
+    lm = load_generator(tiny_lm_dir, dtype="fp32")
+    cost = measure(lm, rows=(1, 8), steps=2, reads=RIVAL_READS)
+    assert cost.read_keys == RIVAL_READS
+    assert all(math.isfinite(r) and r >= 1.0 for _, ratios in cost.reads for r in ratios)
+    cfg = RunConfig(prompt="Name three colours of the sea.", n=8, max_new_tokens=12, progress_every=0, warmup=2,
+                    window=4)
+    fins, bon_rounds = {}, []
+    for e in race_arms(lm, length_reward, cfg, parse_arms(["bon", "sr", "deepconf", "stbon"])):
+        if isinstance(e, Finished):
+            fins[e.arm] = e
+        elif isinstance(e, Round) and e.arm == "bon":
+            bon_rounds.append(e)
+    plain = Cost(cost.rows, cost.seconds)
+    for arm in ("sr", "deepconf", "stbon"):
+        ch = fins[arm]
+        v = from_race(ch, fins["bon"], bon_rounds, cost)
+        assert v is not None and v.reads == ch.ledger.reads
+        own = cost.reading(ch.ledger.reads)
+        assert v.seconds == pytest.approx(sum(own.step(r) for r in ch.rows_per_step))
+        assert v.bon_seconds == from_race(ch, fins["bon"], bon_rounds, plain).bon_seconds   # Best-of-N: the plain step
+        if arm == "sr":
+            assert v.read_factor is None and v.reads_words() == ""
+        else:
+            assert math.isfinite(v.read_factor) and v.read_factor >= 1.0 and "measured on this machine" in v.reads_words()
