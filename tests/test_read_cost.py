@@ -198,3 +198,40 @@ def test_the_measured_read_cost_is_carried_into_a_real_races_verdict(tiny_lm_dir
             assert v.read_factor is None and v.reads_words() == ""
         else:
             assert math.isfinite(v.read_factor) and v.read_factor >= 1.0 and "measured on this machine" in v.reads_words()
+
+
+def test_a_recording_keeps_the_rivals_reads_and_its_replay_prices_them(tiny_lm_dir, tiny_reward_dir, tmp_path,
+                                                                      capsys):
+    """`python -m specrej record` of Best-of-N against DeepConf and ST-BoN measures this machine's step with the
+    rivals' reads (``step_cost.reads`` in the meta); the replay (``recordings.view_for``) prices each rival at its
+    own measured step and its verdict line says so, naming the recording's machine."""
+    from specrej.cli import main
+    from specrej.record import load, paced
+    from components.panels import verdict_lines
+    from components.session.recordings import view_for
+
+    out = tmp_path / "rec.json.gz"
+    rc = main(["record", "--out", str(out), "--model", tiny_lm_dir, "--reward", f"hf:{tiny_reward_dir}",
+               "--prompt", "Name three colours of the sea.", "--arms", "bon:n=8", "deepconf:n=8,warmup=2,window=4",
+               "stbon:n=8", "--max-new-tokens", "10", "--budget", "600", "--quiet"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err[-2000:]
+    rec = load(out)
+    kept = rec.meta["step_cost"]
+    assert [k for k, _ in kept["reads"]] == ["top-20", "hidden"]
+    assert all(math.isfinite(r) and r >= 1.0 for _, ratios in kept["reads"] for r in ratios)
+    view = view_for(rec)
+    assert view.step.read_keys == ("top-20", "hidden")
+    for e in paced(rec, speed=math.inf):
+        view.apply(e)
+    verdicts = view.verdicts()
+    assert {view.arms[a].spec.method for a in verdicts} == {"deepconf", "stbon"}
+    for arm_id, v in verdicts.items():
+        arm = view.arms[arm_id]
+        own = view.step.reading(v.reads)
+        assert v.reads == arm.finished.ledger.reads and own is not None
+        base = view.arms[view.baseline]   # priced at the rival's own step (a recording keeps no step profile)
+        assert v.seconds == pytest.approx(from_race(arm.finished, base.finished, base.round_events, own,
+                                                    scoring=True).seconds)
+        text = "\n".join(verdict_lines(view, arm, v))
+        assert f"Its steps include {read_words(v.reads)} it reads (measured on the recording's machine: " in text
