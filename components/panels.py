@@ -306,7 +306,8 @@ def gpu_line(view: RunView, arm: ArmView, v: Verdict, gpu: GpuStep) -> str:
         than = f"{bname}'s {k} answer{'s' * (k != '1')} to equal reward"
         words = f"{label} took {v.time_words(than)} {spent}"
     tail = (f" A step of {v.widest} rows is past the largest batch measured there ({gpu.cost.measured_max}): "
-            "extrapolated along the last measured slope." if gpu.cost.extrapolates(v.widest) else "")
+            "extrapolated along the last measured slope." if gpu.cost.extrapolates(v.widest) else "") + \
+        (f" {v.reads_words('on the GPU')}" if v.reads else "")
     return (f"**{_cap(gpu.on)}, measured: {words}.** *The same decoding steps, each priced at the step measured on "
             f"the {md_escape(gpu.describe())}: the rows, passes and memory budget stay this race's.{tail}*")
 
@@ -353,6 +354,9 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
         head += (f" *A step of {', '.join(map(str, lowered))} row{'s' * (lowered != [1])} measured slower than a "
                  "larger batch (load while it was measured): it is priced at the larger batch's time, since more "
                  "rows never cost less.*")
+    if view.step is not None and v.reads:   # a rival's own extra reads, in its time or said to be left out
+        where = "on the recording's machine" if view.recording is not None else "on this machine"
+        head += f" *{v.reads_words(where)}*"
     second = gpu_line(view, arm, gpu[1], gpu[0]) if gpu is not None else ""
     if second:
         head += "\n\n" + second

@@ -96,14 +96,17 @@ class Library:
 class App:
     """``python app.py`` in a subprocess; ``race()`` is one ``/run`` call, from submit to the final frame."""
 
-    def __init__(self, kw: dict):
+    def __init__(self, kw: dict, threads: int):
         from gradio_client import Client
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-               "GRADIO_ANALYTICS_ENABLED": "False", "SPECREJ_MAX_RUNS_PER_CLIENT": "1000"}
+               "GRADIO_ANALYTICS_ENABLED": "False", "SPECREJ_MAX_RUNS_PER_CLIENT": "1000",
+               # the library's thread count, whatever the load (the app's probe would otherwise fall back to one
+               # thread on a busy machine, and a pair would compare thread counts)
+               "SPECREJ_THREADS": str(threads)}
         self.kw = kw
         self.server = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -148,19 +151,26 @@ def main(argv=None) -> int:
                    help="a RunRequest field (the /run API's parameters), e.g. n=16; default: the page's defaults")
     p.add_argument("--repeats", type=int, default=5, help="timed pairs of races (after one warm-up each)")
     p.add_argument("--out", type=Path, help="write the figures here as JSON")
+    p.add_argument("--threads", type=int, help="torch threads on both sides (default: torch's default here)")
     args = p.parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     kw = request_kwargs(args.set)
-    app = App(kw)
+    import torch
+
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    app = App(kw, threads)
     try:
         lib = Library(kw)
-        import torch
+        from specrej.engine import compiled
 
-        # what both sides run with: the same dtype, engine (SPECREJ_COMPILE, SPECREJ_BACKEND) and torch threads
-        # (the app's server inherits this environment, so the same defaults apply to both)
-        same = {"dtype": lib.dtype, "threads": torch.get_num_threads(),
-                "compile": os.environ.get("SPECREJ_COMPILE", "default"),
-                "backend": os.environ.get("SPECREJ_BACKEND", "default")}
+        # what both sides run with: the same dtype (the app's, SPECREJ_DTYPE), torch threads (SPECREJ_THREADS for
+        # the app's server, set above) and engine (SPECREJ_COMPILE, SPECREJ_BACKEND: the server inherits this
+        # environment), printed as the library resolved them
+        eng = lib.lm.backend
+        same = {"dtype": str(lib.lm.dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
+                "engine": getattr(eng, "name", type(eng).__name__),
+                "compile": compiled.mode(), "backend": os.environ.get("SPECREJ_BACKEND", "default")}
         print(f"[both sides] {same}", flush=True)
         print(f"[warm-up] library {lib.race():.1f} s, app {app.race():.1f} s", flush=True)
         libs, apps, parts = [], [], []

@@ -84,6 +84,11 @@ def main(argv=None) -> None:
     p.add_argument("--cold", action="store_true", help="an empty inductor cache at every start")
     p.add_argument("--timeout-s", type=float, default=300.0)
     args = p.parse_args(argv)
+    # what every start runs with, from this environment (each app.py inherits it): pair two checkouts by running
+    # this script for each in turn under the same settings, which it prints
+    same = {k: os.environ.get(k, "default") for k in ("SPECREJ_DTYPE", "SPECREJ_THREADS", "SPECREJ_COMPILE",
+                                                      "SPECREJ_BACKEND")}
+    print("[every start] " + ", ".join(f"{k}={v}" for k, v in same.items()) + f", {os.cpu_count()} CPUs", flush=True)
     pages, readies = [], []
     for i in range(args.repeats):
         page, ready = one_start(args.checkout.resolve(), args.cold, args.timeout_s)

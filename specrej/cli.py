@@ -203,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         # the decoding step is built (compiled, where it can be) by its first engine: timed here, before the
         # race, so that no arm's wall time pays for it; a recording measures this machine's step too, so that a
         # replay prices Best-of-N's curve in seconds here
-        from .backends.steptime import measure
+        from .backends.steptime import RIVAL_READS, measure
 
-        cost = measure(lm, steps=3) if record else measure(lm, rows=(2,), steps=1)
-        step_cost = {"rows": list(cost.rows), "seconds": list(cost.seconds)} if record else None
+        # (a rival's step, with its extra reads, is built and measured beside it: ST-BoN's reads its own graph)
+        reads = RIVAL_READS if any(a.kind.about.rival for a in arms) else ()
+        cost = measure(lm, steps=3, reads=reads) if record else measure(lm, rows=(2,), steps=1, reads=reads)
+        step_cost = cost.to_record() if record else None
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}, "
                   f"prompt cache {'shared' if sharing(lm, lm.backend) else 'copied'} across rows, decoding step "

@@ -105,6 +105,9 @@ def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
     lines = [x for x in summary(parse_arms(["bon", "sr"]), tight).splitlines() if "Spearman" in x]
     assert lines and all("Spearman(partial reward, final reward)" in x for x in lines)
     assert set(fins) == {"bon", "sr", "deepconf", "stbon"}
+    # what each arm's steps read beyond the logits, in its ledger (the verdict prices the rivals' reads)
+    assert {a: f.ledger.reads for a, f in fins.items()} == {"bon": "", "sr": "", "deepconf": "top-20",
+                                                            "stbon": "hidden"}
     bon = {c.id: c.score for c in fins["bon"].candidates}
     for arm in ("sr", "deepconf", "stbon"):   # every winner is one of Best-of-N's answers, with its reward
         assert fins[arm].winner.score == bon[fins[arm].winner.id]

@@ -81,3 +81,38 @@ def test_a_large_seed_round_trips_through_a_link_and_one_out_of_range_is_dropped
         assert back == {"seed": seed} and type(back["seed"]) is int
     for junk in (str(2**63), "9" * 30, "-1", "+5", "٣", "1_000", " "):
         assert links.settings({"seed": junk}, None, {"seed": (0, 2**63 - 1)}) == {}
+
+
+def test_specrej_threads_pins_the_threads_whatever_the_load(tiny_app, monkeypatch):
+    """SPECREJ_THREADS (a paired timing, scripts/app_cost.py, pins both sides): the probe's one-thread fallback
+    on a busy machine is off; without it a slow probe at two threads tries one. The quiet step gains the rivals'
+    extra reads when a race first asks for them (the verdict prices their steps with them), not before."""
+    import dataclasses
+
+    from components.session import pace
+    from components.session.context import AppContext, Machine
+    from specrej.backends.steptime import RIVAL_READS
+
+    model = tiny_app.default_model
+    plain = tiny_app.quiet_step(model)
+    assert plain.read_keys == ()   # the warm-up races Best-of-N and Speculative Rejection: no rival's step built
+    cfg = RunConfig(prompt="Name three rivers.", n=4, budget=200, max_new_tokens=8)
+    pace.fit(tiny_app, model, cfg, sr_auto=False, busy=False, methods=("bon", "stbon"))
+    both = tiny_app.quiet_step(model)
+    assert both.read_keys == RIVAL_READS and all(b <= a for a, b in zip(plain.seconds, both.seconds))
+    assert tiny_app.quiet_step(model, reads=RIVAL_READS) is both   # measured once
+    assert AppContext.from_env({"SPECREJ_THREADS": "2"}).threads == 2 and AppContext.from_env({}).threads is None
+    quiet = StepCost((1, 8, 32, 128), (0.01, 0.012, 0.02, 0.05))
+    probed = []
+
+    def slow_probe(lm, threads):   # 3x the quiet step: past pace.SLOW
+        probed.append(threads)
+        return [3 * quiet.step(r) for r in pace.PROBE_ROWS]
+
+    monkeypatch.setattr(pace, "_probe", slow_probe)
+    for threads, want, tried in ((2, 2, [2]), (None, 2, [2, 1])):
+        ctx = dataclasses.replace(tiny_app, threads=threads, machine=Machine(threads=2,
+                                                                             step_costs={tiny_app.default_model: quiet}))
+        probed.clear()
+        _, load, got = pace.measure(ctx, ctx.default_model, None)
+        assert (got, probed) == (want, tried) and load == pytest.approx(3.0)

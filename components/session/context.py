@@ -145,20 +145,25 @@ class Models:
         return torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference),
                                                       dtype=ctx.dtype)[0])
 
-    def quiet_step(self, ctx: "AppContext", model: str, lm=None):
+    def quiet_step(self, ctx: "AppContext", model: str, lm=None, reads: tuple[str, ...] = ()):
         """This machine's decoding step for ``model`` (``specrej.backends.steptime.measure``: the fastest of 3 steps
         at 1, 8, 32 and 128 rows, on the torch thread), measured on first use, then kept in ``ctx.machine``: the
-        machine at its quietest. Measured once even when a Run asks while the warm-up measures it."""
+        machine at its quietest. Measured once even when a Run asks while the warm-up measures it. ``reads``
+        (a race with a rival: ``steptime.RIVAL_READS``): those extra reads' steps too, timed in turn with the plain
+        one (``StepCost.reads``: the verdict prices a rival's steps with them), each measured once, when a race
+        first needs it (a race of Best-of-N and Speculative Rejection builds no rival's step)."""
         machine = ctx.machine
         with machine._measuring:
             with machine.lock:
                 known = machine.step_costs.get(model)
-            if known is None:
+            missing = tuple(k for k in reads if known is None or k not in known.read_keys)
+            if known is None or missing:
                 from specrej.backends.steptime import measure
 
                 from components.session.worker import torch_worker
 
-                known = torch_worker().call(measure, lm or self.generator(ctx, model))
+                fresh = torch_worker().call(measure, lm or self.generator(ctx, model), reads=missing)
+                known = fresh if known is None else known.merged(fresh)   # the faster plain step of the two
                 with machine.lock:
                     machine.step_costs[model] = known
             return known
@@ -183,6 +188,8 @@ class AppContext:
     limits: Limits = field(default_factory=Limits)
     policy: ModelPolicy = field(default_factory=ModelPolicy)
     arms: tuple[str, ...] = DEFAULT_ARMS   # arm specs every run races (SPECREJ_ARMS)
+    threads: int | None = None       # SPECREJ_THREADS: race with exactly this many torch threads (the probe's
+                                     # one-thread fallback off: a paired timing, scripts/app_cost.py, pins both sides)
     dtype: str = "fp32"              # the generator's dtype (SPECREJ_DTYPE): fp32 by default, where coupling is exact
                                      # and the recorded page races (fp32) are the races the page runs
     page_races: Path | None = PAGE_RACES   # recordings of the page's own races (None: live only; ``stream.py``)
@@ -222,6 +229,7 @@ class AppContext:
                                        if k.startswith(MODEL_REWARD))
         kw = dict(models=models, rewards=tuple(rewards), default_model=specs[0], default_reward=default,
                   dtype=env.get("SPECREJ_DTYPE", "").strip() or "fp32",
+                  threads=env_int("SPECREJ_THREADS", 0, env=env) or None,
                   default_preference=preference, notes=tuple(notes),
                   concurrency=env_int("SPECREJ_CONCURRENCY", 2 if on_gpu else 1, env=env),
                   max_queue=env_int("SPECREJ_MAX_QUEUE", 10, env=env),
@@ -305,10 +313,10 @@ class AppContext:
         thread.start()
         return thread
 
-    def quiet_step(self, model: str, lm=None):
+    def quiet_step(self, model: str, lm=None, reads: tuple[str, ...] = ()):
         """This machine's quiet decoding step for ``model`` (``Models.quiet_step``: measured once, kept in
         ``machine``)."""
-        return self.loaded.quiet_step(self, model, lm)
+        return self.loaded.quiet_step(self, model, lm, reads)
 
     def generator(self, model: str):
         """The generator ``model`` (loaded once per process), loaded on the torch thread (``Models.generator``)."""

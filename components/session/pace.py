@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from specrej import RunConfig
 from specrej.backends import planned_budget
 from specrej.core.budget import KVBudget, sharing
-from specrej.core.cost import StepCost, race_seconds
+from specrej.core.about import ABOUTS, GENERIC
+from specrej.core.cost import RIVAL_READS, StepCost, race_seconds
 
 from components.session.context import AppContext
 from components.session.worker import torch_worker
@@ -171,14 +172,15 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     quiet = ctx.quiet_step(model, lm)
     with ctx.machine.lock:
         known = ctx.machine.threads
-        most = ctx.machine.threads = max(1, min(os.cpu_count() or 1, torch.get_num_threads() if known is None else known))
+        most = ctx.machine.threads = ctx.threads or max(1, min(os.cpu_count() or 1,
+                                                               torch.get_num_threads() if known is None else known))
     ref = [quiet.step(r) for r in PROBE_ROWS]
 
     def load_of(times):
         return max(t / q for t, q in zip(times, ref))
 
     best_threads, best = most, torch_worker().call(_probe, lm, most)
-    if load_of(best) > SLOW and most > 1:
+    if load_of(best) > SLOW and most > 1 and not ctx.threads:   # SPECREJ_THREADS: that many, whatever the load
         one = torch_worker().call(_probe, lm, 1)
         if max(one) < max(best):
             best_threads, best = 1, one
@@ -205,6 +207,8 @@ def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: boo
             return None
         return Fit(cfg, quiet.scaled(last_load), last_load, threads or 1, 0.0, limit)
     lm = ctx.generator(model)
+    if any(ABOUTS.get(m, GENERIC).rival for m in methods):   # a rival races: its steps' extra reads, measured once
+        ctx.quiet_step(model, lm, RIVAL_READS)
     cost, load, threads = measure(ctx, model, lm)
     with m.lock:
         m.last_load, overhead = load, m.overhead

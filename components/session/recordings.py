@@ -123,7 +123,7 @@ def view_for(rec: Recording) -> RunView:
     cost = m.get("step_cost")
     if cost:
         try:
-            view.step = StepCost(tuple(cost["rows"]), tuple(cost["seconds"]))
+            view.step = StepCost.from_record(cost)   # with the rivals' reads where it measured them
         except (KeyError, TypeError, ValueError):
             view.step = None   # an older recording: the verdict counts decoding steps
     return view

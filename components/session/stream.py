@@ -436,7 +436,7 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
                 "decision": c.decision, "rule": c.rule, "stop_when_matched": bool(prep.race_kw.get("stop_when_matched"))}
     meta = make_meta(prep.model_spec, reward_label(ctx, request.reward, request.preference), settings,
                      prompt=c.prompt, arms=[{"id": a.id, "spec": a.spec} for a in prep.arms],
-                     step_cost={"rows": list(cost.rows), "seconds": list(cost.seconds)},
+                     step_cost=cost.to_record(),
                      dtype=dtype_name(lm), request=page_fields(request),
                      race=recordings.race_key(prep.model_spec, prep.reward_spec, c, prep.arms,
                                           bool(prep.race_kw.get("stop_when_matched")), dtype_name(lm)))

@@ -15,8 +15,12 @@ For one race with a Best-of-N arm and a Speculative Rejection arm:
    **Scoring** is priced too where the step is this machine's (``from_race(scoring=True)``: the page's
    verdict): each arm's reward seconds as its ledger timed them, call by call (``Ledger.reward_s``); Best-of-k
    pays k/N of Best-of-N's. Free for self-certainty and the instruction checkers, small for the embedded
-   preference reward, the largest cost with a 7B reward model. The rivals' own extra reading (every layer's
-   hidden states, the top-k) is in their measured wall time but not in the modelled step.
+   preference reward, the largest cost with a 7B reward model. A rival's **own extra reads** are priced too:
+   DeepConf's steps read the top-k log-probabilities, ST-BoN's every layer's hidden states
+   (``Ledger.reads``), and where this machine's step was measured with that read (``StepCost.reads``: the
+   two steps timed in turn), each of its steps is priced at that measured step (``Verdict.read_factor``:
+   what it added); where it was not (a GPU step, an older recording), the verdict says its reads are not
+   priced (``Verdict.reads_words``). Best-of-N and Speculative Rejection read nothing extra.
 3. **The verdict**: where that point falls on the curve (``Verdict.kind``), one of four:
    ``reached``: the k at which Best-of-N's curve reaches Speculative Rejection's reward (linear
    between neighbouring k), the time Best-of-k takes, and the ratio of the two times;
@@ -34,8 +38,8 @@ than its rows. The improvement score (the paper's: 100 = Best-of-N's winner, 0 =
 below it by the whole spread) says how far below Best-of-N's N the point sits, on a scale that
 means the same for every reward.
 
-Time here is decoding time modelled from measured step times (the reward model's scoring is in the
-FLOPs and in the measured wall time, not in this line).
+Time here is decoding time modelled from measured step times (a rival's with its extra reads, where they
+were measured), plus the reward's scoring where ``from_race(scoring=True)``.
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from .compare import fmt_times, reached
-from ..core.cost import best_of_k, decode_cost
+from ..core.cost import StepCost, best_of_k, decode_cost, read_words
 from .curve import expected_max
 from .metrics import improvement_score
 
@@ -125,6 +129,20 @@ class Verdict:
     bon_flops: float              # likewise; when degenerate, all N's (what Best-of-N spent)
     improvement: float | None     # the paper's score against Best-of-N's N (100 = its winner); None: degenerate
     widest: int                   # the most rows any priced step decodes (its first step or Best-of-N's pass)
+    reads: str = ""               # what the challenger's steps read beyond the logits (``Ledger.reads``; "": nothing)
+    read_factor: float | None = None   # its priced decoding time with those reads over without (None: not priced)
+
+    def reads_words(self, where: str = "on this machine") -> str:
+        """One sentence on the challenger's extra reads in its time: "Its steps include the top-20
+        log-probabilities it reads (measured on this machine: 1.04x the plain steps' time)."; or that they are not
+        priced where no step with them was measured; "" for a method that reads nothing extra."""
+        if not self.reads:
+            return ""
+        what = read_words(self.reads)
+        if self.read_factor is None:
+            return (f"Its steps also read {what}, not priced here (no step reading them was measured {where}), "
+                    "which flatters it.")
+        return f"Its steps include {what} it reads (measured {where}: {self.read_factor:.2f}x the plain steps' time)."
 
     @property
     def beyond(self) -> bool:
@@ -197,7 +215,7 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
             sr_lengths: Sequence[int], sr_flops: float, step: StepTime, flops_per_token: float = 0.0,
             prompt_flops: float = 0.0, bon_reward_flops: float = 0.0,
             sr_profile: Sequence[int] | None = None, sr_scoring_s: float = 0.0,
-            bon_scoring_s: float = 0.0) -> Verdict:
+            bon_scoring_s: float = 0.0, sr_step: StepTime | None = None, reads: str = "") -> Verdict:
     """Speculative Rejection's result (its winner's reward, every candidate's length as written, its
     FLOPs) placed on Best-of-N's curve (its N final scores and lengths, its rows per pass). Refuses
     (``ValueError``) a score or reward that is NaN or infinite, no answers, and lengths that are
@@ -212,17 +230,20 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
     ``sr_scoring_s``, ``bon_scoring_s``: the reward's seconds as each arm's ledger timed them, call by call
     (``Ledger.reward_s``: Speculative Rejection's partial scores at every decision and its finals, Best-of-N's
     N finals, k/N of which Best-of-k pays). Added to the decoding time; 0 (the default): decoding only, the
-    right reading when ``step`` counts steps or prices another machine's."""
+    right reading when ``step`` counts steps or prices another machine's.
+
+    ``sr_step``: the challenger's own step price where it differs from ``step`` (a rival's step with its extra
+    reads, ``StepCost.reading``); ``reads`` names those reads (``Ledger.reads``): with ``sr_step`` the
+    verdict keeps what they added (``read_factor``), without it says they are not priced."""
     _finite("Speculative Rejection's reward", [sr_reward])
     _lengths("Speculative Rejection's lengths", sr_lengths)
     curve = bon_curve(bon_scores, bon_lengths, rows_per_pass, step, flops_per_token=flops_per_token,
                       prompt_flops=prompt_flops, reward_flops=bon_reward_flops, scoring_s=bon_scoring_s)
-    if sr_profile:
-        steps, seconds = len(sr_profile), 0.0
-        for rows in sr_profile:
-            seconds += step(rows)
-    else:
-        steps, seconds = decode_cost(sr_lengths, step)
+    steps, seconds = _decode(sr_profile, sr_lengths, sr_step or step)
+    factor = None
+    if reads and sr_step is not None:
+        plain = _decode(sr_profile, sr_lengths, step)[1]
+        factor = seconds / plain if plain > 0 else 1.0
     seconds += sr_scoring_s
     top, low = max(bon_scores), min(bon_scores)
     spread = top - low
@@ -240,7 +261,24 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
     return Verdict(reward=sr_reward, steps=steps, seconds=seconds, flops=sr_flops, n=len(bon_scores),
                    curve=tuple(curve), kind=kind, k=k, bon_seconds=bon_seconds, bon_flops=bon_flops,
                    improvement=None if kind == DEGENERATE else improvement_score([sr_reward], [top], [top], [low]),
-                   widest=widest)
+                   widest=widest, reads=reads, read_factor=factor)
+
+
+def _decode(profile: Sequence[int] | None, lengths: Sequence[int], step: StepTime) -> tuple[int, float]:
+    """(steps, seconds) of the challenger: its rows at each step priced step by step, or (no profile) one pass
+    of its candidates from their lengths (``decode_cost``)."""
+    if profile:
+        return len(profile), sum(step(rows) for rows in profile)
+    return decode_cost(lengths, step)
+
+
+def _cost_of(step) -> StepCost | None:
+    """The ``StepCost`` behind ``step``: itself, or the one whose ``StepCost.step`` it is (a bound method);
+    None for any other price (one unit per step, a GPU's table)."""
+    if isinstance(step, StepCost):
+        return step
+    owner = getattr(step, "__self__", None)
+    return owner if isinstance(owner, StepCost) and getattr(step, "__func__", None) is StepCost.step else None
 
 
 def show_k(k: float) -> str:
@@ -250,14 +288,22 @@ def show_k(k: float) -> str:
     return f"{k:.0f}" if abs(k - round(k)) < 0.05 else f"{k:.1f}"
 
 
-def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime, *,
+def from_race(challenger, baseline, baseline_rounds: Sequence, step: "StepTime | StepCost", *,
               scoring: bool = False) -> Verdict | None:
     """The verdict of a finished race from its events: ``challenger`` and ``baseline`` are ``Finished``
     events (Speculative Rejection's, Best-of-N's), ``baseline_rounds`` Best-of-N's ``Round`` events (one
     per pass: their widest is its rows per pass). None when Best-of-N did not write all of its answers
     (stopped once it matched, or cut short): its curve would not be the curve of N answers. ``scoring``:
     add each arm's measured reward seconds (``Ledger.reward_s``) to its time: only where ``step`` is this
-    machine's measured step, in seconds."""
+    machine's measured step, in seconds.
+
+    ``step``: a price per step, or a ``StepCost`` (or its bound ``StepCost.step``): then a challenger whose steps
+    read more than the logits (``Ledger.reads``: DeepConf's top-k, ST-BoN's hidden states) is priced at the
+    step measured with those reads (``StepCost.reading``), where it was measured."""
+    cost = _cost_of(step)
+    step = cost.step if isinstance(step, StepCost) else step
+    reads = getattr(challenger.ledger, "reads", "")
+    own = cost.reading(reads) if cost is not None and reads else None
     answers = [c for c in baseline.candidates if c.finish_reason is not None and c.score is not None]
     if not answers or len(answers) != len(baseline.candidates) or not baseline_rounds:
         return None
@@ -269,4 +315,5 @@ def from_race(challenger, baseline, baseline_rounds: Sequence, step: StepTime, *
                    step=step, flops_per_token=per_token, prompt_flops=per_token * led.prompt_tokens,
                    bon_reward_flops=led.reward_flops, sr_profile=challenger.rows_per_step or None,
                    sr_scoring_s=challenger.ledger.reward_s if scoring else 0.0,
-                   bon_scoring_s=led.reward_s if scoring else 0.0)
+                   bon_scoring_s=led.reward_s if scoring else 0.0, sr_step=own.step if own is not None else None,
+                   reads=reads)

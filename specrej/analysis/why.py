@@ -209,7 +209,8 @@ def explain(*, baseline: Finished, baseline_rounds: Sequence[Round], challenger:
     # of the rows that fit at full length, ST-BoN opens with all N)
     profile = getattr(challenger, "rows_per_step", ())
     opening = max(profile) if profile else len(challenger.candidates)
-    opening_price = step.step(opening) / step.step(rows) if measured else None
+    own = (step.reading(verdict.reads) or step) if measured else None   # a rival's step with its reads, where measured
+    opening_price = own.step(opening) / step.step(rows) if measured else None
     first = next((r for r in rounds if live_at_decision(r)), None)
     rank = decision_rank(first, final_scores(baseline)) if first is not None else None
     fate = winner_fate(baseline.winner.id, challenger, rounds)

@@ -146,6 +146,42 @@ def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool,
     return out
 
 
+def read_key(conf_topk: int = 0, hidden: bool = False) -> str:
+    """The name of what a decoding step reads beyond the next token's logits (``Ledger.reads``, ``StepCost.reads``):
+    ``"top-20"`` for DeepConf's token confidence (its k highest log-probabilities, ``conf_topk``), ``"hidden"``
+    for ST-BoN's chain feature (every layer's hidden state), ``""`` for nothing extra (Best-of-N, Speculative
+    Rejection)."""
+    if conf_topk and hidden:
+        return f"top-{int(conf_topk)}+hidden"
+    return f"top-{int(conf_topk)}" if conf_topk else "hidden" if hidden else ""
+
+
+# what the rivals read each step at their defaults: DeepConf its top-k log-probabilities, ST-BoN every layer's
+# hidden states (another k than the default is not measured: the page says its reads are not priced)
+RIVAL_READS = (read_key(conf_topk=RunConfig.conf_topk), read_key(hidden=True))
+
+
+def read_kwargs(key: str) -> dict:
+    """The engine's keyword arguments for a ``read_key`` (``{"conf_topk": 20}``, ``{"hidden": True}``, ``{}``)."""
+    out: dict = {}
+    for part in filter(None, key.split("+")):
+        if part == "hidden":
+            out["hidden"] = True
+        elif part.startswith("top-") and part[4:].isdigit() and int(part[4:]) > 0:
+            out["conf_topk"] = int(part[4:])
+        else:
+            raise ValueError(f"unknown extra read {part!r}: 'top-<k>' or 'hidden'")
+    return out
+
+
+def read_words(key: str) -> str:
+    """A ``read_key`` in words: "the top-20 log-probabilities", "every layer's hidden states"."""
+    kw = read_kwargs(key)
+    words = ([f"the top-{kw['conf_topk']} log-probabilities"] if "conf_topk" in kw else []) + \
+            (["every layer's hidden states"] if kw.get("hidden") else [])
+    return " and ".join(words)
+
+
 @dataclass(frozen=True)
 class StepCost:
     """Seconds per decoding step by batch size, from steps measured at a few sizes.
@@ -160,16 +196,44 @@ class StepCost:
     above); beyond the largest (``extrapolates``), the last fitted segment's slope, which is never
     negative: a step's cost assumed to grow at most linearly in its rows, never measured there. One
     measured size: that time at every size. The app measures it (``specrej.backends.steptime.measure``), the
-    bench from its real passes (``from_passes``). ``rows`` and ``seconds`` stay as measured."""
+    bench from its real passes (``from_passes``). ``rows`` and ``seconds`` stay as measured.
+
+    ``reads``: what a step that reads more than the logits costs, measured on the same machine with the plain
+    step (``steptime.measure(reads=...)``: the two in turn, same model, dtype, threads and engine): for each
+    ``read_key`` ("top-20", "hidden"), its step's time over the plain step's at each of ``rows`` (the median over
+    pairs of steps), never below 1 (an extra read never makes a step faster: a ratio measured below 1 is noise,
+    priced as 1). ``reading``
+    prices a rival's step with it; Best-of-N's and Speculative Rejection's steps read nothing extra."""
 
     rows: tuple[int, ...]
     seconds: tuple[float, ...]
+    reads: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     def __post_init__(self):
         if not self.rows or len(self.rows) != len(self.seconds) or list(self.rows) != sorted(set(self.rows)):
             raise ValueError("StepCost needs distinct batch sizes, in increasing order, each with its time")
         if any(not (s > 0 and math.isfinite(s)) for s in self.seconds):
             raise ValueError("StepCost's times must be positive")
+        for key, ratios in self.reads:
+            read_kwargs(key)
+            if len(ratios) != len(self.rows) or any(not (r >= 1 and math.isfinite(r)) for r in ratios):
+                raise ValueError(f"StepCost's {key!r} read needs a ratio of at least 1 at each batch size")
+
+    @property
+    def read_keys(self) -> tuple[str, ...]:
+        """The extra reads measured with this step (``reads``)."""
+        return tuple(k for k, _ in self.reads)
+
+    def reading(self, key: str) -> "StepCost | None":
+        """The step of a method that reads ``key`` each step (``read_key``): the plain step's measured times
+        times the measured ratio at each size, priced by the same fit. ``""``: this step. None when ``key`` was
+        not measured here (an older recording, a GPU step measured plain, another k)."""
+        if not key:
+            return self
+        ratios = dict(self.reads).get(key)
+        if ratios is None:
+            return None
+        return StepCost(self.rows, tuple(s * r for s, r in zip(self.seconds, ratios)))
 
     @classmethod
     def from_passes(cls, passes: list[dict]) -> "StepCost":
@@ -183,6 +247,18 @@ class StepCost:
     def points(self) -> list[list]:
         """[[rows, seconds], ...], for a JSON record."""
         return [[r, s] for r, s in zip(self.rows, self.seconds)]
+
+    def to_record(self) -> dict:
+        """``{"rows", "seconds"}`` (and ``"reads"``: ``[[key, [ratio, ...]], ...]`` where measured), for a
+        recording's meta; ``from_record`` reads it back."""
+        out: dict = {"rows": list(self.rows), "seconds": list(self.seconds)}
+        if self.reads:
+            out["reads"] = [[k, list(r)] for k, r in self.reads]
+        return out
+
+    @classmethod
+    def from_record(cls, d: dict) -> "StepCost":
+        return cls(tuple(d["rows"]), tuple(d["seconds"]), tuple((k, tuple(r)) for k, r in d.get("reads") or ()))
 
     @functools.cached_property
     def fitted(self) -> tuple[float, ...]:
@@ -216,13 +292,18 @@ class StepCost:
 
     def scaled(self, factor: float) -> "StepCost":
         """Every step ``factor`` times slower (a busy machine: a probe's time over the quiet one's)."""
-        return StepCost(self.rows, tuple(s * factor for s in self.seconds))
+        return StepCost(self.rows, tuple(s * factor for s in self.seconds), self.reads)   # a ratio stays
 
     def merged(self, other: "StepCost") -> "StepCost":
-        """The faster of the two at each measured batch size (the machine at its quietest)."""
+        """The faster of the two at each measured batch size (the machine at its quietest); an extra read's
+        ratio, the mean of the two where both measured it (each a median of paired ratios, whose noise moves it
+        either way: the smaller of the two would flatter a rival)."""
         if self.rows != other.rows:
             return other
-        return StepCost(self.rows, tuple(min(a, b) for a, b in zip(self.seconds, other.seconds)))
+        mine, theirs = dict(self.reads), dict(other.reads)
+        reads = tuple((k, tuple((a + b) / 2 for a, b in zip(mine[k], theirs[k])) if k in mine and k in theirs
+                       else mine.get(k) or theirs[k]) for k in dict.fromkeys([*mine, *theirs]))
+        return StepCost(self.rows, tuple(min(a, b) for a, b in zip(self.seconds, other.seconds)), reads)
 
 
 def race_seconds(budget: KVBudget, cfg: RunConfig, cost: StepCost, *, sr_auto: bool,

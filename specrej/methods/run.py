@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Sequence
 from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
 from ..core.budget import admit, sharing
-from ..core.cost import flops
+from ..core.cost import flops, read_key
 from ..core.decisions import Moment
 from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress, Round, Status
@@ -82,6 +82,7 @@ class _Run:
         self.engine: Backend | None = None
         self.rows: Batch | None = None
         self.steps = 0
+        self.reads = ""   # what its steps read beyond the logits (``prefill``; ``core.cost.read_key``)
         self.rows_per_step: list[int] = []   # rows decoding at each step (what the verdict prices)
 
     # -- clock: only time spent inside this arm counts, so two arms can be interleaved
@@ -105,7 +106,7 @@ class _Run:
             dtype=str(self.lm.dtype).replace("torch.", ""), kv_sharing="shared" if self.shared else "copied",
             backend=self.engine_factory.name,
             steps=self.engine.engine_steps if self.engine is not None else self.steps,
-            reward_s=self.reward_s, reward_calls=self.reward_calls, scored=self.scored,
+            reward_s=self.reward_s, reward_calls=self.reward_calls, scored=self.scored, reads=self.reads,
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
@@ -119,6 +120,7 @@ class _Run:
         cfg = self.cfg
         self.stats = self.stats or stats
         extra = {k: v for k, v in (("conf_topk", conf_topk), ("hidden", hidden)) if v}   # only what is asked for
+        self.reads = read_key(conf_topk, hidden)
         self.engine = self.engine_factory.from_config(self.lm, self.prompt_ids, cfg, share_prefix=self.shared,
                                                       stats=self.stats, **extra)
         self.prompt_tokens += len(self.prompt_ids)
