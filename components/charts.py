@@ -34,8 +34,8 @@ from specrej.analysis.verdict import SAME_TIME, show_k
 
 from components.looks import look, signal_axis
 from components.looks import colour as arm_colour
-from components.theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text, snippet
-from components.state.view import ArmView, RunView, unit_step
+from components.theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, fmt_score, hover_text, snippet
+from components.state.view import ArmView, RunView, ranked, unit_step
 
 HEIGHT = 430
 X_AXES = {"time": "decoding time on this machine (s, log scale)", "flops": "compute (FLOPs, log scale)"}
@@ -655,67 +655,84 @@ def figure(spec: dict):
 # ---------------------------------------------------------------- one decision (step mode)
 
 def decision_pool(round_event) -> list:
-    """The candidates a decision ranked: those decoding then and the finished ones still in contention,
-    best partial reward first."""
-    r = round_event
-    pool = [c for c in r.candidates if c.score is not None and (
-        c.status in ("kept", "finished") or (c.status == "pruned" and c.round_pruned == r.index))]
-    return sorted(pool, key=lambda c: (-c.score, c.id))
+    """The candidates a decision ranked, best first (``components.state.view.ranked``): by partial reward, or
+    on a rival's decision by its own signal (every candidate it read)."""
+    return [c for c, _ in ranked(round_event)]
+
+
+def ranked_by(view: RunView, arm: ArmView, r) -> str:
+    """What decision ``r`` of ``arm`` ranked its candidates by, in words: "partial reward", "group confidence"."""
+    about = arm.spec.kind.about
+    return (about.signal or about.decides_by or "its own signal") if r.signal else "partial reward"
 
 
 def pool_chart(view: RunView, checkpoint) -> dict:
-    """One decision, as a teacher explains it: every candidate ranked by its partial reward (a bar each,
-    best left), kept in the arm's colour and cut in grey, the threshold dashed; a dot on each bar for the
-    reward that candidate ends with when written to the end (Best-of-N's coupled copy), so the class sees
-    how well the partial reward predicted it; Best-of-N's eventual winner marked with a star."""
+    """One decision, as a teacher explains it: every candidate ranked by what the decision read (a bar each,
+    best left: its partial reward, or a rival's own signal), kept in the arm's colour and cut in grey, the
+    threshold dashed where there is one; on a reward's decision a dot on each bar for the reward that candidate
+    ends with when written to the end (Best-of-N's coupled copy), so the class sees how well the partial reward
+    predicted it (a rival's signal is on another scale: that reward is in each bar's hover); Best-of-N's
+    eventual winner marked with a star."""
     arm = checkpoint.arms[checkpoint.arm]
     r = arm.round_events[checkpoint.index]
-    pool = decision_pool(r)
+    pairs = ranked(r)
+    pool = [c for c, _ in pairs]
+    value = {c.id: v for c, v in pairs}
+    by = ranked_by(view, arm, r)
+    on_signal = bool(r.signal)
     colour = arm_colour(arm.spec)
     base = view.arms[view.baseline]
     final = {c.id: c.score for c in base.finished.candidates if c.finish_reason is not None} \
         if base.finished is not None and not base.prunes else {}
     winner = base.finished.winner.id if base.finished is not None and not base.prunes else None
     ranks = list(range(1, len(pool) + 1))
-    cut = [c.status == "pruned" for c in pool]
-    ys = [c.score for c in pool] + [final[c.id] for c in pool if c.id in final]
+    cut = [c.status == "pruned" and c.round_pruned == r.index for c in pool]
+    bar = r.signal_threshold if on_signal else r.threshold
+    dots = {} if on_signal else final
+    ys = [value[c.id] for c in pool] + [dots[c.id] for c in pool if c.id in dots] + ([bar] if bar is not None else [])
     lo, hi = (min(ys + [0.0]), max(ys + [0.0])) if ys else (0.0, 1.0)
     pad = max(0.08 * (hi - lo), 0.01)
-    floor = 0.0   # bars grow from zero (down for a negative reward): an axis from near the lowest score made
+    floor = 0.0   # bars grow from zero (down for a negative value): an axis from near the lowest value made
                   # small differences look large
 
     def bars(name, keep, colour_):
         sel = [(k, c) for k, c, x in zip(ranks, pool, cut) if x != keep]
-        return {"type": "bar", "name": name, "x": [k for k, _ in sel], "y": [_r(c.score - floor) for _, c in sel],
-                "base": floor, "customdata": [[c.id, hover_text(c.text), _r(c.score)] for _, c in sel],
+        then = [f"finished with {final[c.id]:.3f} (Best-of-N's copy)" if c.id in final else "" for _, c in sel]
+        return {"type": "bar", "name": name, "x": [k for k, _ in sel], "y": [_r(value[c.id] - floor) for _, c in sel],
+                "base": floor, "customdata": [[c.id, hover_text(c.text), _r(value[c.id]), t]
+                                              for (_, c), t in zip(sel, then)],
                 "marker": {"color": colour_},
-                "hovertemplate": f"<b>#%{{customdata[0]}}</b> {name} · partial reward %{{customdata[2]:.3f}}"
-                                 "<br>%{customdata[1]}<extra></extra>"}
+                "hovertemplate": f"<b>#%{{customdata[0]}}</b> {name} · {by} %{{customdata[2]:.3f}}"
+                                 + ("<br>%{customdata[3]}" if on_signal else "")
+                                 + "<br>%{customdata[1]}<extra></extra>"}
 
-    data = [
-        bars("kept", True, colour), bars("cut", False, PRUNED),
-        {"type": "scatter", "mode": "markers", "name": "reward when finished (Best-of-N's copy)",
-         "x": [k for k, c in zip(ranks, pool) if c.id in final], "y": [_r(final[c.id]) for c in pool if c.id in final],
-         "customdata": [[c.id] for c in pool if c.id in final],
-         "marker": {"symbol": "circle", "size": 8, "color": "white", "line": {"width": 2, "color": "#1B1B1B"}},
-         "hovertemplate": "<b>#%{customdata[0]}</b> finished with %{y:.3f}<extra></extra>"},
-        {"type": "scatter", "mode": "markers", "name": "Best-of-N's winner",
-         "x": [k for k, c in zip(ranks, pool) if c.id == winner],
-         "y": [_r(c.score) for c in pool if c.id == winner],
-         "marker": {"symbol": "star", "size": 18, "color": WINNER, "line": {"width": 1.2, "color": "#1B1B1B"}},
-         "hovertemplate": "Best-of-N's eventual winner · partial reward %{y:.3f}<extra></extra>"},
-    ]
-    layout = _layout(f"rank by partial reward at token {r.position} (best left)",
-                     reward_title(view, "partial reward"), [0.4, len(pool) + 0.6],
+    data = [bars("kept", True, colour), bars(arm.spec.kind.about.cut_word if on_signal else "cut", False, PRUNED)]
+    if not on_signal:
+        data.append({"type": "scatter", "mode": "markers", "name": "reward when finished (Best-of-N's copy)",
+                     "x": [k for k, c in zip(ranks, pool) if c.id in final],
+                     "y": [_r(final[c.id]) for c in pool if c.id in final],
+                     "customdata": [[c.id] for c in pool if c.id in final],
+                     "marker": {"symbol": "circle", "size": 8, "color": "white",
+                                "line": {"width": 2, "color": "#1B1B1B"}},
+                     "hovertemplate": "<b>#%{customdata[0]}</b> finished with %{y:.3f}<extra></extra>"})
+    data.append({"type": "scatter", "mode": "markers", "name": "Best-of-N's winner",
+                 "x": [k for k, c in zip(ranks, pool) if c.id == winner],
+                 "y": [_r(value[c.id]) for c in pool if c.id == winner],
+                 "marker": {"symbol": "star", "size": 18, "color": WINNER, "line": {"width": 1.2, "color": "#1B1B1B"}},
+                 "hovertemplate": f"Best-of-N's eventual winner · {by} %{{y:.3f}}<extra></extra>"})
+    y_title = signal_axis(arm.spec.kind.about) if on_signal else reward_title(view, "partial reward")
+    layout = _layout(f"rank by {by} at token {r.position} (best left)", y_title, [0.4, len(pool) + 0.6],
                      [round(lo - pad, 4) if lo < 0 else 0.0, round(hi + pad, 4)],
                      revision=f"pool-{checkpoint.arm}")
     layout.update(bargap=0.15, barmode="overlay")
     layout["meta"] = export_meta(view, f"{arm.spec.label}, decision at token {r.position}: every candidate ranked by "
-                                       "its partial reward")
-    if r.threshold is not None:
-        layout["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": r.threshold,
-                                 "y1": r.threshold, "line": {"color": THRESHOLD, "width": 2, "dash": "dash"}})
-        layout["annotations"].append({"xref": "paper", "yref": "y", "x": 1, "y": r.threshold, "xanchor": "right",
-                                      "yanchor": "bottom", "showarrow": False, "text": "threshold: lowest kept",
+                                       f"its {by}")
+    if bar is not None:
+        layout["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": bar,
+                                 "y1": bar, "line": {"color": THRESHOLD, "width": 2, "dash": "dash"}})
+        layout["annotations"].append({"xref": "paper", "yref": "y", "x": 1, "y": bar, "xanchor": "right",
+                                      "yanchor": "bottom", "showarrow": False,
+                                      "text": f"threshold: {fmt_score(bar)}" if on_signal
+                                      else "threshold: lowest kept",
                                       "font": {"size": 13, "color": THRESHOLD}})
     return _spec(f"pool-{checkpoint.arm}", data, layout)

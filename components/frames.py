@@ -153,15 +153,19 @@ STEP_SUMMARY = ("### Result\nHidden while you step through the decisions: press 
 def step_frame(view: RunView, k: int) -> Frame:
     """Decision ``k`` of a finished race: every chart as it stood then, and the decision explained."""
     k = max(0, min(k, len(view.checkpoints) - 1))
-    then = view.at(view.checkpoints[k])
+    cp = view.checkpoints[k]
+    then = view.at(cp)
     order = then.display_order()
+    arm = cp.arms[cp.arm]
+    by = charts.ranked_by(view, arm, arm.round_events[cp.index])
     return Frame(status=f"**Stepping through the decisions:** decision {k + 1} of {len(view.checkpoints)}. "
                         "The charts show the race as it stood at this decision.", status_kind="idle",
                  arm_plots=[charts.arm_chart(then, a.arm) for a in order],
                  arm_leaders=[panels.leader(then, a.arm) for a in order], race_plot=charts.race_chart(then),
                  summary=STEP_SUMMARY, view=view, results_visible=False, race_label=RACE_LABELS["work"],
                  step={"plot": charts.pool_chart(view, view.checkpoints[k]), "text": panels.decision_markdown(view, k),
-                       "k": k, "count": len(view.checkpoints)})
+                       "k": k, "count": len(view.checkpoints),
+                       "label": f"This decision: every candidate ranked by its {by}"})
 
 
 def limit_frame(view: RunView) -> Frame:

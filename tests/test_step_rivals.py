@@ -1,0 +1,122 @@
+"""Step mode with both rivals (issue 40): the decisions in token order, no empty chart, each rival's decision
+ranked and told by its own signal (no alpha, no placeholder), the verdict's words in each method's own terms.
+A real four-arm race on the tiny test model (no browser)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specrej import RunConfig, load_generator
+from specrej.arms import parse_arms, race_arms
+from specrej.core.events import Round
+
+from components import charts, frames, panels
+from components.state.view import RunView, ranked
+
+ARMS = ["bon", "sr", "deepconf", "stbon"]
+
+
+@pytest.fixture(scope="module")
+def race(tiny_lm_dir, length_reward):
+    lm = load_generator(tiny_lm_dir, dtype="fp32")
+    # a budget that makes Speculative Rejection decide; a short window so DeepConf stops traces
+    cfg = RunConfig(prompt="Name three colours of the sea.", n=8, max_new_tokens=16, budget=120, progress_every=0,
+                    warmup=2, window=4)
+    return cfg, list(race_arms(lm, length_reward, cfg, ARMS))
+
+
+def view_of(cfg, events) -> RunView:
+    view = RunView(cfg, specs=parse_arms(ARMS))
+    for e in events:
+        view.apply(e)
+    view.stepping = True
+    return view
+
+
+def test_the_decisions_come_in_token_order_by_arm_on_a_tie(race):
+    cfg, events = race
+    view = view_of(cfg, events)
+    cps = view.checkpoints
+    arms = {cp.arm for cp in cps}
+    assert {"deepconf", "stbon"} <= arms, arms   # both rivals decided
+    positions = [cp.arms[cp.arm].round_events[cp.index].position for cp in cps]
+    assert positions == sorted(positions) and [cp.position for cp in cps] == positions
+    order = [s.id for s in view.specs]
+    keys = [(cp.position, order.index(cp.arm), cp.index) for cp in cps]
+    assert keys == sorted(keys)
+    # the race's own order interleaves the arms by their compute: it was not token order here
+    raced = [e.position for e in events if isinstance(e, Round) and e.arm != "bon"]
+    assert len(raced) == len(cps)
+    for k, cp in enumerate(cps):   # "decision k of n" follows the same order
+        f = frames.step_frame(view, k)
+        assert f"decision {k + 1} of {len(cps)}" in f.status
+        assert f"at token {positions[k]}" in f.step["text"].splitlines()[0]
+
+
+def test_no_step_chart_is_empty_and_a_rival_is_ranked_by_its_own_signal(race):
+    cfg, events = race
+    view = view_of(cfg, events)
+    for k, cp in enumerate(view.checkpoints):
+        arm = cp.arms[cp.arm]
+        r = arm.round_events[cp.index]
+        spec = charts.pool_chart(view, cp)
+        bars = [t for t in spec["data"] if t["type"] == "bar"]
+        assert sum(len(t["x"]) for t in bars) == len(ranked(r)) > 0, (k, cp.arm)
+        about = arm.spec.kind.about
+        if about.rival:
+            cut = next(t for t in bars if t["name"] == about.cut_word)
+            assert len(cut["x"]) == r.n_pruned, (cp.arm, r)   # ST-BoN: every truncated answer is on its chart
+            assert about.signal in spec["layout"]["xaxis"]["title"]["text"]
+            assert "partial reward" not in str(spec["layout"]["yaxis"]) + spec["layout"]["meta"]["title"]
+            assert about.signal in frames.step_frame(view, k).step["label"]
+        else:
+            assert "partial reward" in spec["layout"]["xaxis"]["title"]["text"]
+
+
+def test_a_rival_decision_that_read_no_signal_gets_no_step(race):
+    """A decision with nothing to rank (a rival's Round without signals, e.g. a consensus stop) would draw an
+    empty chart: the step-through leaves it out."""
+    cfg, events = race
+    view = RunView(cfg, specs=parse_arms(ARMS))
+    empty = 0
+    for e in events:
+        if isinstance(e, Round) and e.arm == "deepconf" and e.index == 1:
+            e = replace(e, signals=(), marks=(("consensus", e.position),))
+            empty += 1
+        view.apply(e)
+    assert empty == 1
+    assert all(ranked(cp.arms[cp.arm].round_events[cp.index]) for cp in view.checkpoints)
+    assert not any(cp.arm == "deepconf" and cp.index == 1 for cp in view.checkpoints)
+
+
+def test_each_rival_decision_is_told_in_its_own_words(race):
+    cfg, events = race
+    view = view_of(cfg, events)
+    seen = set()
+    for k, cp in enumerate(view.checkpoints):
+        about = cp.arms[cp.arm].spec.kind.about
+        text = panels.decision_markdown(view, k)
+        assert "at token ?" not in text and " –" not in text and " -**" not in text, text
+        if about.rival:
+            seen.add(cp.arm)
+            assert "alpha" not in text and "keeps the top" not in text, text
+            assert "Memory forced more cuts" not in text, text
+            assert "partial reward" not in text, text
+            assert "no reward read" in text or "threshold" in text, text
+    assert seen == {"deepconf", "stbon"}
+
+
+def test_the_verdict_and_why_speak_each_methods_words(race):
+    cfg, events = race
+    view = view_of(cfg, events)
+    view.stepping = False
+    text = panels.summary_markdown(view) + panels.why_markdown(view)
+    assert "at token ?" not in text and "partial reward of –" not in text, text
+    assert "fewer steps were possible" not in text or "at most 0." not in text, text
+    for line in text.splitlines():
+        if "one step of" in line:   # a step priced against Best-of-N's: never a step of the same rows
+            import re
+            for a, b in re.findall(r"one step of (\d+) rows? costs [^,]* one of (\d+) rows?", line):
+                assert a != b, line
+    assert "How well did the first partial rewards predict" not in text.split("DeepConf")[-1].split("Speculative")[0]
