@@ -82,6 +82,19 @@ def _plain(text: str, limit: int) -> str:
     return html.escape(snippet(str(text), limit), quote=False)
 
 
+def signal_title(about) -> str:
+    """A rival's signal chart, in its own words: "its own consistency for each candidate as it is written (no
+    reward), and where it truncated them"."""
+    return (f"its own {about.signal or 'signal'} for each candidate as it is written (no reward), and where it "
+            f"{about.cut_word} them")
+
+
+def points_words(view: RunView) -> str:
+    """Whose points the verdict chart shows: one method's by its name, several: each method's."""
+    names = list(dict.fromkeys(a.spec.kind.name for a in view.arms.values() if a.arm != view.baseline and a.prunes))
+    return f"{names[0]}'s point" if len(names) == 1 else "each method's point"
+
+
 def export_meta(view: RunView, title: str) -> dict:
     """What the download buttons put around a chart (``layout.meta``, read by ``ui._DOWNLOAD_JS``): its
     title, the prompt and the settings of the run shown."""
@@ -408,7 +421,7 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
     layout = _layout("tokens generated", signal_axis(about),
                      [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
-    layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['signal']}")
+    layout["meta"] = export_meta(view, f"{arm.spec.label}: {signal_title(about)}")
     seen = set()
     for r in arm.round_events:
         for what, t in r.marks:
@@ -580,7 +593,7 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
     layout["xaxis"].pop("range", None)
     layout["xaxis"].update(log_axis(xs + [x for pair in points.values() for x in pair],
                                     fmt_si if x_axis == "flops" else fmt_number))
-    layout["meta"] = export_meta(view, verdict_title(x_axis, unit))
+    layout["meta"] = export_meta(view, verdict_title(x_axis, unit, points_words(view)))
     for k, (arm_id, v) in enumerate(verdicts.items()):
         arm = view.arms[arm_id]
         c = arm_colour(arm.spec)
@@ -597,18 +610,21 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
                      "hoverinfo": "skip", "line": {"color": c, "width": 2, "dash": "dot"},
                      "marker": {"size": [0, 11], "symbol": "circle-open", "color": c, "line": {"width": 2}}})
         word = verdict_short(v, x_axis)
-        layout["annotations"].append({"x": math.log10(max(x_bon, 1e-12)), "y": v.reward, "xref": "x", "yref": "y",
-                                      "text": word, "showarrow": True, "arrowhead": 0, "ax": -10, "ay": -34 - 30 * k,
-                                      "font": {"size": 13, "color": c}, "bgcolor": "rgba(255,255,255,0.85)",
-                                      "xanchor": "right"})
+        at = math.log10(max(x_bon, 1e-12))
+        lo, hi = layout["xaxis"].get("range") or (at - 1, at + 1)
+        left = (at - lo) / (hi - lo) > 0.5 if hi > lo else True   # the words go where the plot has room for them
+        layout["annotations"].append({"x": at, "y": v.reward, "xref": "x", "yref": "y",
+                                      "text": word, "showarrow": True, "arrowhead": 0, "ax": -10 if left else 10,
+                                      "ay": -34 - 30 * k, "font": {"size": 13, "color": c},
+                                      "bgcolor": "rgba(255,255,255,0.85)", "xanchor": "right" if left else "left"})
     return _spec("verdict", data, layout)
 
 
-def verdict_title(x_axis: str, unit: str = "s") -> str:
-    """An exported verdict chart's title: what its x-axis is."""
+def verdict_title(x_axis: str, unit: str = "s", points: str = "Speculative Rejection's point") -> str:
+    """An exported verdict chart's title: what its x-axis is, and whose points it shows (``points_words``)."""
     against = ("its compute (FLOPs)" if x_axis == "flops" else
                "its decoding time" if unit == "s" else "its decoding steps")
-    return f"Best-of-N's reward for every k against {against}, and Speculative Rejection's point"
+    return f"Best-of-N's reward for every k against {against}, and {points}"
 
 
 def verdict_short(v, x_axis: str = "time") -> str:
@@ -695,8 +711,9 @@ def pool_chart(view: RunView, checkpoint) -> dict:
     floor = 0.0   # bars grow from zero (down for a negative value): an axis from near the lowest value made
                   # small differences look large
 
-    def bars(name, keep, colour_):
-        sel = [(k, c) for k, c, x in zip(ranks, pool, cut) if x != keep]
+    def bars(name, keep, colour_, skip=None, only=None):
+        sel = [(k, c) for i, (k, c, x) in enumerate(zip(ranks, pool, cut)) if x != keep
+               and not (skip and skip[i]) and (only is None or only[i])]
         then = [f"finished with {final[c.id]:.3f} (Best-of-N's copy)" if c.id in final else "" for _, c in sel]
         return {"type": "bar", "name": name, "x": [k for k, _ in sel], "y": [_r(value[c.id] - floor) for _, c in sel],
                 "base": floor, "customdata": [[c.id, hover_text(c.text), _r(value[c.id]), t]
@@ -706,7 +723,14 @@ def pool_chart(view: RunView, checkpoint) -> dict:
                                  + ("<br>%{customdata[3]}" if on_signal else "")
                                  + "<br>%{customdata[1]}<extra></extra>"}
 
-    data = [bars("kept", True, colour), bars(arm.spec.kind.about.cut_word if on_signal else "cut", False, PRUNED)]
+    # a rival's decision over rows still writing (ST-BoN's truncation: n_kept counts those alone) also read the
+    # answers already written to the end: it did not decide on those, and the chart says so
+    aside = on_signal and sum(c.status == "kept" for c in pool) == r.n_kept and any(c.status == "finished" for c in pool)
+    done = [aside and c.status == "finished" for c in pool]
+    data = [bars("kept", True, colour, skip=done), bars(arm.spec.kind.about.cut_word if on_signal else "cut", False, PRUNED)]
+    if any(done):
+        data.append(bars("already written to the end", True, colour, only=done))
+        data[-1]["marker"] = {"color": "white", "line": {"color": colour, "width": 2}}
     if not on_signal:
         data.append({"type": "scatter", "mode": "markers", "name": "reward when finished (Best-of-N's copy)",
                      "x": [k for k, c in zip(ranks, pool) if c.id in final],

@@ -12,6 +12,7 @@ from specrej.arms import parse_arms, race_arms
 from specrej.core.events import Round
 
 from components import charts, frames, panels
+from components.charts import decision_pool
 from components.state.view import RunView, ranked
 
 ARMS = ["bon", "sr", "deepconf", "stbon"]
@@ -120,3 +121,45 @@ def test_the_verdict_and_why_speak_each_methods_words(race):
             for a, b in re.findall(r"one step of (\d+) rows? costs [^,]* one of (\d+) rows?", line):
                 assert a != b, line
     assert "How well did the first partial rewards predict" not in text.split("DeepConf")[-1].split("Speculative")[0]
+
+
+def test_the_rivals_charts_export_in_their_own_words_and_fit(race):
+    """An exported chart's title and axis (issue 40): a rival's signal chart is titled by its own signal and cut
+    word, its y axis's small line fits the plot (the whole definition ran over the export's subtitle); the
+    verdict chart names each method's point, and a note on a point near its left edge reads rightwards (it was
+    cut off, over the axis title); no rival's settings speak of alpha or memory."""
+    cfg, events = race
+    view = view_of(cfg, events)
+    view.stepping = False
+    for a in view.arms.values():
+        about = a.spec.kind.about
+        if not about.rival:
+            continue
+        spec = charts.arm_chart(view, a.arm)
+        title = spec["layout"]["meta"]["title"]
+        assert about.signal in title and about.cut_word in title and "stops and truncation" not in title, title
+        import re
+        small = re.sub(r"<[^>]+>", "", spec["layout"]["yaxis"]["title"]["text"].partition("<br>")[2])
+        assert small and len(small) < 40 and "higher =" in small, small
+    settings = charts.settings_text(view)
+    for part in settings.split(" · "):
+        if part.startswith(("DeepConf", "ST-BoN")):
+            assert "alpha" not in part and "memory is full" not in part, part
+    race_spec = charts.race_chart(view)
+    assert race_spec["layout"]["meta"]["title"].endswith("each method's point")
+    lo, hi = race_spec["layout"]["xaxis"]["range"]
+    for note in race_spec["layout"]["annotations"]:
+        if note.get("showarrow"):
+            left_half = (note["x"] - lo) / (hi - lo) < 0.5
+            assert note["xanchor"] == ("left" if left_half else "right") and (note["ax"] > 0) == left_half, note
+
+
+def test_stbons_chart_tells_its_truncated_answers_from_those_already_written(race):
+    cfg, events = race
+    view = view_of(cfg, events)
+    cp = next(cp for cp in view.checkpoints if cp.arm == "stbon")
+    r = cp.arms["stbon"].round_events[cp.index]
+    spec = charts.pool_chart(view, cp)
+    n = {t["name"]: len(t["x"]) for t in spec["data"] if t["type"] == "bar"}
+    assert n["kept"] == r.n_kept == 1 and n["truncated"] == r.n_pruned, n
+    assert n.get("already written to the end", 0) == sum(c.status == "finished" for c in decision_pool(r)), n
