@@ -57,7 +57,9 @@ def _layout(x_title: str, y_title: str, x_range: list | None, y_range: list | No
                    "font": {"size": 13}, "bgcolor": "rgba(255,255,255,0)", "itemclick": "toggle"},
         "xaxis": {**axis, "title": {**axis["title"], "text": x_title},
                   **({"range": x_range, "autorange": False} if x_range else {"rangemode": "tozero"})},
-        "yaxis": {**axis, "title": {**axis["title"], "text": y_title},
+        # automargin: the title (and its small second line) stands clear of the tick labels however wide they
+        # are ("-0.005" ran into "higher = more consistent" on ST-BoN's step chart)
+        "yaxis": {**axis, "title": {**axis["title"], "text": y_title}, "automargin": True,
                   **({"range": y_range, "autorange": False} if y_range else {})},
         "annotations": [], "shapes": [],
     }
@@ -749,6 +751,8 @@ def pool_chart(view: RunView, checkpoint) -> dict:
                      [round(lo - pad, 4) if lo < 0 else 0.0, round(hi + pad, 4)],
                      revision=f"pool-{checkpoint.arm}")
     layout.update(bargap=0.15, barmode="overlay")
+    # whole ranks only (a few bars were ticked "0.5 1 1.5"), about a dozen ticks at most
+    layout["xaxis"].update(tickmode="linear", tick0=1, dtick=max(1, -(-len(pool) // 12)))
     layout["meta"] = export_meta(view, f"{arm.spec.label}, decision at token {r.position}: every candidate ranked by "
                                        f"its {by}")
     if bar is not None:

@@ -211,7 +211,7 @@ def _ledger_rows(view: RunView) -> list[str]:
                  f"{led.generated_tokens:,}", f"{led.reward_tokens:,}", f"**{fmt_flops(led.flops)}**",
                  f"{fmt_s(led.wall_s)} ({fmt_s(led.decode_s)} + {fmt_s(led.reward_s)})",
                  f"{led.peak_kv_slots:,} slots ({_mb(led.peak_memory_bytes)})",
-                 look(arm.spec.method).rounds(f.rounds)]
+                 rounds_words(arm)]
         for (_, col), cell in zip(rows, cells):
             col.append(cell)
     def head(a: ArmView) -> str:   # what the column counts: a baseline wrote every one of its answers
@@ -686,7 +686,7 @@ def partial_markdown(view: RunView) -> str:
         rows["tokens generated"].append(f"{led.generated_tokens:,}")
         rows["compute (generator + reward)"].append(f"**{fmt_flops(led.flops)}**")
         rows["wall time"].append(fmt_s(led.wall_s))
-        rows["decisions / passes"].append(look(arm.spec.method).rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
+        rows["decisions / passes"].append(rounds_words(arm))
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
     lines += ["", reward_words(view)]
     lines += ["", "*No speed-up is stated: the methods did not both finish. Lower N or the new tokens, or raise "
@@ -799,6 +799,21 @@ def candidate_rows(view: RunView) -> list[list]:
 
 # ---------------------------------------------------------------- one decision (step mode)
 
+def rounds_words(arm: ArmView) -> str:
+    """An arm's Rounds counted in its own words: '2 decisions', '2 passes'; a rival's by what each did (the Round's
+    last mark): its cuts ('0 stops', '1 truncation') and its other moves by name ('threshold set', 'filtered')
+    (DeepConf's threshold and filter were counted as 2 stops when it stopped none)."""
+    counted = look(arm.spec.method).rounds
+    about = arm.spec.kind.about
+    events = arm.round_events
+    if not about.rival or not any(r.marks for r in events):
+        return counted(arm.finished.rounds if arm.finished is not None else len(arm.rounds))
+    did = [r.marks[-1][0] if r.marks else about.cut_word for r in events]
+    others = {m: did.count(m) for m in did if m != about.cut_word}
+    return ", ".join([counted(did.count(about.cut_word))]
+                     + [m if k == 1 else f"{m} {k}x" for m, k in others.items()])
+
+
 def _rival_happened(r, about, label: str, cfg, rounds=()) -> str:
     """What a rival's Round did, in its own words (``About``; the Round's marks say which of its moves it is;
     ``rounds``: the arm's Round events, for where its threshold was set)."""
@@ -808,10 +823,14 @@ def _rival_happened(r, about, label: str, cfg, rounds=()) -> str:
     set_at = next((p for e in rounds for m, p in e.marks if m == "threshold set"), None)
     source = f" (set by its warm-up traces, written to token {set_at})" if set_at is not None else ""
     if "threshold set" in what:
-        return (f"**What happened:** {label} decides on its own {sig}, not on a reward. Its {len(r.signals)} "
-                f"warm-up traces were written to the end; their lowest {sig} sets the threshold at {bar} "
-                f"({r.n_kept} of them at or above it). Every later trace stops the step its {sig} over the last "
-                f"{cfg.window} tokens falls below it.")
+        keep = getattr(cfg, "conf_percentile", None)   # the share of warm-up traces the threshold keeps (%)
+        which = (f"the {_ordinal(100 - keep)} percentile of those (it keeps about {keep:g}% of traces)"
+                 if keep is not None and 0 < keep < 100 else "a percentile of those")
+        return (f"**What happened:** {label} decides on its own {sig}, not on a reward. Its "
+                f"{_count(len(r.signals), 'warm-up trace was', 'warm-up traces were')} written to the end, and each "
+                f"one's lowest {sig} (over any {cfg.window} tokens in a row) was read; {which} sets the threshold at "
+                f"{bar} ({r.n_kept} of {len(r.signals)} at or above it). Every later trace stops the step its {sig} "
+                f"over its last {cfg.window} tokens falls below it.")
     if "filtered" in what:
         return (f"**What happened:** after the run, the paper's filter: {_count(r.n_pruned, 'finished trace', 'finished traces')} "
                 f"whose lowest {sig} is below {bar}{source} {'is' if r.n_pruned == 1 else 'are'} dropped, no reward "
@@ -831,6 +850,14 @@ def _rival_happened(r, about, label: str, cfg, rounds=()) -> str:
             f"(over each one's last {cfg.window} tokens): {_count(r.n_pruned, 'trace', 'traces')} fell below the "
             f"threshold {bar}{source} and {'stops' if r.n_pruned == 1 else 'stop'} here (no reward read); "
             f"{_count(r.n_kept, 'goes', 'go')} on.")
+
+
+def _ordinal(x: float) -> str:
+    """10 -> '10th', 1 -> '1st', 2.5 -> '2.5th'."""
+    if x != int(x):
+        return f"{x:g}th"
+    n = int(x)
+    return f"{n}" + ("th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th"))
 
 
 def _absent_words(c, about) -> str:
