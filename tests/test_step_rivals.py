@@ -163,3 +163,41 @@ def test_stbons_chart_tells_its_truncated_answers_from_those_already_written(rac
     n = {t["name"]: len(t["x"]) for t in spec["data"] if t["type"] == "bar"}
     assert n["kept"] == r.n_kept == 1 and n["truncated"] == r.n_pruned, n
     assert n.get("already written to the end", 0) == sum(c.status == "finished" for c in decision_pool(r)), n
+
+
+def test_deepconfs_threshold_is_told_as_the_percentile_it_is(race):
+    """DeepConf's threshold is the (100 - conf_percentile)th percentile of the warm-up traces' lowest group
+    confidences (DeepConf-high at 90: it keeps about 90%), not 'their lowest'."""
+    cfg, events = race
+    view = view_of(cfg, events)
+    k = next(k for k, cp in enumerate(view.checkpoints) if cp.arm == "deepconf"
+             and cp.arms["deepconf"].round_events[cp.index].marks[-1][0] == "threshold set")
+    text = panels.decision_markdown(view, k)
+    keep = cfg.conf_percentile
+    assert f"the {100 - keep:g}th percentile of those (it keeps about {keep:g}% of traces)" in text, text
+    assert "their lowest group confidence sets" not in text and "alpha" not in text, text
+
+
+def test_the_result_table_counts_each_rivals_rounds_by_what_they_did(race):
+    """DeepConf's threshold and filter are no stops: the table counts its stops apart and names the rest."""
+    cfg, events = race
+    view = view_of(cfg, events)
+    view.stepping = False
+    dc = view.arms["deepconf"]
+    stops = sum(r.marks[-1][0] == "stopped" for r in dc.round_events)
+    words = panels.rounds_words(dc)
+    assert words.startswith(f"{stops} stop") and "threshold set" in words and "filtered" in words, words
+    assert panels.rounds_words(view.arms["stbon"]) == "1 truncation"
+    assert panels.rounds_words(view.arms["sr"]).endswith(("decision", "decisions"))
+    assert f"| {words} |" in panels.summary_markdown(view)
+
+
+def test_a_step_charts_axes_stand_clear_and_tick_whole_ranks(race):
+    """The y title clears its tick labels however wide ('-0.005'), and the rank axis ticks whole ranks."""
+    cfg, events = race
+    view = view_of(cfg, events)
+    for cp in view.checkpoints:
+        spec = charts.pool_chart(view, cp)
+        x, y = spec["layout"]["xaxis"], spec["layout"]["yaxis"]
+        assert y["automargin"] is True
+        assert x["tickmode"] == "linear" and x["tick0"] == 1 and float(x["dtick"]).is_integer(), x
