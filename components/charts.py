@@ -388,10 +388,14 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
     hover = "<b>#%{customdata[0]}</b> · %{y:.3f} at token %{x}<br>%{customdata[1]}<extra>%{fullData.name}</extra>"
     kx, ky, kcd = _signal_lines(alive)
     px, py, pcd = _signal_lines(pruned)
-    thr_x, thr_y = [], []
+    thr_x, thr_y, thr_at = [], [], None
     for r in arm.round_events:
         if r.signal_threshold is not None and r.index == 0:
-            thr_x += [r.position, view.cfg.max_new_tokens, None]
+            # a level every later trace is held to from its first full window on, whichever token its warm-up
+            # ended at (drawn from there it was a line of no length when the warm-up ran to the end)
+            thr_at = r.position
+            start = min(getattr(_arm_config(view, arm), "window", 0) or 0, view.cfg.max_new_tokens)
+            thr_x += [start, view.cfg.max_new_tokens, None]
             thr_y += [_r(r.signal_threshold)] * 2 + [None]
     won = arm.finished is not None
     about = arm.spec.kind.about
@@ -417,14 +421,16 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
                           "<extra></extra>"},
         {"type": "scatter", "mode": "lines", "name": "threshold", "x": thr_x, "y": thr_y,
          "line": {"color": THRESHOLD, "width": 2.5, "dash": "dash"},
-         "hovertemplate": "threshold %{y:.3f} (set by the warm-up)<extra></extra>"},
+         "hovertemplate": "threshold %{y:.3f} (set by the warm-up traces"
+                          + (f", written to token {thr_at}" if thr_at is not None else "")
+                          + "): a later trace stops below it<extra></extra>"},
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
     layout = _layout("tokens generated", signal_axis(about),
                      [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
     layout["meta"] = export_meta(view, f"{arm.spec.label}: {signal_title(about)}")
-    seen = set()
+    seen, named = set(), {}
     for r in arm.round_events:
         for what, t in r.marks:
             if (what, t) in seen or (what == "stopped" and len(seen) > 12):
@@ -433,8 +439,13 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
             layout["shapes"].append({"type": "line", "xref": "x", "yref": "paper", "x0": t, "x1": t, "y0": 0, "y1": 1,
                                      "line": {"color": "#C8C8C8", "width": 1}, "layer": "below"})
             if what != "stopped":
-                layout["annotations"].append({"text": what, "x": t, "xref": "x", "y": 0.02, "yref": "paper",
-                                              "showarrow": False, "xanchor": "left", "xshift": 2,
+                # two names at one token stack ("threshold set" and "filtered" both at the warm-up's last token
+                # were drawn over each other); near the right edge a name reads leftwards, inside the plot
+                k = named[t] = named.get(t, -1) + 1
+                right = t > 0.75 * view.cfg.max_new_tokens
+                layout["annotations"].append({"text": what, "x": t, "xref": "x", "y": 0.02 + 0.06 * k,
+                                              "yref": "paper", "showarrow": False,
+                                              "xanchor": "right" if right else "left", "xshift": -2 if right else 2,
                                               "font": {"size": 11, "color": "#777"}})
     if not any(c.signal for c in cands):
         layout["annotations"].append(_note(f"no reward while it writes: its own {about.signal}<br>"

@@ -201,3 +201,20 @@ def test_a_step_charts_axes_stand_clear_and_tick_whole_ranks(race):
         x, y = spec["layout"]["xaxis"], spec["layout"]["yaxis"]
         assert y["automargin"] is True
         assert x["tickmode"] == "linear" and x["tick0"] == 1 and float(x["dtick"]).is_integer(), x
+
+
+def test_deepconfs_chart_draws_its_threshold_and_names_each_mark_apart(race):
+    """DeepConf's threshold is a level later traces are held to: drawn from its first full window to the end (it
+    was drawn from the warm-up's last token, a line of no length when the warm-up ran to the end); two mark names
+    at one token stack instead of being drawn over each other, and read inside the plot."""
+    cfg, events = race
+    view = view_of(cfg, events)
+    view.stepping = False
+    spec = charts.arm_chart(view, "deepconf")
+    thr = next(t for t in spec["layout"] and spec["data"] if t.get("name") == "threshold")
+    xs = [x for x in thr["x"] if x is not None]
+    assert xs and min(xs) <= cfg.window and max(xs) == cfg.max_new_tokens, thr
+    names = [a for a in spec["layout"]["annotations"] if a.get("text") in ("threshold set", "filtered")]
+    assert len(names) == 2 and len({(a["x"], a["y"]) for a in names}) == 2, names
+    for a in names:
+        assert a["xanchor"] == ("right" if a["x"] > 0.75 * cfg.max_new_tokens else "left"), a
