@@ -34,8 +34,8 @@ from specrej.analysis.verdict import SAME_TIME, show_k
 
 from components.looks import look, signal_axis
 from components.looks import colour as arm_colour
-from components.theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, hover_text, snippet
-from components.state.view import ArmView, RunView, unit_step
+from components.theme import FONT, GRID, PRUNED, PRUNED_MARK, TEXT, THRESHOLD, WINNER, fmt_score, hover_text, snippet
+from components.state.view import ArmView, RunView, ranked, unit_step
 
 HEIGHT = 430
 X_AXES = {"time": "decoding time on this machine (s, log scale)", "flops": "compute (FLOPs, log scale)"}
@@ -57,7 +57,9 @@ def _layout(x_title: str, y_title: str, x_range: list | None, y_range: list | No
                    "font": {"size": 13}, "bgcolor": "rgba(255,255,255,0)", "itemclick": "toggle"},
         "xaxis": {**axis, "title": {**axis["title"], "text": x_title},
                   **({"range": x_range, "autorange": False} if x_range else {"rangemode": "tozero"})},
-        "yaxis": {**axis, "title": {**axis["title"], "text": y_title},
+        # automargin: the title (and its small second line) stands clear of the tick labels however wide they
+        # are ("-0.005" ran into "higher = more consistent" on ST-BoN's step chart)
+        "yaxis": {**axis, "title": {**axis["title"], "text": y_title}, "automargin": True,
                   **({"range": y_range, "autorange": False} if y_range else {})},
         "annotations": [], "shapes": [],
     }
@@ -80,6 +82,19 @@ EXPORT_FONT = "Arial, 'Liberation Sans', Helvetica, sans-serif"   # a system fon
 def _plain(text: str, limit: int) -> str:
     """Text shown as itself inside a plotly annotation or title (which reads a little HTML), on one line."""
     return html.escape(snippet(str(text), limit), quote=False)
+
+
+def signal_title(about) -> str:
+    """A rival's signal chart, in its own words: "its own consistency for each candidate as it is written (no
+    reward), and where it truncated them"."""
+    return (f"its own {about.signal or 'signal'} for each candidate as it is written (no reward), and where it "
+            f"{about.cut_word} them")
+
+
+def points_words(view: RunView) -> str:
+    """Whose points the verdict chart shows: one method's by its name, several: each method's."""
+    names = list(dict.fromkeys(a.spec.kind.name for a in view.arms.values() if a.arm != view.baseline and a.prunes))
+    return f"{names[0]}'s point" if len(names) == 1 else "each method's point"
 
 
 def export_meta(view: RunView, title: str) -> dict:
@@ -373,10 +388,15 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
     hover = "<b>#%{customdata[0]}</b> · %{y:.3f} at token %{x}<br>%{customdata[1]}<extra>%{fullData.name}</extra>"
     kx, ky, kcd = _signal_lines(alive)
     px, py, pcd = _signal_lines(pruned)
-    thr_x, thr_y = [], []
+    thr_x, thr_y, thr_at = [], [], None
     for r in arm.round_events:
         if r.signal_threshold is not None and r.index == 0:
-            thr_x += [r.position, view.cfg.max_new_tokens, None]
+            # a level every later trace is held to from its first full window on, whichever token its warm-up
+            # ended at (drawn from there it was a line of no length when the warm-up ran to the end)
+            thr_at = r.position
+            own = arm.spec.kind.about.settings_for(_arm_config(view, arm))
+            start = min(getattr(own, "window", 0) or 0, view.cfg.max_new_tokens)
+            thr_x += [start, view.cfg.max_new_tokens, None]
             thr_y += [_r(r.signal_threshold)] * 2 + [None]
     won = arm.finished is not None
     about = arm.spec.kind.about
@@ -402,14 +422,16 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
                           "<extra></extra>"},
         {"type": "scatter", "mode": "lines", "name": "threshold", "x": thr_x, "y": thr_y,
          "line": {"color": THRESHOLD, "width": 2.5, "dash": "dash"},
-         "hovertemplate": "threshold %{y:.3f} (set by the warm-up)<extra></extra>"},
+         "hovertemplate": "threshold %{y:.3f} (set by the warm-up traces"
+                          + (f", written to token {thr_at}" if thr_at is not None else "")
+                          + "): a later trace stops below it<extra></extra>"},
         _cursor(None if won else arm.position, y_range, colour, "now"),
     ]
     layout = _layout("tokens generated", signal_axis(about),
                      [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
     layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
-    layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['signal']}")
-    seen = set()
+    layout["meta"] = export_meta(view, f"{arm.spec.label}: {signal_title(about)}")
+    seen, named = set(), {}
     for r in arm.round_events:
         for what, t in r.marks:
             if (what, t) in seen or (what == "stopped" and len(seen) > 12):
@@ -418,8 +440,13 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
             layout["shapes"].append({"type": "line", "xref": "x", "yref": "paper", "x0": t, "x1": t, "y0": 0, "y1": 1,
                                      "line": {"color": "#C8C8C8", "width": 1}, "layer": "below"})
             if what != "stopped":
-                layout["annotations"].append({"text": what, "x": t, "xref": "x", "y": 0.02, "yref": "paper",
-                                              "showarrow": False, "xanchor": "left", "xshift": 2,
+                # two names at one token stack ("threshold set" and "filtered" both at the warm-up's last token
+                # were drawn over each other); near the right edge a name reads leftwards, inside the plot
+                k = named[t] = named.get(t, -1) + 1
+                right = t > 0.75 * view.cfg.max_new_tokens
+                layout["annotations"].append({"text": what, "x": t, "xref": "x", "y": 0.02 + 0.06 * k,
+                                              "yref": "paper", "showarrow": False,
+                                              "xanchor": "right" if right else "left", "xshift": -2 if right else 2,
                                               "font": {"size": 11, "color": "#777"}})
     if not any(c.signal for c in cands):
         layout["annotations"].append(_note(f"no reward while it writes: its own {about.signal}<br>"
@@ -580,7 +607,7 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
     layout["xaxis"].pop("range", None)
     layout["xaxis"].update(log_axis(xs + [x for pair in points.values() for x in pair],
                                     fmt_si if x_axis == "flops" else fmt_number))
-    layout["meta"] = export_meta(view, verdict_title(x_axis, unit))
+    layout["meta"] = export_meta(view, verdict_title(x_axis, unit, points_words(view)))
     for k, (arm_id, v) in enumerate(verdicts.items()):
         arm = view.arms[arm_id]
         c = arm_colour(arm.spec)
@@ -597,18 +624,21 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
                      "hoverinfo": "skip", "line": {"color": c, "width": 2, "dash": "dot"},
                      "marker": {"size": [0, 11], "symbol": "circle-open", "color": c, "line": {"width": 2}}})
         word = verdict_short(v, x_axis)
-        layout["annotations"].append({"x": math.log10(max(x_bon, 1e-12)), "y": v.reward, "xref": "x", "yref": "y",
-                                      "text": word, "showarrow": True, "arrowhead": 0, "ax": -10, "ay": -34 - 30 * k,
-                                      "font": {"size": 13, "color": c}, "bgcolor": "rgba(255,255,255,0.85)",
-                                      "xanchor": "right"})
+        at = math.log10(max(x_bon, 1e-12))
+        lo, hi = layout["xaxis"].get("range") or (at - 1, at + 1)
+        left = (at - lo) / (hi - lo) > 0.5 if hi > lo else True   # the words go where the plot has room for them
+        layout["annotations"].append({"x": at, "y": v.reward, "xref": "x", "yref": "y",
+                                      "text": word, "showarrow": True, "arrowhead": 0, "ax": -10 if left else 10,
+                                      "ay": -34 - 30 * k, "font": {"size": 13, "color": c},
+                                      "bgcolor": "rgba(255,255,255,0.85)", "xanchor": "right" if left else "left"})
     return _spec("verdict", data, layout)
 
 
-def verdict_title(x_axis: str, unit: str = "s") -> str:
-    """An exported verdict chart's title: what its x-axis is."""
+def verdict_title(x_axis: str, unit: str = "s", points: str = "Speculative Rejection's point") -> str:
+    """An exported verdict chart's title: what its x-axis is, and whose points it shows (``points_words``)."""
     against = ("its compute (FLOPs)" if x_axis == "flops" else
                "its decoding time" if unit == "s" else "its decoding steps")
-    return f"Best-of-N's reward for every k against {against}, and Speculative Rejection's point"
+    return f"Best-of-N's reward for every k against {against}, and {points}"
 
 
 def verdict_short(v, x_axis: str = "time") -> str:
@@ -655,67 +685,94 @@ def figure(spec: dict):
 # ---------------------------------------------------------------- one decision (step mode)
 
 def decision_pool(round_event) -> list:
-    """The candidates a decision ranked: those decoding then and the finished ones still in contention,
-    best partial reward first."""
-    r = round_event
-    pool = [c for c in r.candidates if c.score is not None and (
-        c.status in ("kept", "finished") or (c.status == "pruned" and c.round_pruned == r.index))]
-    return sorted(pool, key=lambda c: (-c.score, c.id))
+    """The candidates a decision ranked, best first (``components.state.view.ranked``): by partial reward, or
+    on a rival's decision by its own signal (every candidate it read)."""
+    return [c for c, _ in ranked(round_event)]
+
+
+def ranked_by(view: RunView, arm: ArmView, r) -> str:
+    """What decision ``r`` of ``arm`` ranked its candidates by, in words: "partial reward", "group confidence"."""
+    about = arm.spec.kind.about
+    return (about.signal or about.decides_by or "its own signal") if r.signal else "partial reward"
 
 
 def pool_chart(view: RunView, checkpoint) -> dict:
-    """One decision, as a teacher explains it: every candidate ranked by its partial reward (a bar each,
-    best left), kept in the arm's colour and cut in grey, the threshold dashed; a dot on each bar for the
-    reward that candidate ends with when written to the end (Best-of-N's coupled copy), so the class sees
-    how well the partial reward predicted it; Best-of-N's eventual winner marked with a star."""
+    """One decision, as a teacher explains it: every candidate ranked by what the decision read (a bar each,
+    best left: its partial reward, or a rival's own signal), kept in the arm's colour and cut in grey, the
+    threshold dashed where there is one; on a reward's decision a dot on each bar for the reward that candidate
+    ends with when written to the end (Best-of-N's coupled copy), so the class sees how well the partial reward
+    predicted it (a rival's signal is on another scale: that reward is in each bar's hover); Best-of-N's
+    eventual winner marked with a star."""
     arm = checkpoint.arms[checkpoint.arm]
     r = arm.round_events[checkpoint.index]
-    pool = decision_pool(r)
+    pairs = ranked(r)
+    pool = [c for c, _ in pairs]
+    value = {c.id: v for c, v in pairs}
+    by = ranked_by(view, arm, r)
+    on_signal = bool(r.signal)
     colour = arm_colour(arm.spec)
     base = view.arms[view.baseline]
     final = {c.id: c.score for c in base.finished.candidates if c.finish_reason is not None} \
         if base.finished is not None and not base.prunes else {}
     winner = base.finished.winner.id if base.finished is not None and not base.prunes else None
     ranks = list(range(1, len(pool) + 1))
-    cut = [c.status == "pruned" for c in pool]
-    ys = [c.score for c in pool] + [final[c.id] for c in pool if c.id in final]
+    cut = [c.status == "pruned" and c.round_pruned == r.index for c in pool]
+    bar = r.signal_threshold if on_signal else r.threshold
+    dots = {} if on_signal else final
+    ys = [value[c.id] for c in pool] + [dots[c.id] for c in pool if c.id in dots] + ([bar] if bar is not None else [])
     lo, hi = (min(ys + [0.0]), max(ys + [0.0])) if ys else (0.0, 1.0)
     pad = max(0.08 * (hi - lo), 0.01)
-    floor = 0.0   # bars grow from zero (down for a negative reward): an axis from near the lowest score made
+    floor = 0.0   # bars grow from zero (down for a negative value): an axis from near the lowest value made
                   # small differences look large
 
-    def bars(name, keep, colour_):
-        sel = [(k, c) for k, c, x in zip(ranks, pool, cut) if x != keep]
-        return {"type": "bar", "name": name, "x": [k for k, _ in sel], "y": [_r(c.score - floor) for _, c in sel],
-                "base": floor, "customdata": [[c.id, hover_text(c.text), _r(c.score)] for _, c in sel],
+    def bars(name, keep, colour_, skip=None, only=None):
+        sel = [(k, c) for i, (k, c, x) in enumerate(zip(ranks, pool, cut)) if x != keep
+               and not (skip and skip[i]) and (only is None or only[i])]
+        then = [f"finished with {final[c.id]:.3f} (Best-of-N's copy)" if c.id in final else "" for _, c in sel]
+        return {"type": "bar", "name": name, "x": [k for k, _ in sel], "y": [_r(value[c.id] - floor) for _, c in sel],
+                "base": floor, "customdata": [[c.id, hover_text(c.text), _r(value[c.id]), t]
+                                              for (_, c), t in zip(sel, then)],
                 "marker": {"color": colour_},
-                "hovertemplate": f"<b>#%{{customdata[0]}}</b> {name} · partial reward %{{customdata[2]:.3f}}"
-                                 "<br>%{customdata[1]}<extra></extra>"}
+                "hovertemplate": f"<b>#%{{customdata[0]}}</b> {name} · {by} %{{customdata[2]:.3f}}"
+                                 + ("<br>%{customdata[3]}" if on_signal else "")
+                                 + "<br>%{customdata[1]}<extra></extra>"}
 
-    data = [
-        bars("kept", True, colour), bars("cut", False, PRUNED),
-        {"type": "scatter", "mode": "markers", "name": "reward when finished (Best-of-N's copy)",
-         "x": [k for k, c in zip(ranks, pool) if c.id in final], "y": [_r(final[c.id]) for c in pool if c.id in final],
-         "customdata": [[c.id] for c in pool if c.id in final],
-         "marker": {"symbol": "circle", "size": 8, "color": "white", "line": {"width": 2, "color": "#1B1B1B"}},
-         "hovertemplate": "<b>#%{customdata[0]}</b> finished with %{y:.3f}<extra></extra>"},
-        {"type": "scatter", "mode": "markers", "name": "Best-of-N's winner",
-         "x": [k for k, c in zip(ranks, pool) if c.id == winner],
-         "y": [_r(c.score) for c in pool if c.id == winner],
-         "marker": {"symbol": "star", "size": 18, "color": WINNER, "line": {"width": 1.2, "color": "#1B1B1B"}},
-         "hovertemplate": "Best-of-N's eventual winner · partial reward %{y:.3f}<extra></extra>"},
-    ]
-    layout = _layout(f"rank by partial reward at token {r.position} (best left)",
-                     reward_title(view, "partial reward"), [0.4, len(pool) + 0.6],
+    # a rival's decision over rows still writing (ST-BoN's truncation: n_kept counts those alone) also read the
+    # answers already written to the end: it did not decide on those, and the chart says so
+    aside = on_signal and sum(c.status == "kept" for c in pool) == r.n_kept and any(c.status == "finished" for c in pool)
+    done = [aside and c.status == "finished" for c in pool]
+    data = [bars("kept", True, colour, skip=done), bars(arm.spec.kind.about.cut_word if on_signal else "cut", False, PRUNED)]
+    if any(done):
+        data.append(bars("already written to the end", True, colour, only=done))
+        data[-1]["marker"] = {"color": "white", "line": {"color": colour, "width": 2}}
+    if not on_signal:
+        data.append({"type": "scatter", "mode": "markers", "name": "reward when finished (Best-of-N's copy)",
+                     "x": [k for k, c in zip(ranks, pool) if c.id in final],
+                     "y": [_r(final[c.id]) for c in pool if c.id in final],
+                     "customdata": [[c.id] for c in pool if c.id in final],
+                     "marker": {"symbol": "circle", "size": 8, "color": "white",
+                                "line": {"width": 2, "color": "#1B1B1B"}},
+                     "hovertemplate": "<b>#%{customdata[0]}</b> finished with %{y:.3f}<extra></extra>"})
+    data.append({"type": "scatter", "mode": "markers", "name": "Best-of-N's winner",
+                 "x": [k for k, c in zip(ranks, pool) if c.id == winner],
+                 "y": [_r(value[c.id]) for c in pool if c.id == winner],
+                 "marker": {"symbol": "star", "size": 18, "color": WINNER, "line": {"width": 1.2, "color": "#1B1B1B"}},
+                 "hovertemplate": f"Best-of-N's eventual winner · {by} %{{y:.3f}}<extra></extra>"})
+    y_title = signal_axis(arm.spec.kind.about) if on_signal else reward_title(view, "partial reward")
+    layout = _layout(f"rank by {by} at token {r.position} (best left)", y_title, [0.4, len(pool) + 0.6],
                      [round(lo - pad, 4) if lo < 0 else 0.0, round(hi + pad, 4)],
                      revision=f"pool-{checkpoint.arm}")
     layout.update(bargap=0.15, barmode="overlay")
+    # whole ranks only (a few bars were ticked "0.5 1 1.5"), about a dozen ticks at most
+    layout["xaxis"].update(tickmode="linear", tick0=1, dtick=max(1, -(-len(pool) // 12)))
     layout["meta"] = export_meta(view, f"{arm.spec.label}, decision at token {r.position}: every candidate ranked by "
-                                       "its partial reward")
-    if r.threshold is not None:
-        layout["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": r.threshold,
-                                 "y1": r.threshold, "line": {"color": THRESHOLD, "width": 2, "dash": "dash"}})
-        layout["annotations"].append({"xref": "paper", "yref": "y", "x": 1, "y": r.threshold, "xanchor": "right",
-                                      "yanchor": "bottom", "showarrow": False, "text": "threshold: lowest kept",
+                                       f"its {by}")
+    if bar is not None:
+        layout["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": bar,
+                                 "y1": bar, "line": {"color": THRESHOLD, "width": 2, "dash": "dash"}})
+        layout["annotations"].append({"xref": "paper", "yref": "y", "x": 1, "y": bar, "xanchor": "right",
+                                      "yanchor": "bottom", "showarrow": False,
+                                      "text": f"threshold: {fmt_score(bar)}" if on_signal
+                                      else "threshold: lowest kept",
                                       "font": {"size": 13, "color": THRESHOLD}})
     return _spec(f"pool-{checkpoint.arm}", data, layout)

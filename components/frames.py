@@ -49,7 +49,7 @@ RACE_LABELS = {"work": "While racing: rows decoding at each step against time (a
                                 "Rejection's point"}
 CHART_LABELS = {"pruning": "reward of each candidate as it is written",
                 "final": "reward of each candidate when complete",
-                "signal": "its own signal for each candidate as it is written (no reward), its stops and truncation"}
+                "signal": "its own signal for each candidate as it is written (no reward), and where it cuts them"}
 
 
 def race_label(view: RunView, x_axis: str | None = None) -> str:
@@ -57,6 +57,7 @@ def race_label(view: RunView, x_axis: str | None = None) -> str:
     if not view.verdicts():
         return RACE_LABELS["work"]
     label = RACE_LABELS["verdict-flops" if (x_axis or view.x_axis) == "flops" else "verdict"]
+    label = label.replace("Speculative Rejection's point", charts.points_words(view))
     return label.replace("its time here", "its time on the recording's machine") if view.recording else label
 
 
@@ -72,7 +73,8 @@ def slots(view: RunView) -> list[tuple[str, str, str]]:
         names = [a.spec.kind.name for a in arms]
         return [(a.arm, f"{name if names.count(name) == 1 else a.spec.short}: "   # two arms of one method: their settings
                         f"{ROOM_CHART_LABELS[look(a.spec.method).chart]}", colour(a.spec)) for a, name in zip(arms, names)]
-    return [(a.arm, f"{a.spec.label}: {CHART_LABELS[look(a.spec.method).chart]}", colour(a.spec)) for a in arms]
+    return [(a.arm, f"{a.spec.label}: " + (charts.signal_title(a.spec.kind.about) if look(a.spec.method).chart == "signal"
+                                           else CHART_LABELS[look(a.spec.method).chart]), colour(a.spec)) for a in arms]
 
 
 def since(frame: Frame, sent: Frame | None) -> Frame:
@@ -153,15 +155,19 @@ STEP_SUMMARY = ("### Result\nHidden while you step through the decisions: press 
 def step_frame(view: RunView, k: int) -> Frame:
     """Decision ``k`` of a finished race: every chart as it stood then, and the decision explained."""
     k = max(0, min(k, len(view.checkpoints) - 1))
-    then = view.at(view.checkpoints[k])
+    cp = view.checkpoints[k]
+    then = view.at(cp)
     order = then.display_order()
+    arm = cp.arms[cp.arm]
+    by = charts.ranked_by(view, arm, arm.round_events[cp.index])
     return Frame(status=f"**Stepping through the decisions:** decision {k + 1} of {len(view.checkpoints)}. "
                         "The charts show the race as it stood at this decision.", status_kind="idle",
                  arm_plots=[charts.arm_chart(then, a.arm) for a in order],
                  arm_leaders=[panels.leader(then, a.arm) for a in order], race_plot=charts.race_chart(then),
                  summary=STEP_SUMMARY, view=view, results_visible=False, race_label=RACE_LABELS["work"],
                  step={"plot": charts.pool_chart(view, view.checkpoints[k]), "text": panels.decision_markdown(view, k),
-                       "k": k, "count": len(view.checkpoints)})
+                       "k": k, "count": len(view.checkpoints),
+                       "label": f"This decision: every candidate ranked by its {by}"})
 
 
 def limit_frame(view: RunView) -> Frame:

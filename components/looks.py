@@ -43,8 +43,10 @@ LOOKS: dict[str, Look] = {
 }
 def signal_axis(about) -> str:
     """A rival's signal chart's y axis, from its ``About.signal_axis`` ("name: what it is; higher = ..."): the
-    name, then the rest in small type (higher is better for both rivals)."""
+    name, then in small type which way is better ("higher = surer"; higher is better for both rivals)."""
     name, _, rest = (about.signal_axis or "the method's own signal").partition(": ")
+    rest = rest.rpartition("; ")[2]   # "higher = surer": what a chart's height of ~300 px holds under the name
+                                      # (the whole definition ran past the plot, over an export's subtitle)
     return name + (f"<br><span style='font-size:12px'>{rest}</span>" if rest else "")
 
 

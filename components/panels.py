@@ -211,7 +211,7 @@ def _ledger_rows(view: RunView) -> list[str]:
                  f"{led.generated_tokens:,}", f"{led.reward_tokens:,}", f"**{fmt_flops(led.flops)}**",
                  f"{fmt_s(led.wall_s)} ({fmt_s(led.decode_s)} + {fmt_s(led.reward_s)})",
                  f"{led.peak_kv_slots:,} slots ({_mb(led.peak_memory_bytes)})",
-                 look(arm.spec.method).rounds(f.rounds)]
+                 rounds_words(arm)]
         for (_, col), cell in zip(rows, cells):
             col.append(cell)
     def head(a: ArmView) -> str:   # what the column counts: a baseline wrote every one of its answers
@@ -414,12 +414,19 @@ def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
         lines.append(f"{ask} No: it never drew #{bid}. It opened with {opened} answers (#0 to #{opened - 1}), and with "
                      f"coupled randomness answer #{bid} exists only in {base}, which wrote more.")
     elif not c.kept_baseline_winner:
-        tokens, partial = c.baseline_winner_partial or ("?", None)
-        lines.append(f"{ask} Yes: candidate #{bid} was pruned at decision {_decision_no(c.baseline_winner_round_pruned)} with a "
-                     f"partial reward of {fmt_score(partial)} at token {tokens}; had it continued it would have "
-                     f"scored {fmt_score(c.baseline_reward)}.")
+        about = arm.spec.kind.about
+        at = c.baseline_winner_round_pruned
+        tokens, partial = c.baseline_winner_partial or (None, None)
+        if tokens is None and at is not None and at < len(arm.round_events):
+            tokens = arm.round_events[at].position   # the decision's own token (it read no reward of it)
+        how = (f"with a partial reward of {fmt_score(partial)}" if partial is not None else
+               f"on its {about.signal or about.decides_by}" if (about.signal or about.decides_by) else "")
+        where = " ".join(x for x in (how, f"at token {tokens}" if tokens is not None else "") if x)
+        lines.append(f"{ask} Yes: candidate #{bid} was {about.cut_word} at its {about.round_word} "
+                     f"{_decision_no(at)}{' ' + where if where else ''}; had it continued it would have scored "
+                     f"{fmt_score(c.baseline_reward)}.")
     elif c.same_winner:
-        lines.append(f"{ask} No: candidate #{bid} survived every round and won both.")
+        lines.append(f"{ask} No: candidate #{bid} survived every {arm.spec.kind.about.round_word} and won both.")
     else:
         lines.append(f"{ask} No: candidate #{bid} was not pruned.")
     d = c.first_decision
@@ -427,8 +434,12 @@ def _challenger_lines(view: RunView, arm: ArmView, c: Comparison) -> list[str]:
         lines.append(f"\n{label} never had to decide here: all N candidates fit the memory budget to the end, so it "
                      f"did what {base} did. Raise N or lower the memory budget to see pruning.")
     elif d is not None and d.spearman is not None:
-        lines.append(f"\nHow well did the first partial rewards predict the final ones? Spearman ρ = "
-                     f"**{d.spearman:.2f}** over {d.n_live} candidates at token {d.position}.")
+        about = arm.spec.kind.about
+        what = (f"its {about.signal} at its first {about.round_word}" if about.rival
+                else "the first partial rewards")
+        lines.append(f"\nHow well did {what} predict the final rewards? Spearman ρ = "
+                     f"**{d.spearman:.2f}** over {d.n_live} candidates at token {d.position}"
+                     + (" (too few to tell)." if d.n_live < 3 else "."))
     return lines
 
 
@@ -530,16 +541,20 @@ def _price_words(w: Why, machine: str) -> str:
     else:
         mean = f"{_x(w.price)} Best-of-N's" if w.price > 1 else f"{_x(1 / w.price)} less than Best-of-N's"
     narrow = ", as its cuts narrow the batch" if w.price < w.opening_price else ""
+    if w.opening_rows == w.rows_per_pass:   # as wide as Best-of-N's passes: no wider step to price
+        return (f"{_cap(machine)}, its widest step is Best-of-N's ({_count(w.rows_per_pass, 'row', 'rows')}), and "
+                f"its steps cost {mean} on average{narrow}.")
     return (f"{_cap(machine)}, one step of {_count(w.opening_rows, 'row', 'rows')} costs {_x(w.opening_price)} one "
             f"of {_count(w.rows_per_pass, 'row', 'rows')}, and its steps cost {mean} on average{narrow}.")
 
 
-def _fate_words(w: Why, sr: str) -> str:
+def _fate_words(w: Why, sr: str, about=None) -> str:
     f = w.fate
     if f.fate == "never_drawn":
         return f"was never drawn ({sr} opened with {w.opening_rows} rows, and #{w.bon_winner} was not among them)"
     if f.fate == "pruned":
-        return f"was cut at decision {f.decision}" + (f" (token {f.position})" if f.position is not None else "")
+        cut, word = (about.cut_word, f"its {about.round_word}") if about is not None and about.rival else ("cut", "decision")
+        return f"was {cut} at {word} {f.decision}" + (f" (token {f.position})" if f.position is not None else "")
     return "was kept to the end"
 
 
@@ -547,7 +562,7 @@ def _signal_words(w: Why, sr: str, about=None) -> str:
     """The partial reward's rank correlation at the first decision and the fate of Best-of-N's winner."""
     if w.first_decision is None and about is not None and about.rival:
         did = f"made no {about.round_word} (its {about.signal} never {about.cut_word} an answer)"
-        return f"{sr} {did}, and Best-of-N's winner #{w.bon_winner} {_fate_words(w, sr)}."
+        return f"{sr} {did}, and Best-of-N's winner #{w.bon_winner} {_fate_words(w, sr, about)}."
     if w.first_decision is None:
         return (f"{sr} never had to decide (every answer fit the budget to the end), and Best-of-N's winner "
                 f"#{w.bon_winner} {_fate_words(w, sr)}.")
@@ -557,24 +572,31 @@ def _signal_words(w: Why, sr: str, about=None) -> str:
     else:
         rho = (f"{what} ranked {w.rho_live} answers with Spearman ρ = {w.rho:.2f} ({w.strength} "
                "agreement) against their final rewards (Best-of-N wrote each to the end)")
-    word = about.round_word if about is not None and about.rival else "decision"
-    return (f"At the first {word} (token {w.first_decision}) {rho}, and Best-of-N's winner #{w.bon_winner} "
-            f"{_fate_words(w, sr)}.")
+    rival = about is not None and about.rival
+    spread = rival and about.schedule == "passes"   # its traces start at different times: its own tokens differ
+    first = (f"At its first {about.round_word} in time (token {w.first_decision}"
+             + (f"; each {about.round_word} comes at its own trace's token)" if spread else ")")
+             if rival else f"At the first decision (token {w.first_decision})")
+    return f"{first} {rho}, and Best-of-N's winner #{w.bon_winner} {_fate_words(w, sr, about)}."
 
 
-def _cause_words(w: Why, sr: str) -> str:
+def _cause_words(w: Why, sr: str, about=None) -> str:
     """Which reasons made Speculative Rejection lose or gain little (``Why.causes``)."""
     parts = []
     for c in w.causes:
         if c == "bound":
             room = ("there were no steps to save" if _fewer(w.room) == "as many" else
-                    f"at most {_x(w.room)} fewer steps were possible")
+                    f"no steps were saved: it took {_x(1 / w.room)} more steps than all of Best-of-N's answers"
+                    if w.room < 1 else f"at most {_x(w.room)} fewer steps were possible")
             parts.append(f"the bound: Best-of-N's answers fit in {_count(w.passes, 'pass', 'passes')}, so {room}")
         elif c == "signal":
             k = "all" if w.k is None else f"about {show_k(w.k)}"
             at = f"with ρ = {w.rho:.2f} at token {w.first_decision}, " if w.rho is not None else ""
             f = w.fate
-            did = (f"{sr} cut Best-of-N's winner at decision {f.decision}" if f.fate == "pruned" else
+            rival = about is not None and about.rival
+            cut = f"{about.cut_word} Best-of-N's winner at its {about.round_word}" if rival else \
+                "cut Best-of-N's winner at decision"
+            did = (f"{sr} {cut} {f.decision}" if f.fate == "pruned" else
                    f"{sr} never drew Best-of-N's winner" if f.fate == "never_drawn" else
                    f"{sr} kept Best-of-N's winner")
             parts.append(f"the early signal: {at}{did}, and Best-of-N needed only {k} of its {w.n} answers "
@@ -594,7 +616,7 @@ def _paper_words(w: Why, machine: str) -> str:
     ps = paper_setting()
     first, big, (lo, hi) = ps.points[0], ps.largest, ps.bounds
     here = ""
-    if w.opening_price is not None:
+    if w.opening_price is not None and w.opening_rows != w.rows_per_pass:
         grows = "it grows with them" if w.opening_price >= 1.1 else "it barely does either"
         here = f"; {machine} {grows}: {_x(w.opening_price)} from {_count(w.rows_per_pass, 'row', 'rows')} to {w.opening_rows}"
     return (f"*The paper, by the same arithmetic: Best-of-{first.n} to Best-of-{big.n:,} is {lo} to {big.passes} passes "
@@ -644,8 +666,9 @@ def why_markdown(view: RunView, verdicts: dict | None = None) -> str:
                              f"{md_escape(arm.spec.kind.name)} by what it decides with. For a judge no arm uses, "
                              "choose the preference reward."]
         if w.causes:
-            body += ["", _cause_words(w, sr)]
-        body += ["", _paper_words(w, machine)]
+            body += ["", _cause_words(w, sr, about)]
+        if not about.rival:   # the paper's room arithmetic is Speculative Rejection's (its first batch, its passes)
+            body += ["", _paper_words(w, machine)]
         out.append("\n".join(body))
     return "\n\n".join(out)
 
@@ -667,7 +690,7 @@ def partial_markdown(view: RunView) -> str:
         rows["tokens generated"].append(f"{led.generated_tokens:,}")
         rows["compute (generator + reward)"].append(f"**{fmt_flops(led.flops)}**")
         rows["wall time"].append(fmt_s(led.wall_s))
-        rows["decisions / passes"].append(look(arm.spec.method).rounds(arm.finished.rounds if arm.finished else len(arm.rounds)))
+        rows["decisions / passes"].append(rounds_words(arm))
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
     lines += ["", reward_words(view)]
     lines += ["", "*No speed-up is stated: the methods did not both finish. Lower N or the new tokens, or raise "
@@ -780,21 +803,43 @@ def candidate_rows(view: RunView) -> list[list]:
 
 # ---------------------------------------------------------------- one decision (step mode)
 
-def _rival_happened(r, about, label: str, cfg) -> str:
-    """What a rival's Round did, in its own words (``About``; the Round's marks say which of its moves it is)."""
+def rounds_words(arm: ArmView) -> str:
+    """An arm's Rounds counted in its own words: '2 decisions', '2 passes'; a rival's by what each did (the Round's
+    last mark): its cuts ('0 stops', '1 truncation') and its other moves by name ('threshold set', 'filtered')
+    (DeepConf's threshold and filter were counted as 2 stops when it stopped none)."""
+    counted = look(arm.spec.method).rounds
+    about = arm.spec.kind.about
+    events = arm.round_events
+    if not about.rival or not any(r.marks for r in events):
+        return counted(arm.finished.rounds if arm.finished is not None else len(arm.rounds))
+    did = [r.marks[-1][0] if r.marks else about.cut_word for r in events]
+    others = {m: did.count(m) for m in did if m != about.cut_word}
+    return ", ".join([counted(did.count(about.cut_word))]
+                     + [m if k == 1 else f"{m} {k}x" for m, k in others.items()])
+
+
+def _rival_happened(r, about, label: str, cfg, rounds=()) -> str:
+    """What a rival's Round did, in its own words (``About``; the Round's marks say which of its moves it is;
+    ``rounds``: the arm's Round events, for where its threshold was set)."""
     what = {m for m, _ in r.marks}
     own = about.settings_for(cfg)   # its own settings (specrej.core.settings), as the arm ran
     bar = f"**{fmt_score(r.signal_threshold)}**" if r.signal_threshold is not None else "its threshold"
     sig = about.signal
+    set_at = next((p for e in rounds for m, p in e.marks if m == "threshold set"), None)
+    source = f" (set by its warm-up traces, written to token {set_at})" if set_at is not None else ""
     if "threshold set" in what:
-        return (f"**What happened:** {label} decides on its own {sig}, not on a reward. Its {len(r.signals)} "
-                f"warm-up traces were written to the end; their lowest {sig} sets the threshold at {bar} "
-                f"({r.n_kept} of them at or above it). Every later trace stops the step its {sig} over the last "
-                f"{own.window} tokens falls below it.")
+        keep = getattr(own, "conf_percentile", None)   # the share of warm-up traces the threshold keeps (%)
+        which = (f"the {_ordinal(100 - keep)} percentile of those (it keeps about {keep:g}% of traces)"
+                 if keep is not None and 0 < keep < 100 else "a percentile of those")
+        return (f"**What happened:** {label} decides on its own {sig}, not on a reward. Its "
+                f"{_count(len(r.signals), 'warm-up trace was', 'warm-up traces were')} written to the end, and each "
+                f"one's lowest {sig} (over any {own.window} tokens in a row) was read; {which} sets the threshold at "
+                f"{bar} ({r.n_kept} of {len(r.signals)} at or above it). Every later trace stops the step its {sig} "
+                f"over its last {own.window} tokens falls below it.")
     if "filtered" in what:
         return (f"**What happened:** after the run, the paper's filter: {_count(r.n_pruned, 'finished trace', 'finished traces')} "
-                f"whose lowest {sig} is below {bar} {'is' if r.n_pruned == 1 else 'are'} dropped "
-                f"({_count(r.n_kept, 'trace remains', 'traces remain')} to pick the winner from).")
+                f"whose lowest {sig} is below {bar}{source} {'is' if r.n_pruned == 1 else 'are'} dropped, no reward "
+                f"read ({_count(r.n_kept, 'trace remains', 'traces remain')} to pick the winner from).")
     if "consensus" in what:
         return (f"**What happened:** the answers written so far agree (the top answer's share of the vote reached "
                 f"{own.consensus:g}): {label} starts no more traces and stops {_count(r.n_pruned, 'trace', 'traces')} "
@@ -804,15 +849,32 @@ def _rival_happened(r, about, label: str, cfg) -> str:
                "its divergence step c plus its buffer came" + (f" (c = token {dict(r.marks)['diverged']})"
                                                                  if "diverged" in what else ""))
         return (f"**What happened:** {why}, so {label} keeps the answer whose hidden-state chain was most "
-                f"consistent with the others' most often and truncates the other {r.n_pruned} (no reward read). "
-                + ("Memory forced this truncation before the buffer ended." if r.forced else ""))
-    return (f"**What happened:** {_count(r.n_pruned, 'trace', 'traces')} fell below the threshold {bar} on "
-            f"{sig} and {'stops' if r.n_pruned == 1 else 'stop'} here (no reward read); "
+                f"consistent with the others' most often and truncates the other {r.n_pruned} (no reward read)."
+                + (" Memory forced this truncation before the buffer ended." if r.forced else ""))
+    return (f"**What happened:** {label} read the {sig} of {_count(len(r.signals), 'trace', 'traces')} writing "
+            f"(over each one's last {own.window} tokens): {_count(r.n_pruned, 'trace', 'traces')} fell below the "
+            f"threshold {bar}{source} and {'stops' if r.n_pruned == 1 else 'stop'} here (no reward read); "
             f"{_count(r.n_kept, 'goes', 'go')} on.")
 
 
+def _ordinal(x: float) -> str:
+    """10 -> '10th', 1 -> '1st', 2.5 -> '2.5th'."""
+    if x != int(x):
+        return f"{x:g}th"
+    n = int(x)
+    return f"{n}" + ("th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th"))
+
+
+def _absent_words(c, about) -> str:
+    """Why candidate ``c`` is not among those a decision ranked, from its status then."""
+    return {"pruned": f"was already {about.cut_word} at an earlier {about.round_word}.",
+            "waiting": "has not started yet (it waits for a free row).",
+            "finished": "had already finished (this decision did not read it).",
+            }.get(c.status, f"is writing, but this {about.round_word} did not read it.")
+
+
 def decision_markdown(view: RunView, k: int) -> str:
-    """Decision ``k`` (0-based, over every pruning arm's decisions in race order), in plain words: how
+    """Decision ``k`` (0-based, over every pruning arm's decisions in token order: ``RunView.checkpoints``), in plain words: how
     many were writing, the threshold, who is cut, the rank correlation so far, and what Best-of-N's
     eventual winner is doing."""
     from specrej.analysis.compare import decision_rank, final_scores
@@ -829,15 +891,18 @@ def decision_markdown(view: RunView, k: int) -> str:
     about = arm.spec.kind.about
     mine = arm.spec.config(view.cfg)   # this arm's own settings (a second setting has its own alpha)
     if about.rival:
-        lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label}'s {about.round_word} at token "
-                 f"{r.position}", "", _rival_happened(r, about, label, mine)]
+        did = r.marks[-1][0] if r.marks else about.round_word
+        lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label}, {did} at token {r.position}", "",
+                 _rival_happened(r, about, label, mine, arm.round_events)]
     else:
         lines = [f"### Decision {k + 1} of {len(view.checkpoints)}: {label} at token {r.position}", ""]
         why = "memory was full" if mine.decision == "budget" else "its interval came"
+        bar = (f"; the lowest kept score, the threshold, is **{fmt_score(r.threshold)}**"
+               if r.threshold is not None else "")
         lines.append(f"**What happened:** {why}, so {label} scored every answer in progress on its partial text "
                      f"({len(pool)} in all). It keeps the top {r.n_kept} (alpha = {mine.alpha:g}: it cuts about "
-                     f"{mine.alpha:.0%}) and stops writing the other {n_cut}; the lowest kept score, the threshold, "
-                     f"is **{fmt_score(r.threshold)}**." + (" Memory forced more cuts than alpha asked for." if r.forced else ""))
+                     f"{mine.alpha:.0%}) and stops writing the other {n_cut}{bar}."
+                     + (" Memory forced more cuts than alpha asked for." if r.forced else ""))
     tied = [c for c in pool if fmt_score(c.score) == fmt_score(r.threshold)] if not about.rival else []
     if len(tied) > 1 and any(c.status == "pruned" for c in tied):
         lines.append(f"\n**Ties:** {len(tied)} answers score {fmt_score(r.threshold)} to the digits shown, at the "
@@ -848,7 +913,11 @@ def decision_markdown(view: RunView, k: int) -> str:
     if base.finished is not None and not base.prunes:
         final = final_scores(base.finished)
         d = decision_rank(r, final)
-        if d.spearman is not None:
+        if d.spearman is not None and d.n_live < 3:
+            lines.append(f"\n**Did {f'its {about.signal}' if about.rival else 'the partial reward'} predict the final "
+                         f"reward?** Too few to tell: it read only {d.n_live} answers that Best-of-N also wrote to the "
+                         "end, and a rank correlation over so few says nothing.")
+        elif d.spearman is not None:
             strength = signal_strength(d.spearman)
             what = f"its {about.signal}" if about.rival else "the partial reward"
             these = f"this {about.signal}" if about.rival else "these partial rewards"
@@ -863,10 +932,10 @@ def decision_markdown(view: RunView, k: int) -> str:
         if mine is None:
             fate = f"was never drawn by {label} (it wrote fewer candidates than {bname})."
         elif rank is None:
-            fate = ("was already cut at an earlier decision." if mine.status == "pruned" else
-                    f"is not in this pool ({mine.status}).")
-        elif mine.status == "pruned":
-            fate = f"ranks {rank} of {len(pool)} here: **it is cut now**, although it would have won {bname}."
+            fate = _absent_words(mine, about)
+        elif mine.status == "pruned" and mine.round_pruned == r.index:
+            fate = (f"ranks {rank} of {len(pool)} here: **it is {about.cut_word} now**, although it would have won "
+                    f"{bname}.")
         else:
             fate = f"ranks {rank} of {len(pool)} here: **it survives** this decision."
         lines.append(f"\n**{bname}'s eventual winner (#{w}, final reward {fmt_score(base.finished.winner.score)})** {fate}")

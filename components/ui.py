@@ -466,7 +466,7 @@ def download_buttons(elem: str, name: str) -> None:
 
 
 RACE_LABEL = RACE_LABELS["work"]
-STEP_LABEL = "This decision: every candidate ranked by its partial reward"
+STEP_LABEL = "This decision: every candidate ranked by its partial reward"   # a rival's: by its own signal
 
 
 def build_arena() -> Arena:
@@ -634,7 +634,8 @@ class Page:
         elif frame.step is None:
             out.update({st.group: gr.Column(visible=False), st.plot: gr.skip(), st.text: gr.skip(), st.index: 0})
         else:
-            out.update({st.group: gr.Column(visible=True), st.plot: plot(frame.step["plot"]),
+            out.update({st.group: gr.Column(visible=True),
+                        st.plot: gr.Plot(value=plot(frame.step["plot"]), label=frame.step.get("label", STEP_LABEL)),
                         st.text: frame.step["text"], st.index: frame.step["k"]})
         buttons = {comp: gr.skip() for comp in self.buttons().values()}
         if frame.phase is not KEEP:

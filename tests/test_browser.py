@@ -365,7 +365,8 @@ if __name__ == "__main__":
 
 def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_own_words(browser, app_url):
     """Both rivals ticked, step mode (issue 40): a rival's decision is told in its own words (its signal, its
-    threshold or truncation, no alpha, no 'keeps the top'), under its label as an adaptation."""
+    threshold or truncation, no alpha, no 'keeps the top'), under its label as an adaptation; pressing Next walks
+    the decisions in token order, and no step chart is empty."""
     url, ctx = app_url
     page = open_page(browser, url)
     page.fill("#prompt textarea", "Name two seas.")
@@ -377,13 +378,23 @@ def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_ow
     page.click("#run")
     page.wait_for_function("document.querySelector('#status').innerText.includes('Stepping')", timeout=300_000)
     seen: dict[str, str] = {}
-    for _ in range(40):
+    tokens: list[int] = []
+    for _ in range(60):
         text = page.inner_text("#step-text")
         head = text.strip().splitlines()[0]
+        m = re.search(r"at token (\d+)", head)
+        assert m, head
+        tokens.append(int(m.group(1)))
+        time.sleep(0.3)   # let Plotly draw this decision's chart
+        bars = page.evaluate("""() => { const el = document.querySelector('#step-plot .js-plotly-plot');
+                                      if (!el || !el.data) return -1;
+                                      return el.data.filter(t => t.type === 'bar')
+                                                    .reduce((n, t) => n + (t.x || []).length, 0); }""")
+        assert bars > 0, f"an empty step chart at: {head}"
         for name in ("DeepConf-style", "ST-BoN-style"):
             if name in head:
                 seen.setdefault(name, text)
-        if len(seen) == 2 or not page.is_visible("#step-next") or not page.is_enabled("#step-next"):
+        if not page.is_visible("#step-next") or not page.is_enabled("#step-next"):
             break
         page.click("#step-next")
         try:
@@ -391,8 +402,10 @@ def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_ow
                                    timeout=120_000)
         except Exception:
             break   # the last decision: nothing further to step to
+    assert tokens == sorted(tokens), tokens   # token order, whichever arm decided
     assert seen, "no rival decision came up in the step-through"
     for name, text in seen.items():
         assert "It keeps the top" not in text and "alpha" not in text, text
-        assert "(no reward read)" in text or "threshold" in text, text
+        assert "no reward read" in text or "threshold" in text, text
+        assert "at token ?" not in text and " –" not in text, text
     page.close()

@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from specrej.core.settings import DeepConfSettings
+
 from specrej import Candidate, Finished, Ledger, Round
 from specrej.analysis.verdict import from_race
 from specrej.core.cost import StepCost, read_key, read_kwargs, read_words
@@ -131,7 +133,7 @@ def test_rival_reads_default_to_deepconfs_k():
     from specrej.backends.steptime import RIVAL_READS
     from specrej.core.config import RunConfig
 
-    assert RIVAL_READS[0] == read_key(conf_topk=RunConfig(prompt="x").conf_topk)
+    assert RIVAL_READS[0] == read_key(conf_topk=DeepConfSettings().conf_topk)
 
 
 def test_the_page_says_a_rivals_steps_include_its_reads(tiny_lm_dir, length_reward):
@@ -144,8 +146,8 @@ def test_the_page_says_a_rivals_steps_include_its_reads(tiny_lm_dir, length_rewa
     from components.state.view import RunView
 
     lm = load_generator(tiny_lm_dir, dtype="fp32")
-    cfg = RunConfig(prompt="Name three colours of the sea.", n=8, max_new_tokens=12, progress_every=0, warmup=2,
-                    window=4)
+    cfg = RunConfig(prompt="Name three colours of the sea.", n=8, max_new_tokens=12, progress_every=0,
+                    settings=DeepConfSettings(warmup=2, window=4))
     specs = parse_arms(["bon", "deepconf", "stbon"])
     view = RunView(cfg, specs=specs)
     for e in race_arms(lm, length_reward, cfg, specs):
@@ -178,8 +180,8 @@ def test_the_measured_read_cost_is_carried_into_a_real_races_verdict(tiny_lm_dir
     cost = measure(lm, rows=(1, 8), steps=2, reads=RIVAL_READS)
     assert cost.read_keys == RIVAL_READS
     assert all(math.isfinite(r) and r >= 1.0 for _, ratios in cost.reads for r in ratios)
-    cfg = RunConfig(prompt="Name three colours of the sea.", n=8, max_new_tokens=12, progress_every=0, warmup=2,
-                    window=4)
+    cfg = RunConfig(prompt="Name three colours of the sea.", n=8, max_new_tokens=12, progress_every=0,
+                    settings=DeepConfSettings(warmup=2, window=4))
     fins, bon_rounds = {}, []
     for e in race_arms(lm, length_reward, cfg, parse_arms(["bon", "sr", "deepconf", "stbon"])):
         if isinstance(e, Finished):

@@ -8,6 +8,7 @@ best-finished-reward curve against compute, and the JSON trace of the run.
 """
 from __future__ import annotations
 
+import bisect
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -213,8 +214,11 @@ class RunView:
             self.first_event_s = self.elapsed()
         arm = self.arms[event.arm]
         arm.apply(event)
-        if isinstance(event, Round) and arm.prunes:
-            self.checkpoints.append(Checkpoint(event.arm, len(arm.rounds) - 1, self._snapshot()))
+        if isinstance(event, Round) and arm.prunes and ranked(event):   # a decision with nothing to show: no step
+            order = [s.id for s in self.specs].index(event.arm)
+            cp = Checkpoint(event.arm, len(arm.rounds) - 1, self._snapshot(), event.position, order)
+            bisect.insort(self.checkpoints, cp, key=Checkpoint.order)   # token order (the race interleaves arms
+                                                                        # by their compute, not by token)
         self._grow_y(event)
         self.trace.append(_trace_entry(event, self.elapsed()))
         if self.done:
@@ -264,6 +268,25 @@ class Checkpoint:
     arm: str                    # the arm that decided
     index: int                  # its decision's index in that arm's rounds
     arms: dict                  # arm id -> ArmView as it was then (a copy; the candidates are shared)
+    position: int = 0           # the deciding rows' token position (the step-through's order)
+    arm_order: int = 0          # the deciding arm's place in the race's arms (ties at one token: by arm)
+
+    def order(self) -> tuple[int, int, int]:
+        """Where it comes in the step-through: by token, then by arm, then in the arm's own order."""
+        return self.position, self.arm_order, self.index
+
+
+def ranked(r: Round) -> list[tuple[Candidate, float]]:
+    """The candidates a decision ranked, each with what it ranked them by, best first (lower id on a tie): on a
+    decision taken on the method's own signal (``Round.signals``), every candidate it read that signal of;
+    otherwise those decoding then and the finished ones still in contention, by partial reward."""
+    if r.signal:
+        by = dict(r.signals)
+        pool = [(c, by[c.id]) for c in r.candidates if c.id in by]
+    else:
+        pool = [(c, c.score) for c in r.candidates if c.score is not None and (
+            c.status in ("kept", "finished") or (c.status == "pruned" and c.round_pruned == r.index))]
+    return sorted(pool, key=lambda cv: (-cv[1], cv[0].id))
 
 
 def _trace_entry(event, t: float) -> dict:

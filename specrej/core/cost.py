@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Sequence
 from .config import AUTO, RunConfig
 from .about import ABOUTS, PASSES
 from .budget import KVBudget
+from .settings import DeepConfSettings
 
 
 def flops(params: int, tokens: float) -> float:
@@ -158,7 +159,7 @@ def read_key(conf_topk: int = 0, hidden: bool = False) -> str:
 
 # what the rivals read each step at their defaults: DeepConf its top-k log-probabilities, ST-BoN every layer's
 # hidden states (another k than the default is not measured: the page says its reads are not priced)
-RIVAL_READS = (read_key(conf_topk=RunConfig.conf_topk), read_key(hidden=True))
+RIVAL_READS = (read_key(conf_topk=DeepConfSettings.conf_topk), read_key(hidden=True))
 
 
 def read_kwargs(key: str) -> dict:
