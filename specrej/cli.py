@@ -117,7 +117,8 @@ def with_settings(arms: tuple[ArmSpec, ...], given: dict[str, object]) -> tuple[
 
 
 def _count(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+    """'1 pass', '2 passes', '3 rounds'."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}{'es' if word.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
 
 
 def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:

@@ -134,3 +134,11 @@ def test_the_why_box_says_when_the_judge_reads_a_rivals_own_signal(lm32, length_
     assert texts["self-certainty"].count(note) == 1, texts["self-certainty"]   # DeepConf's box, not ST-BoN's
     assert "DeepConf's token confidence taken over the whole vocabulary" in texts["self-certainty"]
     assert note not in texts["preference"] and texts["preference"]
+
+
+def test_the_clis_counts_read_as_english():
+    """'2 passes' (Best-of-N's round word is 'pass': the CLI wrote '2 passs'), '1 pass', '3 stops'."""
+    from specrej.cli import _count
+
+    assert [_count(2, "pass"), _count(1, "pass"), _count(3, "stop"), _count(0, "truncation")] == \
+        ["2 passes", "1 pass", "3 stops", "0 truncations"]
