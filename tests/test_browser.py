@@ -379,7 +379,10 @@ def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_ow
     page.wait_for_function("document.querySelector('#status').innerText.includes('Stepping')", timeout=300_000)
     seen: dict[str, str] = {}
     tokens: list[int] = []
+    # a decision's words (the box shows Gradio's loading timer, "0.8s", while a frame is on its way)
+    told = "() => /at token \\d+/.test(document.querySelector('#step-text').innerText.trim().split('\\n')[0])"
     for _ in range(60):
+        page.wait_for_function(told, timeout=120_000)
         text = page.inner_text("#step-text")
         head = text.strip().splitlines()[0]
         m = re.search(r"at token (\d+)", head)
@@ -398,8 +401,9 @@ def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_ow
             break
         page.click("#step-next")
         try:
-            page.wait_for_function("h => !document.querySelector('#step-text').innerText.includes(h)", arg=head,
-                                   timeout=120_000)
+            page.wait_for_function("h => { const t = document.querySelector('#step-text').innerText.trim();"
+                                   "       return !t.includes(h) && /at token \\d+/.test(t.split('\\n')[0]); }",
+                                   arg=head, timeout=120_000)
         except Exception:
             break   # the last decision: nothing further to step to
     assert tokens == sorted(tokens), tokens   # token order, whichever arm decided
