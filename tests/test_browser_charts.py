@@ -40,7 +40,7 @@ def replayed(browser, url, width, *, phone=False):
     page.goto(url)
     page.wait_for_selector("#run")
     page.click("#replay")
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Replay done')")
+    page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Replay done')")
     time.sleep(1.0)   # plotly draws the last frame
     return page
 
@@ -184,7 +184,7 @@ def test_the_three_arm_tables_headers_are_whole(browser, app_url):
     page.fill("#prompt textarea", "Give me three tips for staying healthy.")
     three_arms(page, n=8, budget=420, max_new_tokens=24, second_alpha=0.8)
     page.click("#run")
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Done')")
+    page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Done')")
     page.wait_for_selector("#candidates thead th")
     time.sleep(0.8)
     headers = whole_headers(page)

@@ -72,7 +72,7 @@ def _first_run(browser, url: str, shot: Path | None) -> dict:
     try:
         start = time.perf_counter()
         page.click("#run")
-        page.wait_for_function("/Done in|Replay done/.test(document.querySelector('#status').innerText)",
+        page.wait_for_function("/Done in|Replay done/.test(document.querySelector('#status [data-testid=markdown]').innerText)",
                                timeout=HANG_GUARD_MS)
         seconds = time.perf_counter() - start
         page.wait_for_selector("#summary table")
@@ -80,7 +80,7 @@ def _first_run(browser, url: str, shot: Path | None) -> dict:
         if shot is not None:
             shot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shot), full_page=True)
-        return {"seconds_to_done": round(seconds, 1), "status": page.inner_text("#status"),
+        return {"seconds_to_done": round(seconds, 1), "status": page.inner_text("#status [data-testid=markdown]"),
                 "summary": page.inner_text("#summary"), "leader": page.input_value("#leader-0 textarea")}
     finally:
         page.close()
@@ -136,7 +136,7 @@ def replayed(browser, url, *, step: bool, viewport=VIEWPORT, dark: bool = False)
     if step:
         page.check("#step input")
     page.click("#replay")
-    page.wait_for_function("/Replay done|Stepping/.test(document.querySelector('#status').innerText)")
+    page.wait_for_function("/Replay done|Stepping/.test(document.querySelector('#status [data-testid=markdown]').innerText)")
     time.sleep(0.5)
     return page
 
@@ -252,13 +252,13 @@ def _classroom_run(browser, url: str) -> dict:
     page = ready_page(browser, url)
     try:
         page.click("#classroom")
-        page.wait_for_function("document.querySelector('#status').innerText.includes('Classroom preset set')")
+        page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Classroom preset set')")
         start = time.perf_counter()
         page.click("#run")
-        page.wait_for_function("/Stepping|Can't|Stopped/.test(document.querySelector('#status').innerText)",
+        page.wait_for_function("/Stepping|Can't|Stopped/.test(document.querySelector('#status [data-testid=markdown]').innerText)",
                                timeout=HANG_GUARD_MS)
         seconds = time.perf_counter() - start
-        return {"seconds_to_first_decision": round(seconds, 1), "status": page.inner_text("#status"),
+        return {"seconds_to_first_decision": round(seconds, 1), "status": page.inner_text("#status [data-testid=markdown]"),
                 "decision": page.inner_text("#step-text")[:300]}
     finally:
         page.close()

@@ -53,7 +53,7 @@ def test_at_1280x720_the_race_and_run_stop_are_in_the_first_screen_in_type_for_a
     # while it plays every control but Stop is locked (the toggle, Replay, the settings ...)
     page.wait_for_function("document.querySelector('#replay').disabled")
     assert page.is_disabled("#run") and page.is_disabled("#lecture input") and not page.is_disabled("#stop")
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Done')", timeout=120_000)
+    page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Done')", timeout=120_000)
     # unlocked once it ended (the toggle by the play's end; Replay already by the last frame's buttons)
     page.wait_for_function("!document.querySelector('#replay').disabled && !document.querySelector('#lecture input').disabled")
     assert not page.is_disabled("#run") and not page.is_disabled("#lecture input")
@@ -74,7 +74,7 @@ def test_at_1280x720_the_race_and_run_stop_are_in_the_first_screen_in_type_for_a
     # a recording (its badge and its long notes) keeps the race in the first screen too
     page.fill("#prompt textarea", ctx.examples[0])
     page.click("#replay")   # (below the race in lecture mode: the click scrolls to it)
-    page.wait_for_function("/Replay done/.test(document.querySelector('#status').innerText)", timeout=120_000)
+    page.wait_for_function("/Replay done/.test(document.querySelector('#status [data-testid=markdown]').innerText)", timeout=120_000)
     page.wait_for_function("!document.querySelector('#replay').disabled")
     page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_timeout(500)
@@ -90,7 +90,7 @@ def test_the_presenters_keys_step_a_step_mode_race(browser, app_url):
     page.check("#step input")
     page.locator("body").click(position={"x": 5, "y": 700})   # focus off the fields: the keys are the clicker's
     page.keyboard.press(" ")                                   # space: Run
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Stepping')", timeout=120_000)
+    page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Stepping')", timeout=120_000)
     page.wait_for_function("!document.querySelector('#step-next').disabled")
     text = page.inner_text("#step-text")
     count = int(text.split("Decision 1 of ", 1)[1].split(":", 1)[0])

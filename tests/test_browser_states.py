@@ -54,7 +54,7 @@ def served(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
 WATCH = """() => { window.__log = [];
   const s = document.querySelector('#status');
   const note = () => { const c = [...s.classList].find(c => c.startsWith('play-'));
-                       window.__log.push([s.innerText, c ? Number(c.slice(5)) : null]); };
+                       window.__log.push([s.querySelector('[data-testid=markdown]').innerText, c ? Number(c.slice(5)) : null]); };
   note();
   new MutationObserver(note).observe(s, {subtree: true, childList: true, characterData: true, attributes: true}); }"""
 # The play ids of the charts on screen, and the status line's.
@@ -77,12 +77,13 @@ def open_page(browser, url):
 
 
 def status(page) -> str:
-    return page.inner_text("#status")
+    """The status line's own words (never Gradio's loading timer, "processing | 1.1s", drawn in the same box)."""
+    return page.inner_text("#status [data-testid=markdown]")
 
 
 def wait_status(page, pattern: str):
     try:
-        page.wait_for_function(f"/{pattern}/.test(document.querySelector('#status').innerText)", timeout=HANG_MS)
+        page.wait_for_function(f"/{pattern}/.test(document.querySelector('#status [data-testid=markdown]').innerText)", timeout=HANG_MS)
     except Exception:
         raise AssertionError(f"waited for /{pattern}/; the status shows {status(page)!r}; "
                              f"seen: {page.evaluate('window.__log')[-8:]}") from None
@@ -129,7 +130,7 @@ def test_warming_idle_and_stopped(browser, served):
     url, ctx = served
     DELAY["s"] = 0.0
     page = open_page(browser, url)
-    assert "Press **Run**" in page.evaluate("document.querySelector('#status').innerText") or "Press Run" in status(page)
+    assert "Press **Run**" in page.evaluate("document.querySelector('#status [data-testid=markdown]').innerText") or "Press Run" in status(page)
     page.click("#stop")
     wait_status(page, "Nothing to stop")
     assert not page.is_visible("#step-panel")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specrej.engine import compiled
+from specrej.engine import compiled, packed
 from specrej import load_generator
 from specrej.backends.hf import Engine, Sampling, next_logits
 
@@ -53,18 +53,53 @@ def test_the_compiled_step_computes_the_models_logits(lm32):
     assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_a_candidate_writes_the_same_tokens_in_any_batch_when_compiled(tiny_lm_dir, dtype):
-    """Coupling on the compiled step: the same tokens whatever the batch, after a prune, and alone."""
-    lm = load_generator(tiny_lm_dir, dtype=dtype)
+def assert_coupled(lm):
+    """The same tokens whatever the batch, after a prune, and alone; on the compiled step."""
     everyone, kind = decode(lm, list(range(12)))
     assert kind == "compiled"
     for batch in ([0, 1, 2, 3], list(range(4, 12)), [10], [2, 11, 6]):
-        assert decode(lm, batch)[0] == {c: everyone[c] for c in batch}, (dtype, batch)
+        assert decode(lm, batch)[0] == {c: everyone[c] for c in batch}, (lm.model.dtype, batch)
     pruned, _ = decode(lm, list(range(12)), prune_at=6, keep=[1, 4, 9])
     assert pruned == {c: everyone[c] for c in (1, 4, 9)}
     alone, _ = decode(lm, list(range(12)), prune_at=3, keep=[7])      # a lone row is never run alone
     assert alone == {7: everyone[7]}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_candidate_writes_the_same_tokens_in_any_batch_when_compiled(tiny_lm_dir, dtype):
+    """Coupling on the compiled step, in both dtypes, on whatever CPU runs the test: bf16 linears run prepacked
+    in bf16 where this CPU's oneDNN takes bf16 (AVX-512, AMX), in fp32 otherwise (AVX2 only), and the step says
+    which."""
+    lm = load_generator(tiny_lm_dir, dtype=dtype)
+    assert_coupled(lm)
+    step = compiled.step_for(lm.model)
+    refused = packed.prepack_refused(torch.bfloat16) if dtype == "bf16" else None
+    assert step.linears.startswith("oneDNN fp32" if dtype == "fp32" or refused else "oneDNN bf16")
+    assert ("cannot prepack bf16" in step.linears) == bool(refused), step.linears
+
+
+def test_on_a_cpu_that_cannot_prepack_bf16_the_step_compiles_with_fp32_linears(tiny_lm_dir, monkeypatch, caplog):
+    """A CPU without AVX-512 (oneDNN's bf16 prepacking refused, as a Zen 3 EPYC refuses it; the probe patched):
+    the bf16 model still decodes on the compiled step, coupled, its linears in fp32, and the log says why."""
+    reason = "mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw"
+    real = packed.prepack_refused
+    monkeypatch.setattr(compiled, "prepack_refused", lambda dt: reason if dt == torch.bfloat16 else real(dt))
+    lm = load_generator(tiny_lm_dir, dtype="bf16")
+    with caplog.at_level(logging.WARNING, "specrej.engine.compiled"):
+        assert_coupled(lm)
+    step = compiled.step_for(lm.model)
+    assert step.linears.startswith("oneDNN fp32") and reason in step.linears
+    assert "linears run in fp32" in caplog.text and "decoding eagerly" not in caplog.text
+    assert {v[3] for k, v in compiled._WEIGHTS.items() if k in step._keys} == {torch.float32}
+    # the same model: its logits match transformers' own bf16 forward to bf16's precision
+    ids = lm.render("Explain how a rainbow forms.")
+    eng = Engine(lm, ids, sampling=SAMPLED, seed=0, n_total=2, max_new_tokens=4)
+    rows = eng.start([0, 1])
+    tok = torch.tensor([5, 9])
+    with torch.inference_mode():
+        got = rows.cache.feed(tok)
+        ref = lm.model(input_ids=torch.cat([torch.tensor([ids] * 2), tok[:, None]], 1)).logits[:, -1].float()
+    assert torch.allclose(got, ref, atol=0.15, rtol=0.05), (got - ref).abs().max()
 
 
 def test_switched_off_or_unsupported_the_engine_decodes_eagerly_and_says_why(tiny_lm_dir, monkeypatch, caplog):

@@ -28,25 +28,31 @@ import weakref
 
 import torch
 
-from .packed import lone_row_padded
+from .packed import lone_row_padded, prepack_refused
 
 log = logging.getLogger("specrej.engine.compiled")
 COMPILE_ENV = "SPECREJ_COMPILE"
 CHUNK = 32            # own-token buffers grow by this many positions
 FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
 
-_WEIGHTS: dict[int, tuple] = {}   # key -> (packed weight or None, weight, bias): read by the custom op
+# key -> (packed weight or None, weight, bias, the dtype the packed weight computes in): read by the custom op
+_WEIGHTS: dict[int, tuple] = {}
 
 
 @torch.library.custom_op("specrej::linear", mutates_args=())
 def _linear(x: torch.Tensor, key: torch.Tensor, out: int) -> torch.Tensor:
     """One linear layer (``out`` features) on the weight registered under ``key`` (a 0-d tensor, so
     one compiled layer serves every layer): its prepacked oneDNN form (``packed.py``), opaque to
-    the compiler, or a plain ``F.linear`` where nothing was packed (CUDA)."""
-    pw, w, b = _WEIGHTS[int(key)]
+    the compiler, or a plain ``F.linear`` where nothing was packed (CUDA). Where oneDNN cannot prepack
+    the model's dtype on this CPU (bf16 on an AVX2-only CPU), the weight was packed in fp32 (the bf16
+    values exactly) and the rows go in as fp32 and come out in the model's dtype."""
+    pw, w, b, via = _WEIGHTS[int(key)]
     if pw is None:
         return torch.nn.functional.linear(x, w, b)
-    return lone_row_padded(lambda x2: torch.ops.mkldnn._linear_pointwise(x2, pw, b, "none", [], ""), x)
+    if via == x.dtype:
+        return lone_row_padded(lambda x2: torch.ops.mkldnn._linear_pointwise(x2, pw, b, "none", [], ""), x)
+    return lone_row_padded(lambda x2: torch.ops.mkldnn._linear_pointwise(
+        x2.to(via), pw, b, "none", [], "").to(x.dtype), x)
 
 
 @_linear.register_fake
@@ -74,12 +80,19 @@ def unsupported(model) -> str | None:
         return "sliding-window layers"
     if getattr(c, "sliding_window", None) is not None and getattr(c, "use_sliding_window", True):
         return "a sliding window"
-    if model.device.type == "cpu" and model.dtype in (torch.float32, torch.bfloat16) and not (
-            torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
-        return "oneDNN is missing from this torch"
     if model.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return f"dtype {model.dtype}"
+    if model.device.type == "cpu" and (why := prepack_refused(torch.float32)):
+        return why
     return None
+
+
+def linear_dtype(dtype: torch.dtype) -> tuple[torch.dtype, str | None]:
+    """The dtype the compiled step's CPU linears compute in for a model in ``dtype``, and why, where it is not
+    ``dtype`` itself: oneDNN's prepacked ``dtype`` where this CPU takes it, else fp32 (which every x86-64 CPU
+    prepacks; bf16 and fp16 values are exact in fp32, so the step computes the same model, in fp32)."""
+    why = prepack_refused(dtype) if dtype != torch.float32 else None
+    return (dtype, None) if why is None else (torch.float32, why)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -95,6 +108,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 _next_key = [0]
+_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 class Step:
@@ -118,6 +132,13 @@ class Step:
         self.embed = model.get_input_embeddings().weight
         pack = self.device.type == "cpu"
         self._keys: list[int] = []
+        via, why = linear_dtype(self.dtype) if pack else (self.dtype, None)
+        #: how the linears run, in words (recordings and logs say it): e.g. "oneDNN bf16, prepacked"
+        self.linears = ("F.linear" if not pack else f"oneDNN {_NAMES.get(via, via)}, prepacked" + (
+            "" if why is None else f" (the {_NAMES.get(self.dtype, self.dtype)} weights upcast: "
+                                   f"this CPU cannot prepack {_NAMES.get(self.dtype, self.dtype)}: {why})"))
+        if why is not None:
+            log.warning("specrej: the compiled step's linears run in fp32 on this CPU (%s)", self.linears)
 
         def linear(*mods) -> tuple[torch.Tensor, int]:
             w = torch.cat([m.weight.detach() for m in mods]) if len(mods) > 1 else mods[0].weight.detach()
@@ -128,7 +149,8 @@ class Step:
                 return (w, b), w.shape[0]
             _next_key[0] += 1
             k = _next_key[0]
-            _WEIGHTS[k] = (torch.ops.mkldnn._reorder_linear_weight(w, 128), w, b)
+            wv, bv = w.to(via), (None if b is None else b.to(via))
+            _WEIGHTS[k] = (torch.ops.mkldnn._reorder_linear_weight(wv, 128), w, bv, via)
             self._keys.append(k)
             return torch.tensor(k), w.shape[0]
 

@@ -17,6 +17,7 @@ Off with ``SPECREJ_PACKED=0``; never used on CUDA, for other dtypes, or where on
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -34,6 +35,21 @@ def lone_row_padded(fn, x: torch.Tensor):
         return fn(x)
     out = fn(torch.cat([x, torch.zeros_like(x)]))
     return tuple(o[:1] for o in out) if isinstance(out, tuple) else out[:1]
+
+
+@functools.cache
+def prepack_refused(dtype: torch.dtype) -> str | None:
+    """Why oneDNN cannot prepack a weight of ``dtype`` on this CPU (None: it can), probed once on a small weight.
+
+    fp32 prepacks on every x86-64 CPU; bf16 needs avx512bw/vl/dq or avx_ne_convert (an AVX2-only CPU, such as
+    a Zen 3 EPYC, refuses it: "mkldnn_reorder_linear_weight: bf16 path needs the cpu support ...")."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return "oneDNN is missing from this torch"
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=dtype), BATCH_HINT)
+    except RuntimeError as e:
+        return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return None
 
 
 class PackedLinear(torch.nn.Module):
