@@ -86,6 +86,38 @@ def own(sessions: Sessions, session, request) -> "Session":
     return sessions.register(getattr(request, "session_hash", None), session)
 
 
+def bind(sessions: Sessions, guard: Guard, request, phase: Phase):
+    """A play's first line: this browser session's ``Session`` (registered by the page's press), a new play id (any
+    other play of the session goes stale: its handler wakes and ends at once, ``Session.on_stale``), and the one
+    stop flag the play asks at every event: the guard's (Stop, /stop, a closed tab) or the play gone stale. The
+    flag can say when it is set (``on_set``), so a reader waiting on a held decoding step wakes at once."""
+    session = sessions.get(getattr(request, "session_hash", None))
+    play = session.begin(phase)
+    stop = guard.on_start(request)
+
+    def stop_requested() -> bool:
+        return stop() or not session.current(play)
+
+    def on_set(wake) -> None:
+        hook = getattr(stop, "on_set", None)
+        if hook is not None:
+            hook(wake)
+        session.on_stale(play, wake)
+
+    stop_requested.on_set = on_set
+    return session, play, stop_requested
+
+
+def playing(page: ui.Page, session, play: int, stop_requested, updates):
+    """The one way a play reaches the page: its updates drawn as frames while it is the session's current play,
+    then nothing more (``quiet_end``)."""
+    for update in page.stream(drawn(session.follow(play, updates))):
+        if stop_requested():
+            return
+        yield update
+    yield from quiet_end(page, session, play)
+
+
 def quiet_end(page: ui.Page, session, play: int):
     """A stale play's last message changes nothing: when an event ends, the page applies its last update's
     properties again (a style, a button's label), which would bring back the stale play's over the current one's."""
@@ -99,19 +131,11 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
 
     def run(*values):
         """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
-        *values, request = values   # RunRequest's fields (raw: checked in updates, before any work), Gradio's request
-        session = sessions.get(getattr(request, "session_hash", None))   # registered by the page's press
-        play = session.begin(Phase.RACING)   # any other play of this session stops at its next update
-        stop = guard.on_start(request)
+        *values, request = values   # RunRequest's fields (raw: checked by the planner, before any work), Gradio's request
+        session, play, stop_requested = bind(sessions, guard, request, Phase.RACING)
         try:
-            def stop_requested() -> bool:
-                return stop() or not session.current(play)
-
-            # the guard's flag wakes a reader waiting on a held torch step (a /cancel answers at once): keep its hook
-            stop_requested.on_set = getattr(stop, "on_set", None)
-            yield from page.stream(drawn(session.follow(play, updates(
-                ctx, values, events_fn=events_fn, stop_requested=stop_requested))))
-            yield from quiet_end(page, session, play)
+            yield from playing(page, session, play, stop_requested, updates(
+                ctx, values, events_fn=events_fn, stop_requested=stop_requested))
         finally:
             memory.release()   # the allocator keeps freed KV caches otherwise
 
@@ -158,16 +182,10 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
 
     def replay(prompt, pace, step, lecture_on, request: gr.Request):
         """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
-        session = sessions.get(getattr(request, "session_hash", None))   # the page's, registered on load
-        play = session.begin(Phase.REPLAYING)   # a race in progress stops at its next update
-        stop_requested = guard.on_start(request)
-        for update in page.stream(drawn(session.follow(play, replay_updates(
-                prompt, pace, min_frame_interval=ctx.min_frame_interval, max_prompt_chars=ctx.limits.max_prompt_chars,
-                step=step is True, lecture=lecture_on is True)))):
-            if stop_requested():
-                return
-            yield update
-        yield from quiet_end(page, session, play)
+        session, play, stop_requested = bind(sessions, guard, request, Phase.REPLAYING)
+        yield from playing(page, session, play, stop_requested, replay_updates(
+            prompt, pace, min_frame_interval=ctx.min_frame_interval, max_prompt_chars=ctx.limits.max_prompt_chars,
+            step=step is True, lecture=lecture_on is True))
 
     on_replay = c.replay.click(**lecture.lock_step(page)) \
         .then(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
@@ -177,9 +195,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
     def paper_scale(prompt, pace, step, lecture_on, request: gr.Request):
         """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
         that fits, with the recorded paper-scale race played meanwhile."""
-        session = sessions.get(getattr(request, "session_hash", None))
-        play = session.begin(Phase.REPLAYING)   # measuring, then (where it does not fit) its recording
-        stop_requested = guard.on_start(request)
+        session, play, stop_requested = bind(sessions, guard, request, Phase.REPLAYING)
         try:
             prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
             plan = paper.plan(ctx, prompt)
@@ -194,15 +210,10 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
             session.end(play)   # it only set the settings: the page rests as it was
         # the outputs by name only: building the updates at page build would place components on the page
         yield {**ui.paper_scale_updates(ctx, page, plan, prompt), **page.button_updates(session.phase)}
-        if not plays:
-            return
-        for update in page.stream(drawn(session.follow(play, replay_updates(
+        if plays:
+            yield from playing(page, session, play, stop_requested, replay_updates(
                 plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True, lecture=lecture_on is True)))):
-            if stop_requested():
-                return
-            yield update
-        yield from quiet_end(page, session, play)
+                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True, lecture=lecture_on is True))
 
     def press_paper(session, request: gr.Request):
         own(sessions, session, request).press(Button.PAPER)

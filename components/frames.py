@@ -41,6 +41,7 @@ class Frame:
     play: Any = KEEP           # the session's play that drew this frame (``state/play.py``): marked on the page,
                                # on every frame (``since`` keeps it): each chart's layout.meta.play, the status' class
     phase: Any = KEEP          # the session's phase once this frame is drawn: the buttons follow it (``play.TABLE``)
+    lecture: bool = False      # a lecture-mode run's frame: while it plays, every button but Stop stays locked
 
 
 RACE_LABELS = {"work": "While racing: rows decoding at each step against time (a wide, short race and a narrow, long one)",
@@ -205,6 +206,7 @@ def as_seen(frame: Frame, view) -> Frame:
     panel's) drawn for a room (once: ``lecture.for_room`` grows fonts each time); the rest as it is."""
     if not lecture.in_lecture(view):
         return frame
+    frame.lecture = True
     if isinstance(frame.arm_plots, list):
         frame.arm_plots = [p if p is KEEP else lecture.for_room(p) for p in frame.arm_plots]
     if frame.race_plot is not KEEP:
@@ -218,8 +220,8 @@ def _draw(update: Update) -> Frame:
     view, replay = update.view, update.replay
     if update.kind is Kind.ERROR:
         return error_frame(update.message)
-    if update.kind in (Kind.MEASURING, Kind.WARMING):
-        return Frame(status=update.message or panels.MEASURING, status_kind="live")
+    if update.kind is Kind.WARMING:
+        return Frame(status=update.message, status_kind="live")
     if update.kind is Kind.START:
         f = start_frame(view)
         if replay is not None:   # a recording: nothing loads or prefills, and the badge says what it is

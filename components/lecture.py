@@ -9,9 +9,10 @@ updates: the frame builders use the rest).
   the larger tick labels; ``frames.draw`` applies it to every chart of a frame of a lecture-mode run.
 - **One play at a time** (``locks``): one function maps playing / not playing to the controls' updates: while
   something plays every control but Stop is locked.
-- **The clicker** (``KEYS_JS``): right arrow / Page Down = the next decision, left arrow / Page Up = the
-  previous one, space = the next decision while stepping, else Run (Stop while something plays). Only in
-  lecture mode, and never while typing in a field.
+- **The clicker** (``HEAD_JS``): right arrow / Page Down = the next decision, left arrow / Page Up = the
+  previous one, space = the next decision while stepping, else Run (Stop while something plays: Run is locked
+  then). These keys never scroll the page in lecture mode (the race stays on screen). Only in lecture mode, and
+  never while typing in a field.
 
 The runtime's side of lecture mode (the race plays live or as its recording paced to the live time, decided
 before it starts) is ``components/session/pace.py``'s ``lecture_plan``; the request carries ``lecture``.
@@ -89,8 +90,9 @@ def locks(page: Any, playing: bool, lecture: bool = True) -> dict:
 
     if playing and not lecture:
         return {comp: gr.skip() for comp in lockable(page)}
-    steps = {id(b) for b in (page.arena.step.prev, page.arena.step.next, page.arena.step.end)}
-    # unlocked, the step buttons stay as the session's table set them (Previous at decision 1 stays disabled)
+    steps = {id(b) for b in (page.arena.step.prev, page.arena.step.next)}
+    # unlocked, Previous and Next stay as the session's table set them (Previous at decision 1 stays disabled);
+    # "Run to the end" works at every decision (it is shown only while stepping)
     return {comp: gr.skip() if not playing and id(comp) in steps else gr.update(interactive=not playing)
             for comp in lockable(page)}
 
@@ -121,9 +123,13 @@ def wire(page: Any, ends: list) -> None:
 # The class before the app draws (a link's ?lecture=1), the toggle's class, and the clicker's keys.
 HEAD_JS = """
 (() => {
+  const MIN_WIDTH = 900;
   const root = document.documentElement;
   try {
-    if (new URLSearchParams(window.location.search).get('lecture') === '1') { root.classList.add('lecture'); }
+    // a projector's layout on a screen that holds it; a lecture link opened on a phone gets the phone's layout
+    if (new URLSearchParams(window.location.search).get('lecture') === '1' && window.innerWidth >= MIN_WIDTH) {
+      root.classList.add('lecture');
+    }
   } catch (e) {}
   const shown = (sel) => { const el = document.querySelector(sel); return el && el.offsetParent !== null ? el : null; };
   const press = (sel) => { const el = shown(sel); if (el && !el.disabled) { el.click(); return true; } return false; };
@@ -132,20 +138,21 @@ HEAD_JS = """
     const t = e.target;
     if (t && t.closest && t.closest('input, textarea, select, [contenteditable="true"]')) { return; }
     const stepping = shown('#step-panel');
-    let done = false;
-    if (e.key === 'ArrowRight' || e.key === 'PageDown') { done = stepping && press('#step-next'); }
-    else if (e.key === 'ArrowLeft' || e.key === 'PageUp') { done = stepping && press('#step-prev'); }
-    else if (e.key === ' ' || e.key === 'Spacebar') {
+    const keys = ['ArrowRight', 'PageDown', 'ArrowLeft', 'PageUp', ' ', 'Spacebar'];
+    if (!keys.includes(e.key)) { return; }
+    e.preventDefault();   // a clicker's keys never scroll the race off the screen
+    if (e.key === 'ArrowRight' || e.key === 'PageDown') { if (stepping) { press('#step-next'); } }
+    else if (e.key === 'ArrowLeft' || e.key === 'PageUp') { if (stepping) { press('#step-prev'); } }
+    else {
       const run = document.querySelector('#run');
-      done = stepping ? press('#step-next') : (run && run.disabled ? press('#stop') : press('#run'));
+      if (stepping) { press('#step-next'); } else if (run && run.disabled) { press('#stop'); } else { press('#run'); }
     }
-    if (done) { e.preventDefault(); }
   }, true);
 })();
 """
 
 TOGGLE_JS = """(on) => {
-  document.documentElement.classList.toggle('lecture', !!on);
+  document.documentElement.classList.toggle('lecture', !!on && window.innerWidth >= 900);   // a phone: its own layout
   try {
     const url = new URL(window.location.href);
     if (on) { url.searchParams.set('lecture', '1'); } else { url.searchParams.delete('lecture'); }

@@ -68,10 +68,17 @@ def race_values(view) -> dict | None:
     return {k: v for k, v in request.items() if k in FIELDS} if isinstance(request, dict) else None
 
 
+def _stepped(view, values: dict | None) -> dict | None:
+    """A race shown step by step keeps step mode in its link (a recording's request never carried it)."""
+    if values is not None and getattr(view, "stepping", False) and REPLAY not in values:
+        values["step"] = True
+    return values
+
+
 def race_query(view, boxes: Mapping[str, object], defaults: Mapping[str, object], lecture: bool = False) -> str:
     """The short query string of the race on screen (``race_values``), else of the settings in the boxes (no race
     yet); ``lecture=1`` when the page is in lecture mode."""
-    values = race_values(view)
+    values = _stepped(view, race_values(view))
     replay = bool(values and values.pop(REPLAY, False))
     values = dict(boxes if values is None else values)
     values["lecture"] = bool(lecture)

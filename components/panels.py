@@ -84,8 +84,8 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         load = getattr(fit, "load", 1.0)
         measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
         head = (f"**Racing, running late** · {fmt_s(view.elapsed())}, expected about {fmt_s(expected)} from this "
-                f"machine's decoding speed measured just before the race ({measured}): its steps have run slower "
-                "since. The race goes on as set")
+                f"machine's decoding speed ({getattr(fit, 'measured', '') or 'measured at start-up'}, {measured}): "
+                "its steps run slower now (other work shares its cores). The race goes on as set")
     else:
         head = f"**Racing** · {fmt_s(view.elapsed())}" + (f" of about {fmt_s(expected)}" if expected else "")
     return " · ".join([head] + [_arm_status(a) for a in view.display_order()]) + note
@@ -97,8 +97,9 @@ def _expected_words(fit) -> str:
     if not expected:
         return ""
     load = getattr(fit, "load", 1.0)
-    busy = f" (this machine is {load:.1f}x slower than when quiet: other work shares its cores)" if load >= 1.3 else ""
-    return f" Expected to end in about {fmt_s(expected)}{busy}, measured just now."
+    busy = f", {load:.1f}x slower than when quiet: other work shares its cores" if load >= 1.3 else ""
+    when = getattr(fit, "measured", "") or "measured at start-up"
+    return f" Expected to end in about {fmt_s(expected)}, from this machine's decoding speed ({when}{busy})."
 
 
 def fallback_words(view: RunView) -> str:
@@ -114,21 +115,17 @@ def fallback_words(view: RunView) -> str:
     if f.get("reason") == "behind":
         measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
         return (f"**The live race fell behind**: {fmt_s(f.get('elapsed_s', 0.0))} in, against about "
-                f"{fmt_s(f.get('estimate_s', 0.0))} expected from this machine's decoding speed measured just "
-                f"before it started ({measured}), and this deployment stops a run at {f.get('limit_s', 0):.0f} s. "
+                f"{fmt_s(f.get('estimate_s', 0.0))} expected from this machine's profiled decoding speed "
+                f"({measured}), and this deployment stops a run at {f.get('limit_s', 0):.0f} s. "
                 f"Rather than cut it, this is the **recording of the same race** (the same settings and seed, "
                 f"{where}).")
-    if f.get("reason") == "lecture" and f.get("probe_s") is not None:
-        return (f"**Lecture mode: the recording of this race**, paced to end in about {fmt_s(f.get('stated_s', 0.0))}, "
-                f"the live race's time on this machine when quiet. Its decoding speed, measured just now, had not "
-                f"answered after {f['probe_s']:g} s (about half a second when quiet): too busy to race live. The same "
-                f"settings and seed, {where}.")
+    when = f.get("profile") or "measured at start-up"
     if f.get("reason") == "lecture":
         return (f"**Lecture mode: the recording of this race**, paced to end in about {fmt_s(f.get('stated_s', 0.0))}, "
-                f"the live race's time on this machine when quiet. Measured just now, this machine is "
-                f"{load:.1f}x slower than when quiet, so live it would take about {fmt_s(f.get('estimate_s', 0.0))}. "
-                f"The same settings and seed, {where}.")
-    return (f"**Live, this race would take about {fmt_s(f.get('estimate_s', 0.0))} here now**{busy}, past this "
+                f"the live race's time on this machine when quiet. This machine's profile ({md_escape(when)}) finds "
+                f"it {load:.1f}x slower than when quiet, so live it would take about "
+                f"{fmt_s(f.get('estimate_s', 0.0))}. The same settings and seed, {where}.")
+    return (f"**Live, this race would take about {fmt_s(f.get('estimate_s', 0.0))} here**{busy}, past this "
             f"deployment's time limit of {f.get('limit_s', 0):.0f} s, so this is the **recording of the same "
             f"race** (the same settings and seed, {where}). Press **Run** again when the machine is quieter to "
             "race it live.")
@@ -139,7 +136,6 @@ RECORDED_TIMES = ("*Each method's \"done in\" is the recorded race's own clock o
                   "sampling and whatever else that machine ran included); the verdict prices only the decoding "
                   "steps, each at that machine's measured step time, so its seconds are fewer.*")
 REPLAY_START = "**Replaying** the recorded race…"
-MEASURING = "**Measuring** this machine's decoding speed now, to size the race so it ends in time…"
 
 
 def badge_markdown(view: RunView, *, speed: float | None = None, replayed_s: float | None = None) -> str:
@@ -224,9 +220,11 @@ def _ledger_rows(view: RunView) -> list[str]:
     out += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows]
     leds = [a.finished.ledger for a in arms]
     if all(led.reward_s <= 0.01 * led.wall_s for led in leds):
-        out += ["", "*Scoring cost nothing here: under 1% of each method's time (the reward reads no model, or "
-                "reads statistics the engine already kept). With a reward model it can be the largest cost; the "
-                "verdict prices each method's scoring as its ledger timed it, call by call.*"]
+        read = sum(led.reward_tokens for led in leds)
+        why = (f"its model read {read:,} tokens in {fmt_s(sum(led.reward_s for led in leds))} in all, timed call by "
+               "call" if read else "the reward reads no model, or reads statistics the engine already kept")
+        out += ["", f"*Scoring was cheap here: under 1% of each method's time ({why}). With a large reward model it "
+                "can be the largest cost; the verdict prices each method's scoring as its ledger timed it.*"]
     else:
         out += ["", "*Scoring is priced: each method's reward calls were timed (the + term above), and the verdict "
                 "adds them to the decoding time (Best-of-k pays k/N of Best-of-N's).*"]

@@ -22,7 +22,7 @@ from components.frames import KEEP, RACE_LABELS, Frame, since, slots, table_valu
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
 from components.state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
-from components.state.play import LABELS, Button, Phase, Session, rule, step_rule
+from components.state.play import LABELS, PLAY_BUTTONS, PLAYING, Button, Phase, Session, rule, step_rule
 from components.state.view import RunView
 from components.theme import duration, md_escape
 
@@ -175,7 +175,8 @@ def build_controls(ctx: AppContext) -> Controls:
                          elem_id="link", elem_classes=["action"])
         link_box = gr.Textbox(label="Open this link (or scan the code) to get the race on screen: its settings "
                                     "and seed, those left at the defaults left out",
-                              interactive=False, buttons=["copy"], visible=False, elem_id="link-box", scale=4)
+                              interactive=False, buttons=["copy"], visible=False, elem_id="link-box", scale=4,
+                              lines=2, max_lines=4, min_width=300)
         link_qr = gr.HTML("", visible=False, elem_id="link-qr", padding=False)
     with gr.Accordion(SETTINGS_LABELS["defaults"], open=False, elem_id="settings") as settings:
         with gr.Row():
@@ -311,8 +312,8 @@ def paper_scale_updates(ctx: AppContext, page: "Page", plan: PaperPlan, prompt: 
     return out
 
 
-PAPER_MEASURING = ("**Paper scale:** measuring this machine's decoding speed to see whether the paper's "
-                   "setting fits this deployment's time limit…")
+PAPER_MEASURING = ("**Paper scale:** checking whether the paper's setting fits this deployment's time limit on "
+                   "this machine's decoding speed (measured at start-up)…")
 PAPER_WARMING = (" This server has just started: it first finishes loading the models and compiling the decoding "
                  "step.")
 
@@ -576,13 +577,17 @@ class Page:
         return {Button.RUN: c.run, Button.REPLAY: c.replay, Button.PAPER: c.paper, Button.LIVE: self.arena.live,
                 Button.PREV: st.prev, Button.NEXT: st.next}
 
-    def button_updates(self, phase: Phase, step: dict | None = None) -> dict:
+    def button_updates(self, phase: Phase, step: dict | None = None, lecture: bool = False) -> dict:
         """Each button's label and whether it can be pressed in ``phase`` (``play.rule``; the step buttons at the
-        decision ``step`` shows: ``play.step_rule``)."""
+        decision ``step`` shows: ``play.step_rule``). In lecture mode, while something plays, a play button is
+        locked (``lecture.locks``: Stop, or the space bar, stops it first)."""
         out = {}
         for b, comp in self.buttons().items():
             r = step_rule(b, step["k"], step["count"]) if step and b in (Button.PREV, Button.NEXT) else rule(phase, b)
-            out[comp] = gr.Button(value=r.label or LABELS[b], interactive=r.interactive)
+            if lecture and phase in PLAYING and b in PLAY_BUTTONS:
+                out[comp] = gr.Button(value=LABELS[b], interactive=False)
+            else:
+                out[comp] = gr.Button(value=r.label or LABELS[b], interactive=r.interactive)
         return out
 
     def stream(self, frames: Iterable[Frame]) -> Iterator[dict]:
@@ -639,7 +644,7 @@ class Page:
                         st.text: frame.step["text"], st.index: frame.step["k"]})
         buttons = {comp: gr.skip() for comp in self.buttons().values()}
         if frame.phase is not KEEP:
-            buttons.update(self.button_updates(frame.phase))
+            buttons.update(self.button_updates(frame.phase, lecture=frame.lecture is True))
         if isinstance(frame.step, dict):   # the decision shown: Previous and Next say where it is
             buttons.update(self.button_updates(Phase.STEPPING, frame.step))
         out.update(buttons)
@@ -733,7 +738,10 @@ def classroom_updates(ctx: AppContext, page: "Page") -> dict:
 # (at 1280x720 after the Classroom preset it sat ~1,700 px below the fold, and nothing said it was there).
 SHOW_STEP_JS = """() => {
   const panel = document.querySelector('#step-panel');
-  if (panel && panel.offsetParent !== null) { panel.scrollIntoView({behavior: 'smooth', block: 'start'}); }
+  if (!panel || panel.offsetParent === null) { return; }
+  // lecture mode lays the panel out under the status, in the first screen: the bar and the status stay in view
+  if (document.documentElement.classList.contains('lecture')) { window.scrollTo({top: 0}); }
+  else { panel.scrollIntoView({behavior: 'smooth', block: 'start'}); }
 }"""
 
 

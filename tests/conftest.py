@@ -152,6 +152,15 @@ def tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, **env):
     return c
 
 
+def profiled(monkeypatch, model: str, quiet, load: float) -> None:
+    """This machine's profile as the planner reads it (``Machine.profile``): ``model``'s quiet step ``quiet``, probed
+    ``load`` times slower, as the warm-up or an idle refresh would have found it (no test times anything)."""
+    from components.session.context import Machine, MachineProfile
+
+    monkeypatch.setattr(Machine, "profile", lambda self: MachineProfile({model: quiet}, load, 1, self.overhead,
+                                                                        1.7e9, 0.1))
+
+
 def request_values(ctx, settings: dict, **overrides) -> dict:
     """Every field of a race's request by name, in the API's order, as a client sends them (unchecked): the
     context's default model and reward, the fields' defaults, these settings (prompt included)."""
@@ -202,14 +211,12 @@ API_OUTPUTS = _api_outputs()
 
 
 def race_frames(ctx, req, **kw) -> list:
-    """Every frame of a race after the machine is measured (``panels.MEASURING``, the first frame of every
-    run that starts): the start frame first."""
+    """Every frame of a race, the start frame first (nothing is measured before it: the planner reads the
+    machine's profile)."""
     from components.frames import drawn
-    from components.panels import MEASURING
     from components.session.stream import updates
 
-    out = list(drawn(updates(ctx, req, **kw)))
-    return out[1:] if out and out[0].status == MEASURING else out
+    return list(drawn(updates(ctx, req, **kw)))
 
 
 def api_outputs(values) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import race_frames, run_request, tiny_app_context
+from conftest import profiled, race_frames, run_request, tiny_app_context
 
 from specrej import RunConfig
 from specrej.core.cost import StepCost
@@ -23,12 +23,10 @@ def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
 
 
 @pytest.fixture()
-def machine(monkeypatch):
-    """Set this machine's measured step: ``machine(load)`` makes every probe see the quiet step times ``load``."""
-    from components.session import pace
-
+def machine(ctx, monkeypatch):
+    """Set this machine's profile: ``machine(load)``: the quiet step, probed ``load`` times slower."""
     def set_load(load: float):
-        monkeypatch.setattr(pace, "measure", lambda ctx, model, lm: (QUIET.scaled(load), load, 1))
+        profiled(monkeypatch, ctx.default_model, QUIET, load)
     return set_load
 
 
@@ -46,10 +44,11 @@ def test_load_never_changes_the_race_only_its_expected_time(ctx, machine):
     from components.session import pace
 
     cfg = RunConfig(**SETTINGS)
+    kw = dict(prompt_len=12, shared=True, limit_s=float(ctx.limits.max_run_seconds), sr_auto=True)
     machine(1.0)
-    calm = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=False)
+    calm = pace.fit(ctx.machine.profile(), ctx.default_model, cfg, **kw)
     machine(3.0)
-    busy = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=False)
+    busy = pace.fit(ctx.machine.profile(), ctx.default_model, cfg, **kw)
     assert calm.cfg == cfg and busy.cfg == cfg                         # the same experiment
     assert busy.estimate_s == pytest.approx(3 * calm.estimate_s)       # only the time changes
     assert calm.fits and calm.limit_s == ctx.limits.max_run_seconds

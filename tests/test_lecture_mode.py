@@ -10,7 +10,7 @@ import dataclasses
 import math
 
 import pytest
-from conftest import race_frames, run_request, tiny_app_context
+from conftest import profiled, race_frames, run_request, tiny_app_context
 
 from specrej.core.cost import StepCost
 
@@ -97,17 +97,15 @@ def recorded(ctx, tmp_path_factory):
     return dataclasses.replace(ctx, page_races=folder, machine=ctx.machine.copy())
 
 
-def machine(monkeypatch, load: float):
-    """Every probe sees the quiet step times ``load`` (no test times anything)."""
-    from components.session import pace
-
-    monkeypatch.setattr(pace, "measure", lambda ctx, model, lm: (QUIET.scaled(load), load, 1))
+def machine(monkeypatch, load: float, model: str):
+    """This machine's profile: the quiet step, probed ``load`` times slower (no test times anything)."""
+    profiled(monkeypatch, model, QUIET, load)
 
 
 def test_a_lecture_run_on_a_busy_machine_plays_its_recording_paced_to_the_quiet_time(recorded, monkeypatch):
     from components.session import recordings
 
-    machine(monkeypatch, 4.0)
+    machine(monkeypatch, 4.0, recorded.default_model)
     paced = []
     real = recordings.play
     monkeypatch.setattr(recordings, "play", lambda path, speed, **kw: paced.append((speed, kw)) or real(path, math.inf, **kw))
@@ -137,7 +135,7 @@ def test_stepping_a_lecture_race_and_closing_the_steps_keep_its_charts_for_a_roo
     from components import lecture
     from components.frames import as_seen, final_frame, step_frame
 
-    machine(monkeypatch, 4.0)
+    machine(monkeypatch, 4.0, recorded.default_model)
     view = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))[-1].view
     assert len(view.checkpoints) >= 2
     for f in (as_seen(step_frame(view, 1), view), as_seen(final_frame(view), view)):
@@ -152,7 +150,7 @@ def test_stepping_a_lecture_race_and_closing_the_steps_keep_its_charts_for_a_roo
 def test_a_lecture_run_on_a_quiet_machine_races_live_and_the_link_is_that_race(recorded, monkeypatch):
     from components import links
 
-    machine(monkeypatch, 1.0)
+    machine(monkeypatch, 1.0, recorded.default_model)
     out = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))
     view = out[-1].view
     assert view.recording is None and view.lecture and view.done and "Done" in out[-1].status
@@ -234,8 +232,9 @@ def test_while_something_plays_every_control_but_stop_is_locked(ctx):
     assert page.controls.n in locked and page.controls.replay in locked and page.arena.step.next in locked
     assert all(u.get("interactive") is False for u in locked.values())
     unlocked = lecture.locks(page, False)
-    steps = (page.arena.step.prev, page.arena.step.next, page.arena.step.end)   # the session's table sets these
+    steps = (page.arena.step.prev, page.arena.step.next)   # the session's table sets these
     assert all(u.get("interactive") is True for c, u in unlocked.items() if c not in steps)
+    assert unlocked[page.arena.step.end].get("interactive") is True   # "Run to the end" at every decision
     assert all(unlocked[b].get("__type__") != "update" or "interactive" not in unlocked[b] for b in steps)
     # outside lecture mode a play locks nothing (the page's own rules hold)
     assert all("interactive" not in u for u in lecture.locks(page, True, lecture=False).values())
@@ -255,30 +254,3 @@ def test_the_scaled_down_paper_race_is_sized_from_the_deployment_not_the_load(ct
     prompt = ctx.examples[0]
     a, b = paper.plan(quiet_ctx, prompt), paper.plan(busy_ctx, prompt)
     assert a.settings == b.settings and a.scaled_s is not None and b.scaled_s is not None
-
-
-def test_a_probe_too_slow_to_wait_for_plays_the_recording_at_once(recorded, monkeypatch):
-    """Lecture mode never waits on a machine too busy to measure: past ``PATIENCE_S`` (0 here) the recording
-    plays, paced to the race's time when quiet; the probe ends on the torch thread on its own."""
-    import threading
-
-    from components.session import pace
-
-    release = threading.Event()
-
-    def stuck(ctx, model, lm):   # a probe that answers only once the test has seen the recording start
-        release.wait()
-        return QUIET, 1.0, 1
-
-    monkeypatch.setattr(pace, "measure", stuck)
-    monkeypatch.setattr(pace, "PATIENCE_S", 0.0)
-    try:
-        out = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))
-    finally:
-        release.set()
-    last = out[-1]
-    fb = last.view.fallback
-    assert last.view.recording is not None and last.view.done and fb["reason"] == "lecture" and fb["probe_s"] == 0
-    quiet = pace.quiet_fit(recorded, recorded.default_model, last.view.cfg, sr_auto=True)
-    assert fb["stated_s"] == pytest.approx(quiet.estimate_s)   # the quiet time, no probe needed
-    assert "had not answered" in last.status and "too busy to race live" in last.status

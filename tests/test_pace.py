@@ -24,21 +24,20 @@ def test_the_estimate_prices_every_step_of_the_race_at_the_step_times_now():
 
 def test_a_busy_machine_changes_the_expected_time_never_the_race(tiny_app, monkeypatch):
     from components.session import pace
+    from components.session.context import MachineProfile
 
     ctx = tiny_app
     quiet = StepCost((1, 8, 32, 128), (0.01, 0.012, 0.02, 0.05))
     cfg = RunConfig(prompt="Name three rivers.", n=8, budget=400, first_decision=8, max_new_tokens=40)
-    monkeypatch.setattr(pace, "measure", lambda ctx, model, lm: (quiet, 1.0, 2))
-    calm = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=False)
-    monkeypatch.setattr(pace, "measure", lambda ctx, model, lm: (quiet.scaled(3.0), 3.0, 1))
-    busy = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=False)
+    kw = dict(prompt_len=12, shared=True, limit_s=120.0, sr_auto=True)
+    calm = pace.fit(MachineProfile({ctx.default_model: quiet}, 1.0, 2, 1.8), ctx.default_model, cfg, **kw)
+    busy = pace.fit(MachineProfile({ctx.default_model: quiet}, 3.0, 1, 1.8), ctx.default_model, cfg, **kw)
     assert calm.cfg == cfg and busy.cfg == cfg and busy.cost.step(8) == pytest.approx(3 * quiet.step(8))
     assert busy.estimate_s == pytest.approx(3 * calm.estimate_s) and busy.threads == 1
     # another race at this prompt, at the same step times: fewer tokens, less time
     assert 0 < busy.estimate(dataclasses.replace(cfg, max_new_tokens=20), sr_auto=True) < busy.estimate_s
-    # while another run holds the machine: the last measurement stands, and nothing is estimated
-    held = pace.fit(ctx, ctx.default_model, cfg, sr_auto=True, busy=True)
-    assert held.cfg == cfg and held.estimate_s == 0 and held.fits
+    # before the first measurement of this generator nothing is estimated
+    assert pace.fit(MachineProfile({}, None, None, 1.8), ctx.default_model, cfg, **kw) is None
     # a race that ran: what it took over its bound moves the next estimate (a third of the way)
     before = ctx.machine.overhead
     pace.learn(ctx, calm, 2 * calm.estimate_s / ctx.machine.overhead)
@@ -85,8 +84,9 @@ def test_a_large_seed_round_trips_through_a_link_and_one_out_of_range_is_dropped
 
 def test_specrej_threads_pins_the_threads_whatever_the_load(tiny_app, monkeypatch):
     """SPECREJ_THREADS (a paired timing, scripts/app_cost.py, pins both sides): the probe's one-thread fallback
-    on a busy machine is off; without it a slow probe at two threads tries one. The quiet step gains the rivals'
-    extra reads when a race first asks for them (the verdict prices their steps with them), not before."""
+    on a busy machine is off; without it a slow probe at two threads tries one. The warm-up measures the quiet
+    step with the rivals' extra reads (the verdict prices their steps with them) and probes the machine: the
+    profile a click reads, with when it was measured."""
     import dataclasses
 
     from components.session import pace
@@ -94,13 +94,12 @@ def test_specrej_threads_pins_the_threads_whatever_the_load(tiny_app, monkeypatc
     from specrej.backends.steptime import RIVAL_READS
 
     model = tiny_app.default_model
-    plain = tiny_app.quiet_step(model)
-    assert plain.read_keys == ()   # the warm-up races Best-of-N and Speculative Rejection: no rival's step built
-    cfg = RunConfig(prompt="Name three rivers.", n=4, budget=200, max_new_tokens=8)
-    pace.fit(tiny_app, model, cfg, sr_auto=False, busy=False, methods=("bon", "stbon"))
     both = tiny_app.quiet_step(model)
-    assert both.read_keys == RIVAL_READS and all(b <= a for a, b in zip(plain.seconds, both.seconds))
+    assert both.read_keys == RIVAL_READS   # measured in the warm-up, with the plain step
     assert tiny_app.quiet_step(model, reads=RIVAL_READS) is both   # measured once
+    profile = tiny_app.machine.profile()
+    assert profile.step(model) is both and profile.load is not None and profile.threads
+    assert profile.measured_at is not None and "measured at" in profile.when()
     assert AppContext.from_env({"SPECREJ_THREADS": "2"}).threads == 2 and AppContext.from_env({}).threads is None
     quiet = StepCost((1, 8, 32, 128), (0.01, 0.012, 0.02, 0.05))
     probed = []

@@ -56,7 +56,7 @@ def test_a_stale_play_draws_nothing_more_and_closes_its_stream():
 
     def stream(view):
         try:
-            yield Update(Kind.MEASURING)
+            yield Update(Kind.WARMING, message="w")
             yield Update(Kind.START, view)
             for _ in range(100):
                 yield Update(Kind.LIVE, view)
@@ -73,6 +73,29 @@ def test_a_stale_play_draws_nothing_more_and_closes_its_stream():
     b = list(s.follow(second, [Update(Kind.START, _view(), replay={"speed": 1.0}), Update(Kind.END, _view())]))
     assert [u.play for u in b] == [second, second] and b[0].phase is Phase.REPLAYING
     assert s.phase is Phase.DONE and s.resting is Phase.DONE
+
+
+def test_a_play_gone_stale_wakes_its_handler_at_once():
+    """A handler waiting on its play's next event (a decoding step under load) is woken the moment the play goes
+    stale, by a new play or by Stop, so it ends and frees its place for the new play; once, and never after the
+    play ended on its own."""
+    s = Session()
+    woken = []
+    first = s.begin(Phase.RACING)
+    s.on_stale(first, lambda: woken.append("first"))
+    assert woken == []
+    second = s.begin(Phase.REPLAYING)              # Replay pressed during the race
+    assert woken == ["first"]
+    s.on_stale(second, lambda: woken.append("second"))
+    s.press(Button.RUN)                            # Run during the replay: it stops at once
+    assert woken == ["first", "second"]
+    s.on_stale(second, lambda: woken.append("late"))   # already stale: called at once
+    assert woken[-1] == "late"
+    third = s.begin(Phase.RACING)
+    s.on_stale(third, lambda: woken.append("third"))
+    list(s.follow(third, [Update(Kind.END, _view())]))   # it ended on its own: nothing to wake later
+    s.begin(Phase.RACING)
+    assert "third" not in woken
 
 
 def test_press_applies_the_table():
@@ -94,7 +117,6 @@ def test_the_phase_after_each_update():
     view = _view()
     assert phase_after(Update(Kind.ERROR, message="x"), Phase.DONE) is Phase.DONE   # nothing started: as it was
     assert phase_after(Update(Kind.WARMING, message="w"), Phase.IDLE) is Phase.WARMING
-    assert phase_after(Update(Kind.MEASURING), Phase.IDLE) is Phase.RACING
     assert phase_after(Update(Kind.START, view), Phase.IDLE) is Phase.RACING
     assert phase_after(Update(Kind.START, view, replay={"speed": 1.0}), Phase.IDLE) is Phase.REPLAYING
     assert phase_after(Update(Kind.END, view), Phase.IDLE) is Phase.DONE

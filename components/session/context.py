@@ -101,16 +101,38 @@ class Machine:
     last_load: float | None = None   # the last probe's load factor (``pace.fit``)
     step_costs: dict = field(default_factory=dict)   # generator spec -> its measured StepCost (paper.py)
     active: set = field(default_factory=set)         # ids of runs in flight (diagnostics and tests)
+    measured_at: float | None = None   # when the last probe ran (time.time()), and the 1-minute load average then
+    measured_loadavg: float | None = None
+    last_play: float = 0.0             # when a play last started or ended (time.monotonic()): idle since then
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _measuring: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def started(self, run: str) -> None:
+        import time
+
         with self.lock:
             self.active.add(run)
+            self.last_play = time.monotonic()
 
     def ended(self, run: str) -> None:
+        import time
+
         with self.lock:
             self.active.discard(run)
+            self.last_play = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since a run last started or ended (0 while one is in flight)."""
+        import time
+
+        with self.lock:
+            return 0.0 if self.active else time.monotonic() - self.last_play
+
+    def profile(self) -> "MachineProfile":
+        """What the planner reads: this machine as measured at start-up and refreshed while idle, a frozen copy."""
+        with self.lock:
+            return MachineProfile(dict(self.step_costs), self.last_load, self.threads, self.overhead,
+                                  self.measured_at, self.measured_loadavg)
 
     def busy(self) -> int:
         """How many runs are in flight."""
@@ -123,11 +145,40 @@ class Machine:
             return Machine(self.overhead, self.threads, self.last_load, dict(self.step_costs))
 
 
+@dataclass(frozen=True)
+class MachineProfile:
+    """This machine as measured, frozen for one plan (``Machine.profile``): each generator's quiet decoding step
+    (with the rivals' reads, measured during the warm-up), the load factor and the threads of the last probe (at
+    start-up, then refreshed only while the page is idle: ``context.ProfileKeeper``), what races here took over
+    their bound, and when and under what load the probe ran. Nothing is measured when a visitor clicks."""
+
+    step_costs: dict
+    load: float | None
+    threads: int | None
+    overhead: float
+    measured_at: float | None = None
+    loadavg: float | None = None
+
+    def step(self, model: str):
+        return self.step_costs.get(model)
+
+    def when(self) -> str:
+        """'measured at 18:02 UTC (1-minute load average 0.3)': where the planner's figures come from."""
+        import time
+
+        if self.measured_at is None:
+            return "not measured yet"
+        at = time.strftime("%H:%M UTC", time.gmtime(self.measured_at))
+        avg = "" if self.loadavg is None else f", 1-minute load average {self.loadavg:.1f}"
+        return f"measured at {at} while idle{avg}"
+
+
 class Models:
     """The loaded models: generators and rewards loaded once per process on the app's torch thread, and the
     background warm-up (``AppContext.warm_in_background``) that loads the default ones when a server starts."""
 
     def __init__(self) -> None:
+        self._lms: dict = {}        # model spec -> its loaded generator (``cached``: no torch thread needed)
         # a server started with ``warm_in_background`` serves its page while this thread loads the default models
         # and compiles and measures the decoding step (``warm``); a Run pressed meanwhile waits for it (``warming``)
         self.warm_thread: threading.Thread | None = None
@@ -142,8 +193,15 @@ class Models:
         """The generator ``model`` (loaded once per process), loaded on the torch thread."""
         from components.session.worker import torch_worker
 
-        return torch_worker().call(lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference),
-                                                      dtype=ctx.dtype)[0])
+        lm = self._lms.get(model)
+        if lm is None:
+            lm = self._lms[model] = torch_worker().call(
+                lambda: get_models(*ctx.resolve(model, ctx.default_reward, ctx.default_preference), dtype=ctx.dtype)[0])
+        return lm
+
+    def cached(self, model: str):
+        """The generator ``model`` if it is loaded (None otherwise): never waits for the torch thread."""
+        return self._lms.get(model)
 
     def quiet_step(self, ctx: "AppContext", model: str, lm=None, reads: tuple[str, ...] = ()):
         """This machine's decoding step for ``model`` (``specrej.backends.steptime.measure``: the fastest of 3 steps
@@ -274,9 +332,17 @@ class AppContext:
         engine (``specrej.engine.compiled.step_for``) and measuring it, so the first Run starts at once."""
         from components.session.worker import torch_worker
 
+        from specrej.core.cost import RIVAL_READS
+
+        from components.session import pace
+
         lm, _ = torch_worker().call(lambda: get_models(*self.resolve(self.default_model, self.default_reward,
                                                                      self.default_preference), dtype=self.dtype))
-        self.quiet_step(self.default_model, lm)   # measured before any visitor's run
+        self.loaded._lms[self.default_model] = lm
+        # the machine profile, before any visitor's run: the quiet step (the rivals' reads too: a race with a rival
+        # never waits for them) and a probe of the load and threads; a click never measures (``planner.plan``)
+        self.quiet_step(self.default_model, lm, RIVAL_READS)
+        pace.refresh(self, self.default_model, lm)
 
     @property
     def warming(self) -> bool:

@@ -1,38 +1,45 @@
-"""How fast this machine decodes right now, and how long the race as asked will take: so a lecturer gets the
-same experiment every time, and knows before it starts whether it ends in time.
+"""The machine profile and what a race will take on it: so a lecturer gets the same experiment every time, and knows
+before it starts whether it ends in time. Measured at start-up, refreshed only while the page is idle; a click
+reads it and never waits for a measurement (``planner.plan``).
 
-Before a race, on the app's torch thread:
+On the app's torch thread, during the warm-up (``AppContext.warm``) and then while idle (``keep_fresh``):
 
-1. **The quiet step** (``AppContext.quiet_step``): this machine's decoding step at 1, 8, 32 and 128 rows,
-   measured once per generator (the fastest seen is kept: the machine at its quietest).
-2. **A probe** (about half a second when quiet): two steps at 8 and at 32 rows now. Their time over the
+1. **The quiet step** (``AppContext.quiet_step``): this machine's decoding step at 1, 8, 32 and 128 rows, with
+   the rivals' extra reads, measured once per generator (the fastest seen is kept: the machine at its quietest).
+2. **A probe** (``refresh``; about half a second when quiet): two steps at 8 and at 32 rows. Their time over the
    quiet step is the *load factor* (other work on the cores, as on a shared Space). On a busy machine
    two OpenMP threads wait on each other at every barrier (``shared/PERF_NOTES.md``: 6x slower at 8
    rows with two other processes spinning, against 2.4x for one thread), so when the probe is slow it
-   is repeated with one thread and the faster count is kept for the race.
-3. **The estimate**: the race's decoding time bounded from above (``specrej.core.cost.race_seconds``) at
-   the step times now, times what past races here took over that bound (reward scoring, frames). Load
-   never changes the race: N, the decision tokens, the answers' length and the budget stay as asked. When
-   the estimate is past the deployment's time limit the race does not start live (``stream.updates`` plays
-   the labelled recording of that same race where one exists, or says what would fit).
+   is repeated with one thread and the faster count is kept for the races. The profile says when it ran and
+   under what load (``MachineProfile.when``).
 
-The step times now also price the verdict (``specrej.analysis.verdict``): Best-of-N's curve in seconds on this
-machine as it is during the race. Nothing here knows Gradio.
+At a click (``fit``, pure): the race's decoding time bounded from above (``specrej.core.cost.race_seconds``) at the
+profiled step times, times what past races here took over that bound (reward scoring, frames). Load never
+changes the race: N, the decision tokens, the answers' length and the budget stay as asked. When the estimate is
+past the deployment's time limit the race does not start live (the planner plays the labelled recording of that
+same race where one exists, or says what would fit).
+
+The profiled step times also price the verdict (``specrej.analysis.verdict``): Best-of-N's curve in seconds on this
+machine. Nothing here knows Gradio.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import threading
+import time
 from dataclasses import dataclass
 
 from specrej import RunConfig
 from specrej.backends import planned_budget
-from specrej.core.budget import KVBudget, sharing
-from specrej.core.about import ABOUTS, GENERIC
-from specrej.core.cost import RIVAL_READS, StepCost, race_seconds
+from specrej.core.budget import KVBudget
+from specrej.core.cost import StepCost, race_seconds
 
-from components.session.context import AppContext
+from components.session.context import AppContext, MachineProfile
 from components.session.worker import torch_worker
 
+log = logging.getLogger("specrej.app")
 PROBE_ROWS = (8, 32)
 SLOW = 1.6            # a probe this many times the quiet step: try one thread
 
@@ -55,6 +62,7 @@ class Fit:
     prompt_len: int = 0       # the rendered prompt's tokens, and whether its cache is shared across rows:
     shared: bool = False      # what another race at this prompt is estimated with (``estimate``)
     overhead: float = 1.0     # races here took this times their decode-time bound
+    measured: str = ""        # when the profile's probe ran and under what load (``MachineProfile.when``)
 
     @property
     def fits(self) -> bool:
@@ -119,40 +127,6 @@ def lecture_plan(estimate_s: float, load: float, limit_s: float, recorded_s: flo
     return LecturePlan("too_long", estimate_s, target_s=target)
 
 
-PATIENCE_S = 3.0  # lecture mode: a probe (about half a second when quiet) not answered by then says the machine
-                  # is too busy to race live; the race's recording plays at once rather than after a dead wait
-TOO_SLOW = "too slow"   # ``stream.measure_and_fit``'s answer when it stopped waiting for the probe
-
-
-def busy_plan(quiet_s: float, limit_s: float, recorded_s: float) -> LecturePlan:
-    """Lecture mode when the probe did not answer within ``PATIENCE_S``: the recording, paced to the race's
-    time on this machine when quiet (``quiet_s``, from its calibration step, no probe), within the limit."""
-    cap = LIVE_SHARE * limit_s if limit_s else float("inf")
-    stated = min(quiet_s, cap) if quiet_s > 0 else min(recorded_s, cap)
-    return LecturePlan("recording", stated, speed=recorded_s / stated, target_s=min(TOLERANCE * stated, cap))
-
-
-def quiet_fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool,
-              methods: tuple[str, ...] = ("bon", "sr")) -> Fit | None:
-    """The race at ``cfg`` estimated on this machine when quiet (its calibration step, load 1, no probe): what
-    lecture mode states when the probe is too slow to wait for. On the torch thread (it renders the prompt);
-    None where nothing is estimated (a GPU) or the budget cannot run the race."""
-    budget = planned_budget(cfg.budget)
-    if budget is None:
-        return None
-    lm = ctx.generator(model)
-    quiet = ctx.quiet_step(model, lm)
-    prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
-    with ctx.machine.lock:
-        threads, overhead = ctx.machine.threads, ctx.machine.overhead
-    probe = Fit(cfg, quiet, 1.0, threads or 1, 1.0, float(ctx.limits.max_run_seconds), prompt_len,
-                sharing(lm, lm.backend), overhead)
-    try:
-        return dataclasses.replace(probe, estimate_s=probe.estimate(cfg, sr_auto=sr_auto, methods=methods))
-    except ValueError:
-        return None
-
-
 def _probe(lm, threads: int) -> list[float]:
     """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads``."""
     import torch
@@ -193,35 +167,67 @@ def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
     return quiet.scaled(load), load, best_threads
 
 
-def fit(ctx: AppContext, model: str, cfg: RunConfig, *, sr_auto: bool, busy: bool | None = None,
-        methods: tuple[str, ...] = ("bon", "sr")) -> Fit | None:
-    """Measure this machine now and estimate the race at ``cfg``. While other runs are in flight (``busy``,
-    default: ``ctx.machine.busy()``) the torch thread is theirs and a probe would time them, not the machine: the last
-    measurement stands (None before the first one), and the estimate is left out."""
-    limit = float(ctx.limits.max_run_seconds)
-    m = ctx.machine
-    if m.busy() if busy is None else busy:
-        with m.lock:
-            quiet, last_load, threads = m.step_costs.get(model), m.last_load, m.threads
-        if quiet is None or last_load is None:
-            return None
-        return Fit(cfg, quiet.scaled(last_load), last_load, threads or 1, 0.0, limit)
-    lm = ctx.generator(model)
-    if any(ABOUTS.get(m, GENERIC).rival for m in methods):   # a rival races: its steps' extra reads, measured once
-        ctx.quiet_step(model, lm, RIVAL_READS)
-    cost, load, threads = measure(ctx, model, lm)
-    with m.lock:
-        m.last_load, overhead = load, m.overhead
+def fit(profile: MachineProfile, model: str, cfg: RunConfig, *, prompt_len: int, shared: bool, limit_s: float,
+        sr_auto: bool, methods: tuple[str, ...] = ("bon", "sr")) -> Fit | None:
+    """The race at ``cfg`` on this machine as profiled (``Machine.profile``: measured at start-up, refreshed only
+    while idle), with a prompt of ``prompt_len`` tokens: a pure function, no measurement (the planner's). None
+    before the first measurement of ``model``'s step; an estimate of 0 where nothing is estimated (a GPU, a budget
+    that cannot run the race: the race itself then says what to change)."""
+    quiet = profile.step(model)
+    if quiet is None or profile.load is None:
+        return None
+    load, threads = profile.load, profile.threads or 1
+    cost = quiet.scaled(load)
     budget = planned_budget(cfg.budget)   # None on a GPU: fast enough that nothing needs estimating
     if budget is None:
-        return Fit(cfg, cost, load, threads, 0.0, limit)
-    prompt_len = len(torch_worker().call(lm.render, cfg.prompt))
-    probe = Fit(cfg, cost, load, threads, 1.0, limit, prompt_len, sharing(lm, lm.backend), overhead)
+        return Fit(cfg, cost, load, threads, 0.0, limit_s, measured=profile.when())
+    probe = Fit(cfg, cost, load, threads, 1.0, limit_s, prompt_len, shared, profile.overhead, profile.when())
     try:
         estimate = probe.estimate(cfg, sr_auto=sr_auto, methods=methods)
-    except ValueError:   # a setting the budget cannot run: the race itself says what to change
+    except ValueError:
         estimate = 0.0
     return dataclasses.replace(probe, estimate_s=estimate)
+
+
+def refresh(ctx: AppContext, model: str, lm) -> float:
+    """Probe this machine now (``measure``) and keep it as the profile the planner reads, with when and under what
+    load it ran: at start-up (the warm-up) and, after that, only while the page is idle (``keep_fresh``)."""
+    cost, load, threads = measure(ctx, model, lm)
+    with ctx.machine.lock:
+        ctx.machine.last_load = load
+        ctx.machine.measured_at = time.time()
+        ctx.machine.measured_loadavg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return load
+
+
+REFRESH_S = 600.0    # SPECREJ_PROFILE_REFRESH_S: the profile is refreshed at most this often ...
+IDLE_S = 60.0        # ... and only once no run has started or ended for this long
+
+
+def keep_fresh(ctx: AppContext, every_s: float = REFRESH_S, idle_s: float = IDLE_S,
+               stop: threading.Event | None = None) -> threading.Thread:
+    """A daemon thread that refreshes the profile (``refresh``) every ``every_s`` seconds, only while the page is
+    idle (no run for ``idle_s``): the load at the moment of a click never decides what the room sees."""
+    stop = stop or threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(min(every_s, idle_s) / 2):
+            with ctx.machine.lock:
+                at = ctx.machine.measured_at
+            if ctx.warming or at is None or time.time() - at < every_s or ctx.machine.idle_for() < idle_s:
+                continue
+            lm = ctx.loaded.cached(ctx.default_model)
+            if lm is None:
+                continue
+            try:
+                torch_worker().call(refresh, ctx, ctx.default_model, lm)
+            except Exception:   # never the page's problem: the last profile stands
+                log.warning("could not refresh the machine profile", exc_info=True)
+
+    thread = threading.Thread(target=loop, name="specrej-profile", daemon=True)
+    thread.stop = stop
+    thread.start()
+    return thread
 
 
 def learn(ctx: AppContext, fitted: Fit, seconds: float) -> None:

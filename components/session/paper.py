@@ -24,7 +24,7 @@ from specrej.core.cost import StepCost, race_rows
 from components.session.context import AppContext, Machine
 from components.state.shared import PAPER_SCALE, PaperPlan
 from components.session.recordings import RECORDINGS, RecordingError, find, load
-from components.session.worker import torch_worker
+from components.session.planner import prompt_tokens
 
 FIT_SHARE = 0.5
 # The paper's protocol (auto first batch, memory-full decisions, alpha 0.5), smaller: each step halves the
@@ -106,7 +106,7 @@ def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
     model = model or ctx.default_model
     lm = ctx.generator(model)
     cost = ctx.quiet_step(model, lm)
-    prompt_len = len(torch_worker().call(lm.render, prompt or "-"))
+    prompt_len = prompt_tokens(lm, prompt or "-")   # off the torch thread: a race in progress never holds it up
     shared = sharing(lm, lm.backend)
     limit = ctx.limits.max_run_seconds
     paper = capped(ctx, {})

@@ -19,12 +19,10 @@ import dataclasses
 import logging
 import math
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable, Iterator
 
 from specrej import Progress, RunConfig
-from specrej.core.config import AUTO
 from specrej.analysis.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.core.config import env_int
@@ -40,7 +38,7 @@ from components.deploy import memory
 from components.session.gpu import GPU
 from components.session.retry import OutOfMemory, retry_on_oom
 from components.session.trace import write_traces
-from components.session import pace
+from components.session import pace, planner
 from components.session.worker import torch_worker
 
 log = logging.getLogger("specrej.app")
@@ -71,47 +69,6 @@ def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAU
     arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
     referee = StopWhenMatched(arms[0].id, arms[1].id) if stop_when_matched and len(arms) > 1 else None
     yield from race_arms(lm, reward, cfg, arms, referee)
-
-
-def measure_and_fit(ctx: AppContext, model_spec: str, cfg: RunConfig, arms, *,
-                    stop_requested: Callable[[], bool] = lambda: False, patience_s: float | None = None):
-    """``pace.fit`` for this race: this machine now and the race's expected time (None when it cannot measure:
-    the race then runs as asked, and the verdict counts decoding steps instead of seconds). The measurement runs on the torch thread as one job; this
-    handler waits for it but answers a cancel at once (the job is dropped if it has not started). With
-    ``patience_s`` (lecture mode, a recording to play) it waits that long at most: ``pace.TOO_SLOW`` then (the probe
-    finishes on the torch thread; nothing waits for it)."""
-    from components.session.gpu import ZERO_GPU
-
-    if ZERO_GPU:   # the race runs in ZeroGPU's own process on a GPU lent per call: this process cannot time it
-        return None
-    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in arms if a.kind.about.auto_n)
-    busy = bool(ctx.machine.busy())
-    token = f"measuring-{id(object())}"
-    ctx.machine.started(token)   # a run starting meanwhile does not probe a machine this one is timing
-
-    def job():
-        return pace.fit(ctx, model_spec, cfg, sr_auto=sr_auto, busy=busy, methods=tuple(a.method for a in arms))
-
-    try:
-        if busy:   # no probe: nothing to wait for on the torch thread
-            return job()
-        fut = torch_worker().submit(job)
-        t0 = time.perf_counter()
-        while True:
-            try:
-                return fut.result(timeout=0.05)
-            except FutureTimeout:
-                if stop_requested():
-                    fut.cancel()
-                    return None
-                if patience_s is not None and time.perf_counter() - t0 > patience_s:
-                    fut.cancel()   # dropped if it has not started; else it ends on its own
-                    return pace.TOO_SLOW
-    except Exception:   # a model that cannot load says so in the race itself
-        log.warning("could not measure this machine's decoding step", exc_info=True)
-        return None
-    finally:
-        ctx.machine.ended(token)
 
 
 def reward_label(ctx: AppContext, key: str, preference: str) -> str:
@@ -165,31 +122,10 @@ def prepare(ctx: AppContext, request, *, fits: bool = True) -> tuple[RunRequest,
         kw["stop_when_matched"] = True
     prep = Prepared(model_spec, reward_spec, cfg, arms, request.x_axis, kw)
     if fits:
-        check_fits(ctx, prep)
+        from components.session.planner import admissions
+
+        admissions(prep, ctx.generator(prep.model_spec))
     return request, prep
-
-
-def check_fits(ctx: AppContext, prep: Prepared) -> None:
-    """BudgetError (naming the fix, quoting the settings as sent) where an arm's rows cannot run at its
-    memory budget with this prompt: the admission each arm asks as it starts (``specrej.core.budget.admit``,
-    as ``specrej.methods`` asks it), made on the torch thread before the machine is measured. A model that
-    cannot load is left to the race, which says so."""
-    from specrej.core.budget import admit, sharing
-
-    def job():
-        try:
-            lm = ctx.generator(prep.model_spec)
-            prompt_len = len(lm.render(prep.cfg.prompt))
-            shared, engine = sharing(lm, lm.backend), lm.backend
-        except Exception:   # the race reports a model that cannot load
-            log.warning("could not check the budget before the race", exc_info=True)
-            return
-        for arm in prep.arms:
-            cfg = arm.config(prep.cfg)
-            admit(cfg, budget=cfg.budget if cfg.budget is not None else engine.default_budget(lm), prompt_len=prompt_len,
-                  shared=shared, max_positions=lm.max_positions).granted()
-
-    torch_worker().call(job)
 
 
 def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
@@ -204,52 +140,6 @@ def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
     return view
 
 
-def recording_of(ctx: AppContext, prep: Prepared) -> Path | None:
-    """The labelled recording of this very race, when one was made (``recordings.PAGE_RACES``)."""
-    if ctx.page_races is None:
-        return None
-    key = recordings.race_key(prep.model_spec, prep.reward_spec, prep.cfg, prep.arms,
-                          prep.race_kw.get("stop_when_matched", False), dtype_name(ctx.generator(prep.model_spec)))
-    return recordings.find_race(key, ctx.page_races)
-
-
-def dtype_name(lm) -> str:
-    """'float32', 'bfloat16': the generator's dtype as a recording names it."""
-    return str(lm.dtype).replace("torch.", "")
-
-
-def recorded_seconds(recording: Path | None) -> float | None:
-    """The recorded race's own time (None without a readable recording)."""
-    if recording is None:
-        return None
-    try:
-        return recordings.load(recording).duration_s or None
-    except (OSError, ValueError, recordings.RecordingError):
-        return None
-
-
-def lecture_choice(fitted: pace.Fit, recording: Path | None) -> pace.LecturePlan:
-    """``pace.lecture_plan`` for this race: the measurement, the limit and its recording's recorded time."""
-    return pace.lecture_plan(fitted.estimate_s, fitted.load, fitted.limit_s, recorded_seconds(recording))
-
-
-def lecture_quiet(ctx: AppContext, prep: Prepared) -> pace.Fit | None:
-    """The race's estimate on this machine when quiet (``pace.quiet_fit``, on the torch thread; None when it has
-    none, or on ZeroGPU, where this process cannot time the race)."""
-    from components.session.gpu import ZERO_GPU
-
-    if ZERO_GPU:
-        return None
-    sr_auto = any(dict(a.overrides).get("n") == AUTO for a in prep.arms if a.kind.about.auto_n)
-    try:
-        fit = torch_worker().call(lambda: pace.quiet_fit(ctx, prep.model_spec, prep.cfg, sr_auto=sr_auto,
-                                                          methods=tuple(a.method for a in prep.arms)))
-    except Exception:   # a model that cannot load says so in the race itself
-        log.warning("could not estimate the race on the quiet step", exc_info=True)
-        return None
-    return fit if fit is not None and fit.estimate_s > 0 else None
-
-
 def too_long(fitted: pace.Fit, prep: Prepared) -> str:
     """Why a race does not start live, and the smaller races that would: the visitor chooses."""
     fields = {f.name for f in dataclasses.fields(RunConfig)}
@@ -257,9 +147,9 @@ def too_long(fitted: pace.Fit, prep: Prepared) -> str:
     small_s = fitted.estimate(small, sr_auto=CLASSROOM["sr_start"] == "auto")
     busy = (f" (this machine is {fitted.load:.1f}x slower than when quiet: other work shares its cores)"
             if fitted.load >= 1.3 else "")
-    classroom = (f"the **Classroom preset** (N = {CLASSROOM['n']}, {CLASSROOM['max_new_tokens']} tokens) would take "
+    classroom = (f"the Classroom preset (N = {CLASSROOM['n']}, {CLASSROOM['max_new_tokens']} tokens) would take "
                  f"about {small_s:.0f} s; " if 0 < small_s <= pace.LIVE_SHARE * fitted.limit_s else "")
-    return (f"live, this race would take about {fitted.estimate_s:.0f} s here now{busy}, past this deployment's "
+    return (f"live, this race would take about {fitted.estimate_s:.0f} s here{busy}, past this deployment's "
             f"time limit of {fitted.limit_s:.0f} s, and there is no recording of this exact race. Choose a smaller "
             f"race: {classroom}fewer answers (N) or fewer new tokens shorten it; or try again when the machine is "
             "quieter. Nothing was changed for you.")
@@ -304,61 +194,40 @@ WARMING = ("**Warming up:** this server has just started and is still loading th
 
 def updates(ctx: AppContext, request, *, events_fn=race_events,
             stop_requested: Callable[[], bool] = lambda: False) -> Iterator[Update]:
-    """Validate (``prepare``), measure the machine and fit the race (``pace``), race (``race_updates``), and
-    yield updates until every arm finishes (or the generator is closed).
+    """A Run: planned at once (``planner.plan``: nothing measured), then played (``execute``)."""
+    yield from execute(ctx, planner.plan(ctx, request), events_fn=events_fn, stop_requested=stop_requested)
 
-    Every outcome is an update: bad input a "Can't run" status (nothing starts); a failure mid-run
-    a status-only update (the charts keep what they showed) and a trace marked failed; a GPU
-    out-of-memory error one retry with half the budget (``retry.retry_on_oom``), said on the page.
-    ``stop_requested`` (what ``deploy.clients.Guard.on_start`` returns) is asked at every event: a run whose client
-    cancelled it stops there, as if closed."""
-    try:
-        request, prep = prepare(ctx, request, fits=False)
-        if ctx.warming:   # a server just started: its models load and its step compiles, then this Run starts
-            yield Update(Kind.WARMING, message=WARMING)
-            while ctx.warming and not stop_requested():
-                ctx.loaded.warm_thread.join(0.25)
-            if stop_requested():
-                return
-        check_fits(ctx, prep)
-    except (ValueError, TypeError, PolicyError) as e:  # bad input: say what to change, start nothing, measure nothing
-        yield Update(Kind.ERROR, message=str(e))
-        return
-    yield Update(Kind.MEASURING)
-    # the recording of this race and (lecture mode) its time when quiet, before the probe: the torch thread is free
-    recording = recording_of(ctx, prep) if request.fit else None
-    quiet = lecture_quiet(ctx, prep) if request.lecture and recording is not None else None
-    fitted = measure_and_fit(ctx, prep.model_spec, prep.cfg, prep.arms, stop_requested=stop_requested,
-                             patience_s=pace.PATIENCE_S if quiet is not None else None)
-    if stop_requested():
-        return   # cancelled while the machine was measured: nothing started
-    if fitted is pace.TOO_SLOW:   # lecture mode: too busy even to measure in time: the recording, at once
-        plan = pace.busy_plan(quiet.estimate_s, quiet.limit_s, recorded_seconds(recording) or 0.0)
-        yield from recordings.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
-                               step=request.step, lecture=True,
-                               fallback={"reason": "lecture", "stated_s": plan.stated_s, "limit_s": quiet.limit_s,
-                                         "probe_s": pace.PATIENCE_S})
-        return
-    if request.lecture and fitted is not None:   # lecture mode: live or its recording, decided now
-        plan = lecture_choice(fitted, recording)
-        if plan.mode == "recording":
-            yield from recordings.play(recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
-                                   step=request.step, lecture=True,
-                                   fallback={"reason": "lecture", "estimate_s": fitted.estimate_s,
-                                             "stated_s": plan.stated_s, "limit_s": fitted.limit_s,
-                                             "load": fitted.load})
+
+def execute(ctx: AppContext, plan: planner.Plan, *, events_fn=race_events,
+            stop_requested: Callable[[], bool] = lambda: False) -> Iterator[Update]:
+    """The one executor: a Plan played into updates, live or recorded, until it ends (or the generator is closed).
+
+    Every outcome is an update: a refusal a "Can't run" status (nothing starts); a failure mid-run a status-only
+    update (the charts keep what they showed) and a trace marked failed; a GPU out-of-memory error one retry with
+    half the budget (``retry.retry_on_oom``), said on the page. ``stop_requested`` (what
+    ``deploy.clients.Guard.on_start`` returns) is asked at every event: a run whose client cancelled it stops there."""
+    if plan.action == planner.WARM:   # a server just started: its models load and its step compiles, then this Run
+        yield Update(Kind.WARMING, message=WARMING)
+        while ctx.warming and not stop_requested():
+            ctx.loaded.warm_thread.join(0.25)
+        if stop_requested():
             return
-        if plan.mode == "too_long":
-            yield Update(Kind.ERROR, message=too_long(fitted, prep))
-            return
-    elif fitted is not None and not fitted.fits:   # it would not end in time: nothing is changed for the visitor
-        if recording is None:
-            yield Update(Kind.ERROR, message=too_long(fitted, prep))
-            return
-        yield from recordings.play(recording, 1.0, min_frame_interval=ctx.min_frame_interval, step=request.step,
-                               fallback={"reason": "too_long", "estimate_s": fitted.estimate_s,
-                                         "limit_s": fitted.limit_s, "load": fitted.load})
-        return
+        plan = planner.replanned(ctx, plan)
+    if plan.action == planner.REFUSE:
+        yield Update(Kind.ERROR, message=plan.message)
+    elif plan.action == planner.RECORDING:
+        yield from recordings.play(plan.recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
+                                   step=plan.request.step, lecture=plan.request.lecture, fallback=plan.fallback)
+    elif plan.action == planner.LIVE:
+        yield from live(ctx, plan, events_fn, stop_requested)
+    else:
+        yield Update(Kind.ERROR, message=f"nothing to play ({plan.action!r}).")
+
+
+def live(ctx: AppContext, plan: planner.Plan, events_fn, stop_requested: Callable[[], bool]) -> Iterator[Update]:
+    """The live race of a Plan: its updates, its trace written, what it took learnt for the next estimate; a race
+    that falls behind, with a recording of it, switches to the recording (``FellBehind``)."""
+    request, prep, fitted, recording = plan.request, plan.prep, plan.fit, plan.recording
     state = {"view": new_view(ctx, request, prep, fitted)}
     key = state["view"].run_id
     ctx.machine.started(key)
@@ -378,10 +247,10 @@ def updates(ctx: AppContext, request, *, events_fn=race_events,
         view = state["view"]
         view.state, view.message = RunState.STOPPED, "fell behind: the recording of this race was played instead"
         yield from recordings.play(recording, math.inf, min_frame_interval=ctx.min_frame_interval,
-                               step=request.step, lecture=request.lecture,
-                               fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
-                                         "limit_s": float(ctx.limits.max_run_seconds), "elapsed_s": view.elapsed(),
-                                         "load": fitted.load if fitted else 1.0})
+                                   step=request.step, lecture=request.lecture,
+                                   fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
+                                             "limit_s": float(ctx.limits.max_run_seconds),
+                                             "elapsed_s": view.elapsed(), "load": fitted.load if fitted else 1.0})
     except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
         yield ended(ctx, state["view"], RunState.LIMIT, str(e))
     except (ValueError, PolicyError, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
@@ -437,8 +306,8 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
     meta = make_meta(prep.model_spec, reward_label(ctx, request.reward, request.preference), settings,
                      prompt=c.prompt, arms=[{"id": a.id, "spec": a.spec} for a in prep.arms],
                      step_cost=cost.to_record(),
-                     dtype=dtype_name(lm), request=page_fields(request),
+                     dtype=planner.dtype_name(lm), request=page_fields(request),
                      race=recordings.race_key(prep.model_spec, prep.reward_spec, c, prep.arms,
-                                          bool(prep.race_kw.get("stop_when_matched")), dtype_name(lm)))
+                                          bool(prep.race_kw.get("stop_when_matched")), planner.dtype_name(lm)))
     recorder.recording(meta).save(path)
     return path

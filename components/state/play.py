@@ -157,8 +157,6 @@ def phase_after(update: Update, resting: Phase) -> Phase:
         return resting
     if update.kind is Kind.WARMING:
         return Phase.WARMING
-    if update.kind is Kind.MEASURING:
-        return Phase.RACING
     if update.kind in (Kind.START, Kind.LIVE):
         return Phase.REPLAYING if update.replay is not None or update.view.recording is not None else Phase.RACING
     if update.kind is Kind.END:
@@ -176,6 +174,7 @@ class Session:
         self.phase = Phase.IDLE
         self.play = 0                 # the current play's id: a play with another id draws nothing more
         self.resting = Phase.IDLE     # the phase the page rests in when nothing plays (idle, done, stepping, stopped)
+        self._wakers: dict[int, list] = {}   # play id -> what to call the moment it goes stale (``on_stale``)
 
     def __deepcopy__(self, memo) -> "Session":
         return Session()
@@ -185,6 +184,28 @@ class Session:
 
     def rule(self, button: Button) -> Rule:
         return TABLE[self.phase, button]
+
+    def on_stale(self, play: int, fn) -> None:
+        """Call ``fn()`` the moment play ``play`` goes stale (another play begins, Stop): a handler waiting for its
+        play's next event (a decoding step under load) wakes at once and frees its place for the new play. At once
+        if it is stale already."""
+        with self._lock:
+            if self.play == play:
+                self._wakers.setdefault(play, []).append(fn)
+                return
+        fn()
+
+    def _stale(self) -> list:   # under the lock: the wakers of every play older than the current one, taken
+        old = [p for p in self._wakers if p < self.play]
+        return [fn for p in old for fn in self._wakers.pop(p)]
+
+    @staticmethod
+    def _wake(fns: list) -> None:
+        for fn in fns:
+            try:
+                fn()
+            except Exception:   # a waker never stops the press
+                pass
 
     def press(self, button: Button) -> Rule:
         """A button pressed (the page's instant step, before anything queued): its rule in this phase, applied.
@@ -201,7 +222,9 @@ class Session:
                 self.phase = self.resting = Phase.DONE   # the panel closes as the new play starts
             if button is Button.END and r.effect is Effect.STEP:
                 self.phase = self.resting = Phase.DONE
-            return r
+            woken = self._stale()
+        self._wake(woken)
+        return r
 
     def begin(self, phase: Phase = Phase.RACING) -> int:
         """A play starts (its handler's first line): a new id, which makes every other play of this session stale."""
@@ -210,7 +233,9 @@ class Session:
             if self.phase not in PLAYING:
                 self.resting = self.phase if self.phase is not Phase.STEPPING else Phase.DONE
             self.phase = phase
-            return self.play
+            play, woken = self.play, self._stale()
+        self._wake(woken)
+        return play
 
     def current(self, play: int) -> bool:
         return self.play == play
@@ -219,6 +244,7 @@ class Session:
         """Play ``play`` is over without an update that says how (``phase``: where it leaves the page; default the
         phase before it began). False, changing nothing, when it is stale."""
         with self._lock:
+            self._wakers.pop(play, None)
             if self.play != play:
                 return False
             self.phase = self.resting = phase or self.resting
@@ -239,6 +265,8 @@ class Session:
                         self.resting = phase
                 yield replace(update, play=play, phase=phase)
         finally:
+            with self._lock:
+                self._wakers.pop(play, None)
             close = getattr(updates, "close", None)
             if close is not None:
                 close()

@@ -15,13 +15,12 @@ from components.state.view import RunView
 
 class Kind(str, Enum):
     """error (bad input, ``message`` says what to change; nothing started) | warming (the server is still loading
-    its models: the Run waits; ``message`` says so) | measuring (this machine's step is being measured) | start (a
+    its models: the Run waits; ``message`` says so) | start (a
     run, or its retry, starts on ``view``) | live (``view`` moved on) | end (every arm finished) | limit (stopped
     at the time limit) | failure (``view.message`` says what failed)."""
 
     ERROR = "error"
     WARMING = "warming"
-    MEASURING = "measuring"
     START = "start"
     LIVE = "live"
     END = "end"

@@ -1,0 +1,217 @@
+"""Every button in every state, clicked in Chromium at 1280x720 with other processes spinning: seconds from each
+click to the page's first movement, and the planner's own time.
+
+    python scripts/click_latency.py [--spinners 3] [--json out.json]
+
+Serves the app as ``python app.py`` builds it (the embedded models, the page's defaults, warmed first: the machine
+profile is measured then, before the spinners start), starts ``--spinners`` processes that spin (``while True:
+pass``, killed at the end), and drives the page through its states twice: in lecture mode (``?lecture=1``: every
+control but Stop is locked while something plays, and the space bar is Run or Stop) and on the normal page (Run,
+Replay and Run it live pressed while something plays stop it and start their own play). For each click it prints
+the state, what was pressed and the seconds until the page moved:
+
+- a play button (Run, Replay, Run it live, the space bar as Run): the status line carries the new play's id (the
+  ``play-N`` class of a frame drawn by the new play's own handler, not the instant "Starting…" of the press);
+  ``chart_s``: a chart of the new play on screen with data;
+- Stop (and the space bar as Stop): the status says "Stopped" / "Stepping ended" / "Nothing to stop";
+- Paper scale: its note says what it set; the step buttons: the status names the decision shown or the result.
+
+Figures, never assertions; say the CPU and the load when quoting them. The planner's time is every
+``planner.plan`` call made meanwhile (median and maximum).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from lecture_load import ARGS, CHROMIUM, serve  # noqa: E402  (the same server and browser flags)
+
+HANG_MS = 300_000
+STATUS = "document.querySelector('#status [data-testid=markdown]').innerText"
+PLAY = "(() => { const c = [...document.querySelector('#status').classList].find(c => c.startsWith('play-')); " \
+       "return c ? Number(c.slice(5)) : 0; })()"
+CHART = "(() => Math.max(0, ...[...document.querySelectorAll('.js-plotly-plot')].filter(el => el.offsetParent !== null " \
+        "&& el.layout && el.layout.meta && el.layout.meta.play && (el.data || []).some(t => (t.x || []).length))" \
+        ".map(el => el.layout.meta.play)))()"
+PLANS: list[float] = []
+
+
+def watch_planner() -> None:
+    from components.session import planner
+
+    real = planner.plan
+
+    def timed(*a, **kw):
+        p = real(*a, **kw)
+        PLANS.append(p.planned_s)
+        return p
+
+    planner.plan = timed
+
+
+class Driver:
+    def __init__(self, page, mode: str):
+        self.page, self.mode, self.rows = page, mode, []
+
+    def status(self) -> str:
+        return self.page.evaluate(STATUS)
+
+    def wait(self, js: str) -> None:
+        self.page.wait_for_function(js, timeout=HANG_MS, polling="raf")
+
+    def click(self, state: str, what: str, sel: str | None, moved: str, *, key: str | None = None,
+              play: bool = False) -> dict:
+        """Press ``sel`` (or ``key``) in ``state``; seconds until ``moved`` (JS) holds."""
+        before = self.page.evaluate(PLAY)
+        if sel is not None and self.page.eval_on_selector(sel, "b => b.disabled"):
+            row = {"mode": self.mode, "state": state, "pressed": what, "s": None, "note": "locked (disabled)"}
+            self.rows.append(row)
+            print(json.dumps(row), flush=True)
+            return row
+        t0 = time.perf_counter()
+        if key is not None:
+            self.page.keyboard.press(key)
+        else:
+            self.page.click(sel)
+        cond = f"({PLAY}) > {before} && ({moved})" if play else moved
+        self.wait(cond)
+        s = time.perf_counter() - t0
+        row = {"mode": self.mode, "state": state, "pressed": what, "s": round(s, 2)}
+        if play:
+            self.wait(f"({CHART}) > {before}")
+            row["chart_s"] = round(time.perf_counter() - t0, 2)
+        row["status"] = self.status()[:90].replace("\n", " ")
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        return row
+
+    def until(self, pattern: str) -> None:
+        self.wait(f"/{pattern}/.test({STATUS})")
+
+
+MOVING = f"/Racing|Replaying|Starting|Done|Stepping|Can.t|Warming/.test({STATUS})"
+STOPPED = f"/Stopped|Stepping ended|Nothing to stop/.test({STATUS})"
+
+
+def lecture_tour(d: Driver) -> None:
+    p = d.page
+    p.locator("#pace label", has_text="real pace").click()
+    d.click("idle", "Run", "#run", MOVING, play=True)
+    d.click("racing", "Replay (locked)", "#replay", MOVING, play=True)
+    d.click("racing", "Stop", "#stop", STOPPED)
+    d.click("stopped", "Replay", "#replay", MOVING, play=True)
+    d.click("replaying", "Run (locked)", "#run", MOVING, play=True)
+    d.click("replaying", "space (Stop)", None, STOPPED, key=" ")
+    d.click("stopped", "space (Run)", None, MOVING, key=" ", play=True)
+    d.click("racing", "space (Stop)", None, STOPPED, key=" ")
+    d.click("stopped", "Run", "#run", MOVING, play=True)
+    d.until("Done in|Replay done")
+    d.click("done", "Replay", "#replay", MOVING, play=True)
+    d.until("Replay done")
+    d.click("done (a replay)", "Run it live", "#run-live", MOVING, play=True)
+    d.click("racing", "Stop", "#stop", STOPPED)
+    d.click("stopped", "Paper scale", "#paper-scale",
+            "/Paper scale set|Paper scale live would take|Replaying/.test(document.querySelector('#paper-note').innerText"
+            f" + {STATUS})")
+    d.click("after Paper scale", "Stop", "#stop", STOPPED)
+    p.check("#step input")
+    d.click("stopped (step mode)", "Run", "#run", MOVING, play=True)
+    d.until("Stepping through the decisions")
+    d.click("stepping, decision 1", "Next", "#step-next", f"/decision 2 of/.test({STATUS})")
+    d.click("stepping, decision 2", "Previous", "#step-prev", f"/decision 1 of/.test({STATUS})")
+    d.click("stepping, decision 1", "space (Next)", None, f"/decision 2 of/.test({STATUS})", key=" ")
+    d.click("stepping, decision 2", "Page Down (Next)", None, f"/decision 3 of|decision 2 of/.test({STATUS})",
+            key="PageDown")
+    d.click("stepping", "Run to the end", "#step-end", f"/Done in|Replay done/.test({STATUS})")
+    d.click("done (stepped)", "Run", "#run", MOVING, play=True)
+    d.until("Stepping through the decisions")
+    d.click("stepping", "Stop", "#stop", STOPPED)
+    p.uncheck("#step input")
+
+
+def page_tour(d: Driver) -> None:
+    d.page.locator("#pace label", has_text="real pace").click()
+    d.click("idle", "Run", "#run", MOVING, play=True)
+    d.click("racing", "Replay", "#replay", MOVING, play=True)
+    d.click("replaying", "Run", "#run", MOVING, play=True)
+    d.click("racing", "Run", "#run", MOVING, play=True)
+    d.click("racing", "Stop", "#stop", STOPPED)
+    d.click("stopped", "Replay", "#replay", MOVING, play=True)
+    d.until("Replay done")
+    d.click("done (a replay)", "Run it live", "#run-live", MOVING, play=True)
+    d.click("racing", "Paper scale", "#paper-scale",
+            "/Paper scale set|Paper scale live would take|Replaying/.test(document.querySelector('#paper-note').innerText"
+            f" + {STATUS})")
+    d.click("after Paper scale", "Stop", "#stop", STOPPED)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spinners", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--only", choices=["lecture", "page"])
+    a = ap.parse_args()
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from playwright.sync_api import sync_playwright
+
+    demo, url = serve()
+    watch_planner()
+    rows = []
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.spinners)]
+    try:
+        time.sleep(1.0)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                for mode, tour, query in (("lecture", lecture_tour, "?lecture=1"), ("page", page_tour, "")):
+                    if a.only and a.only != mode:
+                        continue
+                    page = browser.new_page(viewport={"width": 1280, "height": 720})
+                    page.set_default_timeout(HANG_MS)
+                    page.goto(url + query)
+                    page.wait_for_selector("#run")
+                    d = Driver(page, mode)
+                    try:
+                        tour(d)
+                    finally:
+                        rows += d.rows
+                        page.close()
+            finally:
+                browser.close()
+    finally:
+        for s in spinners:
+            s.kill()
+        demo.close()
+    timed = [r["s"] for r in rows if r["s"] is not None]
+    summary = {"clicks": len(rows), "timed": len(timed), "slowest_s": max(timed, default=None),
+               "median_s": statistics.median(timed) if timed else None,
+               "over_2s": [r for r in rows if r["s"] is not None and r["s"] > 2.0],
+               "planner_ms": {"calls": len(PLANS), "median": round(1000 * statistics.median(PLANS), 1) if PLANS else None,
+                              "max": round(1000 * max(PLANS), 1) if PLANS else None},
+               "cpu": _cpu(), "spinners": a.spinners, "loadavg_end": os.getloadavg()[0]}
+    print(json.dumps(summary, indent=1))
+    if a.json:
+        a.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+if __name__ == "__main__":
+    main()
