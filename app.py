@@ -113,6 +113,7 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
                 ctx, values, events_fn=events_fn, stop_requested=stop_requested))))
             yield from quiet_end(page, session, play)
         finally:
+            session.leave(play)
             memory.release()   # the allocator keeps freed KV caches otherwise
 
     run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
@@ -161,13 +162,16 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         session = sessions.get(getattr(request, "session_hash", None))   # the page's, registered on load
         play = session.begin(Phase.REPLAYING)   # a race in progress stops at its next update
         stop_requested = guard.on_start(request)
-        for update in page.stream(drawn(session.follow(play, replay_updates(
-                prompt, pace, min_frame_interval=ctx.min_frame_interval, max_prompt_chars=ctx.limits.max_prompt_chars,
-                step=step is True, lecture=lecture_on is True)))):
-            if stop_requested():
-                return
-            yield update
-        yield from quiet_end(page, session, play)
+        try:
+            for update in page.stream(drawn(session.follow(play, replay_updates(
+                    prompt, pace, min_frame_interval=ctx.min_frame_interval,
+                    max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True, lecture=lecture_on is True)))):
+                if stop_requested():
+                    return
+                yield update
+            yield from quiet_end(page, session, play)
+        finally:
+            session.leave(play)
 
     on_replay = c.replay.click(**lecture.lock_step(page)) \
         .then(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
@@ -181,12 +185,20 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         play = session.begin(Phase.REPLAYING)   # measuring, then (where it does not fit) its recording
         stop_requested = guard.on_start(request)
         try:
+            yield from paper_play(prompt, pace, step, lecture_on, session, play, stop_requested)
+        finally:
+            session.leave(play)
+
+    def paper_play(prompt, pace, step, lecture_on, session, play, stop_requested):
+        try:
             prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
             plan = paper.plan(ctx, prompt)
         except (ValueError, OSError) as e:   # a bad field, a model that cannot load (PolicyError too)
+            session.settle(play)
             if session.end(play):
                 yield {**page.updates(error_frame(str(e))), **page.button_updates(session.phase)}
             return
+        session.settle(play)   # an older play's last frame first
         if not session.current(play) or stop_requested():
             return   # another play started (or Stop) while this machine was measured: it draws nothing
         plays = not plan.fits and plan.replay_prompt is not None

@@ -75,6 +75,28 @@ def test_a_stale_play_draws_nothing_more_and_closes_its_stream():
     assert s.phase is Phase.DONE and s.resting is Phase.DONE
 
 
+def test_a_new_play_draws_only_once_the_older_plays_handler_has_ended():
+    """A stale play's last frame, yielded just before the click and still with Gradio, must reach the page before
+    the new play's first (one stream per session, in order): the new play's first update waits for the older
+    handler to end (``leave``), at most ``SETTLE_S``."""
+    import threading
+
+    s = Session()
+    first = s.begin(Phase.RACING)
+    second = s.begin(Phase.REPLAYING)
+    got = []
+    t = threading.Thread(target=lambda: got.extend(s.follow(second, [Update(Kind.START, _view(), replay={"speed": 1})])))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and got == []          # waiting for the race's handler
+    s.leave(first)
+    t.join(5)
+    assert not t.is_alive() and [u.play for u in got] == [second]
+    third = s.begin(Phase.RACING)
+    s.SETTLE_S = 0.05                          # a handler that never ends holds nobody for long
+    assert [u.play for u in s.follow(third, [Update(Kind.START, _view())])] == [third]
+
+
 def test_press_applies_the_table():
     s = Session()
     assert s.press(Button.STOP).effect is Effect.IGNORED and s.phase is Phase.IDLE and s.play == 0
