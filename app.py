@@ -109,13 +109,16 @@ def bind(sessions: Sessions, guard: Guard, request, phase: Phase):
 
 
 def playing(page: ui.Page, session, play: int, stop_requested, updates):
-    """The one way a play reaches the page: its updates drawn as frames while it is the session's current play,
-    then nothing more (``quiet_end``)."""
-    for update in page.stream(drawn(session.follow(play, updates))):
-        if stop_requested():
-            return
-        yield update
-    yield from quiet_end(page, session, play)
+    """The one way a play reaches the page: its updates drawn as frames while it is the session's current play
+    (the first once every older play's handler has ended: ``Session.settle``), then nothing more (``quiet_end``)."""
+    try:
+        for update in page.stream(drawn(session.follow(play, updates))):
+            if stop_requested():
+                return
+            yield update
+        yield from quiet_end(page, session, play)
+    finally:
+        session.leave(play)
 
 
 def quiet_end(page: ui.Page, session, play: int):
@@ -137,6 +140,7 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
             yield from playing(page, session, play, stop_requested, updates(
                 ctx, values, events_fn=events_fn, stop_requested=stop_requested))
         finally:
+            session.leave(play)
             memory.release()   # the allocator keeps freed KV caches otherwise
 
     run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
@@ -197,12 +201,20 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         that fits, with the recorded paper-scale race played meanwhile."""
         session, play, stop_requested = bind(sessions, guard, request, Phase.REPLAYING)
         try:
+            yield from paper_play(prompt, pace, step, lecture_on, session, play, stop_requested)
+        finally:
+            session.leave(play)
+
+    def paper_play(prompt, pace, step, lecture_on, session, play, stop_requested):
+        try:
             prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
             plan = paper.plan(ctx, prompt)
         except (ValueError, OSError) as e:   # a bad field, a model that cannot load (PolicyError too)
+            session.settle(play)
             if session.end(play):
                 yield {**page.updates(error_frame(str(e))), **page.button_updates(session.phase)}
             return
+        session.settle(play)   # an older play's last frame first
         if not session.current(play) or stop_requested():
             return   # another play started (or Stop) while this machine was measured: it draws nothing
         plays = not plan.fits and plan.replay_prompt is not None

@@ -283,12 +283,13 @@ def test_run_it_live_after_a_replay_races_and_is_done(browser, app_url):
     page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Replay done')")
     assert page.is_visible("#run-live")
     page.click("#run-live")
-    # it races (a busy machine may instead say plainly that the race would pass the limit: never an "Error")
-    page.wait_for_function("/Done in|past this deployment's time limit/.test(document.querySelector('#status')"
-                           ".innerText)", timeout=300_000)
+    # it races (a busy machine may instead say plainly that the race would pass the limit, or, where the live race
+    # falls behind, play the recording of the same race: never an "Error")
+    page.wait_for_function("/Done in|Replay done|time limit/.test(document.querySelector('#status "
+                           "[data-testid=markdown]').innerText)", timeout=300_000)
     status = page.inner_text("#status [data-testid=markdown]")
     assert page.locator(".error").count() == 0 and "went wrong" not in status, status
-    if "Done in" not in status:   # only when this machine was too busy for the scaled setting: say it in the log
+    if "Done in" not in status or "Replay done" in status:   # a machine too busy for the scaled setting: logged
         print(f"\nRun it live did not race here (busy machine): {status[:300]}")
     else:
         assert not page.is_visible("#badge") and "Recording" not in status

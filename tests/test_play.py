@@ -70,6 +70,7 @@ def test_a_stale_play_draws_nothing_more_and_closes_its_stream():
     second = s.begin(Phase.REPLAYING)           # Replay pressed mid-race
     assert not s.current(first) and s.current(second)
     assert list(a) == [] and len(closed) == 1     # the race's next update is dropped, and the race is closed
+    s.leave(first)                                # its handler ends
     b = list(s.follow(second, [Update(Kind.START, _view(), replay={"speed": 1.0}), Update(Kind.END, _view())]))
     assert [u.play for u in b] == [second, second] and b[0].phase is Phase.REPLAYING
     assert s.phase is Phase.DONE and s.resting is Phase.DONE
@@ -80,6 +81,7 @@ def test_a_play_gone_stale_wakes_its_handler_at_once():
     stale, by a new play or by Stop, so it ends and frees its place for the new play; once, and never after the
     play ended on its own."""
     s = Session()
+    s.SETTLE_S = 0.01   # no handler here leaves: nothing waits for one
     woken = []
     first = s.begin(Phase.RACING)
     s.on_stale(first, lambda: woken.append("first"))
@@ -96,6 +98,28 @@ def test_a_play_gone_stale_wakes_its_handler_at_once():
     list(s.follow(third, [Update(Kind.END, _view())]))   # it ended on its own: nothing to wake later
     s.begin(Phase.RACING)
     assert "third" not in woken
+
+
+def test_a_new_play_draws_only_once_the_older_plays_handler_has_ended():
+    """A stale play's last frame, yielded just before the click and still with Gradio, must reach the page before
+    the new play's first (one stream per session, in order): the new play's first update waits for the older
+    handler to end (``leave``), at most ``SETTLE_S``."""
+    import threading
+
+    s = Session()
+    first = s.begin(Phase.RACING)
+    second = s.begin(Phase.REPLAYING)
+    got = []
+    t = threading.Thread(target=lambda: got.extend(s.follow(second, [Update(Kind.START, _view(), replay={"speed": 1})])))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and got == []          # waiting for the race's handler
+    s.leave(first)
+    t.join(5)
+    assert not t.is_alive() and [u.play for u in got] == [second]
+    third = s.begin(Phase.RACING)
+    s.SETTLE_S = 0.05                          # a handler that never ends holds nobody for long
+    assert [u.play for u in s.follow(third, [Update(Kind.START, _view())])] == [third]
 
 
 def test_press_applies_the_table():

@@ -169,8 +169,12 @@ class Session:
     object per session: Gradio deep-copies the page's, and ``__deepcopy__`` gives a fresh one); every handler of
     the session reads and changes it under its lock."""
 
+    SETTLE_S = 5.0   # a new play waits at most this long for the handlers of older ones to end (``settle``)
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._alive: set[int] = set()   # plays whose handler still runs (``begin`` to ``leave``)
         self.phase = Phase.IDLE
         self.play = 0                 # the current play's id: a play with another id draws nothing more
         self.resting = Phase.IDLE     # the phase the page rests in when nothing plays (idle, done, stepping, stopped)
@@ -233,9 +237,24 @@ class Session:
             if self.phase not in PLAYING:
                 self.resting = self.phase if self.phase is not Phase.STEPPING else Phase.DONE
             self.phase = phase
+            self._alive.add(self.play)
             play, woken = self.play, self._stale()
         self._wake(woken)
         return play
+
+    def leave(self, play: int) -> None:
+        """Play ``play``'s handler has ended (its last frame is with Gradio): a newer play may draw (``settle``)."""
+        with self._lock:
+            self._alive.discard(play)
+            self._settled.notify_all()
+
+    def settle(self, play: int, timeout: float | None = None) -> None:
+        """Wait (at most ``SETTLE_S``) until the handlers of every play older than ``play`` have ended, so that a
+        stale play's last frame, yielded just before a click and still being sent, reaches the page before the new
+        play's first: all of a session's frames travel on one stream, in the order they were yielded."""
+        with self._settled:
+            self._settled.wait_for(lambda: not any(p < play for p in self._alive),
+                                   self.SETTLE_S if timeout is None else timeout)
 
     def current(self, play: int) -> bool:
         return self.play == play
@@ -255,7 +274,11 @@ class Session:
         the play is stale: then it stops (closing ``updates``, so the race's work stops too) and yields nothing
         more."""
         try:
+            first = True
             for update in updates:
+                if first:
+                    self.settle(play)
+                    first = False
                 with self._lock:
                     if self.play != play:
                         return
