@@ -80,6 +80,8 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
             note += f"\n\n{RECORDED_TIMES}"
     elif view.state is RunState.DONE:
         head = f"**Done** in {fmt_s(view.elapsed())}" + (f" (expected about {fmt_s(expected)})" if expected else "")
+        if view.verdicts():
+            note += f"\n\n{LIVE_TIMES}"
     elif expected and fit.late(view.elapsed()):
         load = getattr(fit, "load", 1.0)
         measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
@@ -135,6 +137,9 @@ def fallback_words(view: RunView) -> str:
 RECORDED_TIMES = ("*Each method's \"done in\" is the recorded race's own clock on its machine (reward scoring, "
                   "sampling and whatever else that machine ran included); the verdict prices only the decoding "
                   "steps, each at that machine's measured step time, so its seconds are fewer.*")
+LIVE_TIMES = ("*Each method's \"done in\" is its own wall clock here (its steps, sampling, text decoding and "
+              "scoring, measured while this machine also drew the page); the verdict prices its decoding steps at "
+              "this machine's profiled step time plus its timed scoring, so the two can differ.*")
 REPLAY_START = "**Replaying** the recorded race…"
 
 

@@ -31,6 +31,8 @@ Environment:
                        (``components.deploy.limits``): slider ranges, per-run checks, a run-time cap
   SPECREJ_DTYPE        the generator's dtype: fp32 (default: coupled randomness is exact, and the recorded page
                        races, fp32, are the races the page runs), bf16 or auto (``specrej.engine.precision``)
+  SPECREJ_PROFILE_REFRESH_S  how often (seconds, default 600) the machine profile the planner reads is probed
+                       again, only while no run has started or ended for a minute; 0: at start-up only
   SPECREJ_TRACE_DIR    a folder where every finished, failed or stopped run's JSON trace is also
                        written (atomically: a temp file in that folder, then a rename); unset: none
 """
@@ -370,7 +372,12 @@ class AppContext:
             try:
                 self.warm()
                 log(f"specrej: ready to race in {time.perf_counter() - t0:.1f} s (models loaded, decoding step "
-                    "compiled and measured)")
+                    f"compiled, this machine profiled: {self.machine.profile().when()})")
+                from components.session import pace
+
+                every = env_int("SPECREJ_PROFILE_REFRESH_S", int(pace.REFRESH_S))
+                if every > 0:   # refreshed only while the page is idle; 0: measured at start-up only
+                    pace.keep_fresh(self, every_s=float(every))
             except Exception as e:
                 self.loaded.warm_error = f"{type(e).__name__}: {e}"
                 log(f"specrej: could not load the default models ({e}); the page stays up.")

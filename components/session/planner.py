@@ -20,7 +20,7 @@ tokenised here (``prompt_tokens``). The executor (``stream.execute``) plays a Pl
 """
 from __future__ import annotations
 
-import functools
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ from components.session.context import AppContext, MachineProfile
 from components.state.request import RunRequest
 
 LIVE, RECORDING, REFUSE, WARM = "live", "recording", "refuse", "warm"
+log = logging.getLogger("specrej.app")
 
 
 @dataclass(frozen=True)
@@ -56,18 +57,19 @@ class Plan:
 
 
 _tokens_lock = threading.Lock()
-
-
-@functools.lru_cache(maxsize=256)
-def _prompt_tokens(lm, prompt: str) -> int:
-    with _tokens_lock:
-        return len(lm.render(prompt))
+_tokens: dict[tuple[int, str], int] = {}   # (id of the generator, prompt) -> tokens; generators live for the process
 
 
 def prompt_tokens(lm, prompt: str) -> int:
     """The prompt's length in tokens through the chat template, off the torch thread (tokenising reads no
-    tensor), remembered per generator and prompt."""
-    return _prompt_tokens(lm, prompt)
+    tensor), remembered per generator and prompt (the last 256)."""
+    key = (id(lm), prompt)
+    with _tokens_lock:
+        if key not in _tokens:
+            if len(_tokens) >= 256:
+                _tokens.pop(next(iter(_tokens)))
+            _tokens[key] = len(lm.render(prompt))
+        return _tokens[key]
 
 
 def admissions(prep, lm) -> tuple[Admission, ...]:
@@ -106,19 +108,23 @@ def plan(ctx: AppContext, request, profile: MachineProfile | None = None) -> Pla
         return done(LIVE, request=request, prep=prep)
     try:
         admitted = admissions(prep, lm)
-    except (ValueError, TypeError, PolicyError) as e:
+    except (ValueError, PolicyError) as e:   # BudgetError: the words name the fix
         return done(REFUSE, request=request, prep=prep, message=str(e))
     except Exception as e:   # a prompt the tokenizer refuses: the race says it as it starts
         return done(LIVE, request=request, prep=prep, message=f"{type(e).__name__}: {e}")
     sr_auto = any(dict(a.overrides).get("n") == AUTO for a in prep.arms if a.kind.about.auto_n)
     limit = float(ctx.limits.max_run_seconds)
-    fitted = pace.fit(profile, prep.model_spec, prep.cfg, prompt_len=admitted[0].kv.prompt_len,
-                      shared=admitted[0].kv.shared, limit_s=limit, sr_auto=sr_auto,
-                      methods=tuple(a.method for a in prep.arms)) if request.fit else None
+    try:
+        fitted = pace.fit(profile, prep.model_spec, prep.cfg, prompt_len=admitted[0].kv.prompt_len,
+                          shared=admitted[0].kv.shared, limit_s=limit, sr_auto=sr_auto,
+                          methods=tuple(a.method for a in prep.arms))
+    except Exception:   # a method with no cost model (a registered one): live, nothing estimated
+        log.warning("could not estimate the race", exc_info=True)
+        fitted = None
     live = dict(request=request, prep=prep, admissions=admitted, fit=fitted)
     if fitted is None or not fitted.estimate_s:
         return done(LIVE, **live)
-    recording = recording_of(ctx, prep, lm)
+    recording = recording_of(ctx, prep, lm) if request.fit else None   # fit off: never a recording instead
     facts = {"estimate_s": fitted.estimate_s, "limit_s": fitted.limit_s, "load": fitted.load,
              "profile": profile.when()}
     if request.lecture:   # the same choice, and the same stated time, whatever the load at the click
@@ -128,7 +134,7 @@ def plan(ctx: AppContext, request, profile: MachineProfile | None = None) -> Pla
                         fallback={"reason": "lecture", "stated_s": lp.stated_s, **facts})
         if lp.mode == "too_long":
             return done(REFUSE, **live, message=too_long(fitted, prep))
-        return done(LIVE, **live)
+        return done(LIVE, **live, recording=recording)
     if not fitted.fits:   # it would not end in time: its recording at its own pace, else what would fit
         if recording is None:
             return done(REFUSE, **live, message=too_long(fitted, prep))

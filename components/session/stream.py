@@ -1,14 +1,14 @@
-"""The request adapter: a ``RunRequest`` (``components/state/request.py``) in, a stream of ``Update``s out.
+"""The executor: a Plan (``planner.plan``) played into a stream of ``Update``s, live or recorded.
 
-``updates(ctx, request)`` validates the request, starts ``race_arms(...)`` over the run's arms
-(the context's arms, Best-of-N and Speculative Rejection by default, plus a second Speculative
-Rejection setting when asked; interleaved by FLOPs spent: an equal-compute race), feeds every
-event to a fresh ``RunView``, and yields an update (``state/update.py``) per Round and Finished and at
+``updates(ctx, request)`` plans the Run at once (nothing measured: the planner reads the machine profile) and
+plays it (``execute``): a refusal is one "Can't run" update; a recording plays through ``recordings.play``; a live
+race (``live``) starts ``race_arms(...)`` over the run's arms (the context's arms, Best-of-N and Speculative
+Rejection by default, plus a second Speculative Rejection setting when asked; interleaved by FLOPs spent: an
+equal-compute race), feeds every event to a fresh ``RunView``, and yields an update per Round and Finished and at
 most every ``ctx.min_frame_interval`` seconds for Progress events (presentation draws each:
-``components/frames.draw``). Errors become a visible message in the status line, never a server
-error; an out-of-memory error is retried once with
-half the budget (``retry.py``). Closing the generator (Stop, a closed tab) closes the race,
-which closes every arm and frees its memory in its ``finally``.
+``components/frames.draw``). Errors become a visible message in the status line, never a server error; an
+out-of-memory error is retried once with half the budget (``retry.py``). Closing the generator (Stop, a closed
+tab, a newer play) closes the race, which closes every arm and frees its memory in its ``finally``.
 
 ``race_events`` is the only function that touches the models; it yields plain frozen events,
 so on ZeroGPU (``spaces.GPU``) it runs in the GPU process and only picklable data crosses over.

@@ -1,0 +1,135 @@
+"""The planner (components/session/planner.py): what a Run does, decided at the click from the request, the
+deployment and the machine profile measured at start-up; nothing measured, nothing asked of the torch thread.
+On the tiny models; the machine's speed set by hand (no test times anything)."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+from conftest import profiled, race_frames, request_values, run_request, tiny_app_context, wait_for
+
+from specrej.core.cost import StepCost
+
+SETTINGS = dict(prompt="Name three rivers.", n=8, max_new_tokens=24, budget=160, first_decision=8)
+QUIET = StepCost((1, 8, 32, 128), (0.001, 0.0012, 0.002, 0.005))
+
+
+@pytest.fixture(scope="module")
+def ctx(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    return tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory)
+
+
+@pytest.fixture()
+def no_measuring(monkeypatch):
+    """Every way to measure this machine, and the torch thread itself, refused: what a plan may not touch."""
+    from components.session import pace
+    from components.session.worker import TorchWorker
+    from specrej.backends import steptime
+
+    def refuse(*a, **kw):
+        raise AssertionError("measured (or asked the torch thread) at a click")
+
+    for mod, name in ((pace, "measure"), (pace, "_probe"), (steptime, "measure"), (TorchWorker, "call"),
+                      (TorchWorker, "submit")):
+        monkeypatch.setattr(mod, name, refuse)
+
+
+def test_the_warm_up_measures_the_profile_a_click_reads(ctx):
+    profile = ctx.machine.profile()
+    assert profile.step(ctx.default_model) is not None and profile.load is not None
+    assert profile.measured_at is not None and profile.when().startswith("measured at")
+
+
+def test_a_plan_measures_nothing_and_asks_nothing_of_the_torch_thread(ctx, no_measuring):
+    from components.session import planner
+
+    p = planner.plan(ctx, request_values(ctx, SETTINGS))
+    assert p.action == planner.LIVE and p.fit is not None and p.fit.estimate_s > 0
+    assert p.fit.measured.startswith("measured at")
+    assert len(p.admissions) == len(p.prep.arms) and all(a.fits and a.kv.prompt_len > 0 for a in p.admissions)
+    bad = planner.plan(ctx, request_values(ctx, SETTINGS, n=0))
+    assert bad.action == planner.REFUSE and "n" in bad.message
+    small = planner.plan(ctx, request_values(ctx, {**SETTINGS, "budget": 20}))   # 8 rows cannot fit 20 slots
+    assert small.action == planner.REFUSE and "budget" in small.message.lower()
+
+
+def test_a_run_plays_through_the_executor_with_nothing_measured(ctx, monkeypatch):
+    """The whole Run (plan, then the executor's live race) with every measurement refused: it races to Done,
+    its verdict priced with the profile's step."""
+    from components.session import pace
+    from specrej.backends import steptime
+
+    def refuse(*a, **kw):
+        raise AssertionError("measured during a Run")
+
+    monkeypatch.setattr(pace, "measure", refuse)
+    monkeypatch.setattr(steptime, "measure", refuse)
+    out = race_frames(ctx, run_request(ctx, SETTINGS))
+    assert "Done" in out[-1].status and out[-1].view.step is not None
+
+
+@pytest.fixture(scope="module")
+def recorded(ctx, tmp_path_factory):
+    from components.session import stream
+
+    folder = tmp_path_factory.mktemp("page-races")
+    stream.record(ctx, run_request(ctx, SETTINGS), folder / "rivers.json.gz")
+    return dataclasses.replace(ctx, page_races=folder, machine=ctx.machine.copy())
+
+
+def test_lecture_mode_decides_from_the_profile_and_states_its_quiet_time(recorded, monkeypatch):
+    from components.session import planner
+
+    profiled(monkeypatch, recorded.default_model, QUIET, 4.0)
+    busy = planner.plan(recorded, request_values(recorded, SETTINGS, lecture=True))
+    assert busy.action == planner.RECORDING and busy.fallback["reason"] == "lecture"
+    assert busy.fallback["stated_s"] == pytest.approx(busy.fit.estimate_s / 4.0)   # the quiet live time
+    assert busy.speed == pytest.approx(planner.recorded_seconds(busy.recording) / busy.fallback["stated_s"])
+    assert busy.fallback["profile"].startswith("measured at")
+    profiled(monkeypatch, recorded.default_model, QUIET, 1.0)
+    quiet = planner.plan(recorded, request_values(recorded, SETTINGS, lecture=True))
+    assert quiet.action == planner.LIVE and quiet.recording is not None   # live, its recording kept for falling behind
+
+
+def test_too_long_without_a_recording_is_refused_in_plain_words(ctx, monkeypatch):
+    from components.session import planner
+
+    profiled(monkeypatch, ctx.default_model, QUIET, 1e5)
+    p = planner.plan(ctx, request_values(ctx, SETTINGS))
+    assert p.action == planner.REFUSE and "past this deployment's time limit" in p.message
+    assert "**" not in p.message   # shown escaped in "Can't run": raw markdown would print as asterisks
+
+
+def test_a_warming_server_plans_to_wait(ctx):
+    from components.session import planner
+
+    gate = threading.Event()
+    warming = dataclasses.replace(ctx)
+    warming.loaded.warm_thread = threading.Thread(target=gate.wait, daemon=True)
+    warming.loaded.warm_thread.start()
+    try:
+        assert planner.plan(warming, request_values(ctx, SETTINGS)).action == planner.WARM
+    finally:
+        gate.set()
+        warming.loaded.warm_thread.join()
+    assert planner.plan(ctx, request_values(ctx, SETTINGS)).action == planner.LIVE
+
+
+def test_the_profile_is_refreshed_only_while_idle(ctx, monkeypatch):
+    from components.session import pace
+
+    machine = ctx.machine.copy()
+    machine.measured_at = 0.0   # long ago
+    c = dataclasses.replace(ctx, machine=machine)
+    refreshed = []
+    monkeypatch.setattr(pace, "refresh", lambda ctx, model, lm: refreshed.append(model) or 1.0)
+    c.machine.started("a race")   # a run in flight: never refreshed
+    keeper = pace.keep_fresh(c, every_s=0.05, idle_s=0.05)
+    try:
+        assert not wait_for(lambda: refreshed, timeout=0.5)
+        c.machine.ended("a race")
+        assert wait_for(lambda: refreshed, timeout=10)
+    finally:
+        keeper.stop.set()
+        keeper.join(5)
