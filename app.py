@@ -32,6 +32,10 @@ from components.state.request import RunRequest
 from components.state.shared import PREFERENCE
 
 TITLE = "Speculative Rejection vs Best-of-N"
+# A play button pressed while its own play runs (Run during a race): the page's default, "once", drops the new
+# trigger while the old one is pending, so the old race stopped and nothing started (issue 47). The old play's
+# handler ends at once (``Session.on_stale``), and the newest press runs right after it.
+PRESSED_AGAIN = "always_last"
 THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")
 
 
@@ -150,7 +154,7 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
     # caps, set by guard.bind on every queued event).
     race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
                 concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
-                preprocess=False)
+                preprocess=False, trigger_mode=PRESSED_AGAIN)
     # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
     # taken (the queue position shows on the status line), then start the race in the queue; one handler,
     # one API name.
@@ -193,7 +197,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
 
     on_replay = c.replay.click(**lecture.lock_step(page)) \
         .then(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
-              concurrency_limit=4, api_visibility="private", preprocess=False)
+              concurrency_limit=4, api_visibility="private", preprocess=False, trigger_mode=PRESSED_AGAIN)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
     def paper_scale(prompt, pace, step, lecture_on, request: gr.Request):
@@ -234,7 +238,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
     on_paper = c.paper.click(**lecture.lock_step(page)) \
         .then(press_paper, [page.session], [a.status], queue=False, api_visibility="private") \
         .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture], ui.paper_outputs(page), concurrency_id="replay",
-              concurrency_limit=4, api_visibility="private", preprocess=False)
+              concurrency_limit=4, api_visibility="private", preprocess=False, trigger_mode=PRESSED_AGAIN)
 
     def recorded_settings(prompt, view):
         """The recording's settings set on the page; the race then starts as Run starts it. A recording of
