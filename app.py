@@ -12,6 +12,7 @@ from components.session import gpu  # noqa: I001  first: on ZeroGPU `spaces` mus
 
 import dataclasses
 import inspect
+import threading
 
 import gradio as gr
 
@@ -114,14 +115,36 @@ def bind(sessions: Sessions, guard: Guard, request, phase: Phase):
 
 def playing(page: ui.Page, session, play: int, stop_requested, updates):
     """The one way a play reaches the page: its updates drawn as frames while it is the session's current play
-    (the first once every older play's handler has ended: ``Session.settle``), then nothing more (``quiet_end``)."""
+    (the first once every older play's handler has ended: ``Session.settle``), then nothing more (``quiet_end``).
+
+    The moment the play's stop flag is set (Stop, a cancel, a closed tab, a newer play), its stream is closed on
+    a thread of its own, between two steps: the race's run leaves the machine and frees its KV cache then, even
+    when Gradio never resumes nor closes this handler (a cancel that arrives during the handler's first step
+    cancels its task before Gradio holds the generator: it is left suspended until a garbage collection)."""
+    stream = page.stream(drawn(session.follow(play, updates)))
+    turn = threading.Lock()   # one step of the stream at a time: its next() here, or its close() on a stop
+
+    def end() -> None:
+        with turn:
+            stream.close()   # the race's own finally runs now (its run leaves ``machine.active``)
+        session.leave(play)
+
+    on_set = getattr(stop_requested, "on_set", None)
+    if on_set is not None:
+        on_set(lambda: threading.Thread(target=end, name=f"end-play-{play}", daemon=True).start())
     try:
-        for update in page.stream(drawn(session.follow(play, updates))):
+        while not stop_requested():
+            with turn:
+                update = next(stream, None)
+            if update is None:
+                yield from quiet_end(page, session, play)
+                return
             if stop_requested():
                 return
             yield update
-        yield from quiet_end(page, session, play)
     finally:
+        with turn:
+            stream.close()
         session.leave(play)
 
 

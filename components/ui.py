@@ -592,11 +592,17 @@ class Page:
 
     def stream(self, frames: Iterable[Frame]) -> Iterator[dict]:
         """Each frame's updates: a live frame carries only what changed since the frame before
-        (``frames.since``); the first and the last (the result) carry everything."""
+        (``frames.since``); the first and the last (the result) carry everything. Closing this closes ``frames``
+        at once (the race behind them ends its run there, not whenever the garbage collector finds it)."""
         shown = None
-        for frame in frames:
-            yield self.updates(since(frame, shown) if frame.results_visible is KEEP else frame)
-            shown = frame
+        try:
+            for frame in frames:
+                yield self.updates(since(frame, shown) if frame.results_visible is KEEP else frame)
+                shown = frame
+        finally:
+            close = getattr(frames, "close", None)
+            if close is not None:
+                close()
 
     def updates(self, frame: Frame) -> dict:
         """A frame as {component: new value}; ``gr.skip()`` where the frame keeps a field."""

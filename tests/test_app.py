@@ -164,6 +164,39 @@ def test_an_unexpected_error_is_shown_not_raised(ctx):
     assert "went wrong" in out[-1].status and "boom" in out[-1].status
 
 
+def test_a_play_handler_left_suspended_ends_its_race_when_stopped(ctx):
+    """The CI flake of test_guard_surface (a cancelled run held in ``machine.active`` for minutes): a cancel that
+    arrives during a handler's first step cancels Gradio's task before Gradio holds the generator, so nothing
+    ever resumes or closes it. Here the handler is left suspended (a reference held, the collector off) and its
+    stop flag set, as the guard's cancel sets it: the race's run must leave the machine all the same."""
+    import gc
+
+    import gradio as gr
+
+    import app
+    from components import ui
+    from components.deploy.clients import StopFlag
+    from components.session.stream import updates
+    from components.state.play import Phase, Session
+
+    with gr.Blocks():
+        page = ui.build_page(ctx)
+    session, stop = Session(), StopFlag()
+    play = session.begin(Phase.RACING)
+    values = list(request_values(ctx, dict(prompt=PROMPT, **SMALL)).values())
+    handler = app.playing(page, session, play, stop, updates(ctx, values, stop_requested=stop))
+    gc.disable()
+    try:
+        while not ctx.machine.busy():
+            next(handler)
+        stop.set()   # and the handler is never resumed
+        assert wait_for(lambda: ctx.machine.busy() == 0 and not ctx.active), (ctx.machine.busy(), ctx.active)
+        assert wait_for(lambda: not session._alive)   # a newer play of this session draws without waiting
+    finally:
+        gc.enable()
+    assert list(handler) == []
+
+
 def test_switching_the_compute_axis_rerenders_from_the_session_view(raced):
     import app
 

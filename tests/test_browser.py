@@ -103,7 +103,10 @@ def test_newcomer_details_in_a_real_browser(browser, app_url):
             r.selectNodeContents(b); const h = parseFloat(s.lineHeight) || 1.2 * parseFloat(s.fontSize);
             return [parseFloat(s.fontSize), h, Math.round(r.getBoundingClientRect().height / h)]; }""")
         assert page.eval_on_selector(sel, "b => b.tagName") == "BUTTON" and size >= 15 and lines <= 2, (sel, size, line, lines)
-    assert page.evaluate("document.fonts.check(\"600 16px 'Specrej Sans'\", 'Best-of-N')")
+    # the bold face loads (awaited: check() alone reads False while a face is still in flight on a loaded machine)
+    faces = page.evaluate("""() => document.fonts.load("600 16px 'Specrej Sans'", 'Best-of-N')
+        .then(fs => fs.map(f => [f.family.replace(/["']/g, ''), f.status]))""")
+    assert ["Specrej Sans", "loaded"] in faces, faces
     family = page.eval_on_selector("#header strong", "e => getComputedStyle(e).fontFamily")
     assert family.startswith('"Specrej Sans"') or family.startswith("'Specrej Sans'") or \
         family.startswith("Specrej Sans"), family
