@@ -666,7 +666,7 @@ def why_markdown(view: RunView, verdicts: dict | None = None) -> str:
                          f"{about.paper}.*"]
             if why := about.judged_by_own_signal(kind_of(view.reward_label) or ""):
                 body += ["", f"**The judge reads this method's own signal:** {why}, so this race judges "
-                             f"{md_escape(arm.spec.kind.name)} by what it decides with. For a judge no arm uses, "
+                             f"{md_escape(arm.spec.kind.name)} by what it decides with. For a judge this method does not decide with, "
                              "choose the preference reward."]
         if w.causes:
             body += ["", _cause_words(w, sr, about)]

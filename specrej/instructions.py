@@ -1,12 +1,13 @@
-"""Verifiable instruction following: a judge no arm uses (issue 40).
+"""Verifiable instruction following: a judge no rival decides with (issue 40).
 
 The prompts (``specrej/data/prompts/instructions.jsonl``, written for this project, 24 of them) each carry
 IFEval instructions by id with their arguments ("answer in lowercase", "no commas", "include the keyword
 magma", "fewer than 40 words" ...). An answer's score is the fraction of its prompt's instructions it
 follows, checked by IFEval's own checkers as the maintained PyPI package ``if-verifiable`` ships them
-(``if_verifiable.ifeval``, Google's code). No model and no generator statistic reads into it, so it is not
-any arm's own signal: neither Speculative Rejection's partial reward (it is the reward there), nor
-DeepConf's confidence, nor ST-BoN's consistency.
+(``if_verifiable.ifeval``, Google's code). No model and no generator statistic reads into it, so it is
+no rival's own signal: neither DeepConf's confidence nor ST-BoN's consistency. Speculative Rejection does
+decide with it (it is the reward, read on partial answers at every decision, as the paper's protocol has the
+reward model decide), and with ``pick=reward`` every arm picks its winner with it.
 
 **Which checks run here.** 23 of IFEval's 25 checkers run offline. Two need NLTK's ``punkt`` tokenizer
 data, which is a download this project cannot make: ``length_constraints:number_sentences`` and

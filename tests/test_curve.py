@@ -2,37 +2,61 @@
 from __future__ import annotations
 
 import itertools
+import math
+from fractions import Fraction
 import random
 
 import pytest
 
 from specrej.core.cost import passes
 from specrej.analysis.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, expected_max, refill_steps,
-                           order_weights, speedups)
+                           speedups)
 
 
 def brute_max(values, k):
-    subs = list(itertools.combinations(values, k))
+    """E[max of k] over every k-subset, in exact rationals."""
+    subs = list(itertools.combinations([Fraction(v) for v in values], k))
     return sum(max(s) for s in subs) / len(subs)
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 8])
-def test_expected_max_equals_mean_over_all_subsets(n):
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 11])
+def test_expected_max_is_the_mean_over_every_subset_and_exact_at_ties(n):
+    """Issue 48: the curve from lgamma/exp put E[max of 28] of 27 zeros and 5 ones at 1 - 7e-16 and E[max of 29]
+    at 1 + 5e-16, so a target of 100 landed past a jump. Against every k-subset in exact rationals: each k
+    within rounding, a tie at the top reached exactly, never above the largest value, never decreasing."""
     rng = random.Random(n)
-    values = [rng.choice([0.1, 0.5, 0.5, 0.9, rng.random()]) for _ in range(n)]   # with ties
-    for k in range(1, n + 1):
-        assert expected_max(values, k) == pytest.approx(brute_max(values, k), abs=1e-12)
+    for trial in range(6):
+        values = [rng.choice([0.0, 0.1, 0.5, 0.5, 0.9, 1.0, rng.random(), -rng.random()]) for _ in range(n)]
+        if trial == 0:
+            values = [0.9] * n   # one value: every k is it
+        got = [expected_max(values, k) for k in range(1, n + 1)]
+        for k, g in enumerate(got, start=1):
+            exact = brute_max(values, k)
+            assert g == pytest.approx(float(exact), rel=1e-14, abs=1e-15)
+            assert (g == max(values)) is (exact == max(values))
+        assert all(a <= b for a, b in zip(got, got[1:])) and got[-1] == max(values)
 
 
-def test_weights_sum_to_one_and_ends():
-    for n, k in [(128, 1), (128, 7), (1024, 300), (10, 10)]:
-        w = order_weights(n, k)
-        assert sum(w) == pytest.approx(1.0, abs=1e-9)
-        assert all(x == 0 for x in w[: k - 1])
-    assert expected_max([3, 1, 2], 1) == pytest.approx(2.0)   # k=1: the mean
-    assert expected_max([3, 1, 2], 3) == pytest.approx(3.0)   # k=N: the max
+def test_a_tie_at_the_top_is_a_plateau_from_the_first_k_that_must_hold_it():
+    scores = [0.0] * 27 + [1.0] * 5
+    assert expected_max(scores, 27) == 1.0 - 1.0 / math.comb(32, 27)   # one 27-subset of the 32 holds no 1
+    assert all(expected_max(scores, k) == 1.0 for k in range(28, 33))
+    assert expected_max([3, 1, 2], 1) == 2.0   # k = 1: the mean
+    assert expected_max([3, 1, 2], 3) == 3.0   # k = N: the max
     with pytest.raises(ValueError):
-        order_weights(3, 4)
+        expected_max([3, 1, 2], 4)
+    with pytest.raises(ValueError):
+        expected_max([3, 1, 2], 0)
+
+
+def test_the_speedup_on_a_plateau_is_at_the_first_k_on_it():
+    """A target equal to the plateau's score needs the first k on the plateau, never a point past it."""
+    runs = [PromptRun([0.0] * 27 + [1.0] * 5, [10] * 32, prompt_tokens=4, flops_per_token=2.0)]
+    curve = bon_curve(runs, default_ks(32), [32])
+    assert [row["k"] for row in curve if row["improvement"] == 100.0][0] == 28
+    by = curves_by_measure(curve)
+    sp = speedups(by, 100.0, {"flops": curve[27]["flops"]})["flops"]
+    assert sp.value == 1.0 and not sp.lower_bound
 
 
 def test_steps_and_tokens_against_enumeration_of_ordered_draws():
@@ -155,3 +179,41 @@ def test_paged_refill_steps_by_hand():
                                          for o in itertools.permutations(range(4))) / 24)
     with pytest.raises(ValueError, match="does not fit"):
         paged_schedule([12], [0], kv)
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def exact_max(values, k):
+    """E[max of k of n] without replacement in exact rationals: the i-th smallest is the max of C(i-1, k-1) of the
+    C(n, k) subsets (ties included: each sorted position counts once)."""
+    v = sorted(Fraction(x) for x in values)
+    return sum(x * math.comb(i, k - 1) for i, x in enumerate(v)) / math.comb(len(v), k)
+
+
+@pytest.mark.parametrize("name", ["rivals", "quick"])
+def test_the_committed_tables_rest_on_the_exact_curve_and_recompute_exactly(name, tmp_path):
+    """Issue 48's done-means: every committed figure regenerated from its JSON by one command
+    (``python -m specrej.bench --from``) equals what is committed, and the curve under it is exact: at every k,
+    for every prompt's Best-of-N scores, the curve agrees with exact rationals (equal where the rationals reach
+    the top)."""
+    import json
+
+    from specrej.bench.run import recompute
+
+    src = ROOT / "assets" / "bench" / f"{name}.json"
+    committed = json.loads(src.read_text(encoding="utf-8"))
+    for record in committed["prompts"][:6]:
+        scores = record["bon"]["scores"]
+        top = max(scores)
+        for k in range(1, len(scores) + 1):
+            exact = exact_max(scores, k)
+            got = expected_max(scores, k)
+            assert got == pytest.approx(float(exact), rel=1e-13, abs=1e-13), (record.get("id"), k)
+            assert (got == top) is (exact == top), (record.get("id"), k, got)
+    again = json.loads(json.dumps(recompute(src, tmp_path)))
+    assert again["summary"] == committed["summary"]
+    assert again["protocol"] == committed["protocol"]
+    if name == "rivals":   # the audit's case: the flat prompts are listed apart, never averaged in as 100
+        assert again["protocol"]["flat_prompts"] == ["if-01", "if-04", "if-09"]
+        assert again["protocol"]["prompts"] == 9

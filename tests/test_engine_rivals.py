@@ -115,7 +115,7 @@ def test_a_race_of_all_four_arms_on_one_engine(lm32, length_reward):
 
 def test_the_why_box_says_when_the_judge_reads_a_rivals_own_signal(lm32, length_reward):
     """Under self-certainty (DeepConf's token confidence over the whole vocabulary) the page says DeepConf is judged
-    by what it decides with; under a reward no arm decides with it says nothing of the kind."""
+    by what it decides with; under a reward no rival decides with it says nothing of the kind."""
     from specrej.arms import parse_arms
     from specrej.rewards import REWARDS
     from components.panels import why_markdown

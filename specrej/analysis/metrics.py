@@ -136,6 +136,9 @@ def speedup(
     is treated as non-decreasing. The compute needed is:
 
     * the first point's compute if the target is at or below its score;
+    * a point's compute when the target equals its score: on a plateau (the
+      curve reaching a tie at the top, ``curve.expected_max`` exact there), the
+      first point of it;
     * otherwise, between the two points that bracket the target, a linear
       interpolation of ``log(compute)`` against score;
     * if the target exceeds every score, the largest compute, and the result
@@ -165,8 +168,10 @@ def speedup(
         return SpeedUp(computes[0] / method_compute, lower_bound=False)
 
     for i in range(1, len(computes)):
-        if running_scores[i] >= target_score:
-            # running_scores[i - 1] < target_score <= running_scores[i],
+        if running_scores[i] == target_score:   # on the point (a plateau: its first point), no interpolation
+            return SpeedUp(computes[i] / method_compute, lower_bound=False)
+        if running_scores[i] > target_score:
+            # running_scores[i - 1] < target_score < running_scores[i],
             # so the score difference below is strictly positive.
             low_score, high_score = running_scores[i - 1], running_scores[i]
             fraction = (target_score - low_score) / (high_score - low_score)

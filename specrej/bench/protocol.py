@@ -352,10 +352,17 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
     bound when the method beats Best-of-N_ref; ``speedup_<m>_ci90``: the speed-up at each end of the
     improvement's 90% interval. The improvement score comes raw and capped (each prompt's best at most
     Best-of-N_ref's), each with a 90% bootstrap interval over prompts; beside it the oracle ceiling and
-    the gap to it, and Best-of-N_ref's winner's fate on each prompt. ``gpu``: a ``specrej.analysis.gpu_steps.GpuStep``
+    the gap to it, and Best-of-N_ref's winner's fate on each prompt. A prompt where every Best-of-N_ref answer
+    scored the same decides nothing (any arm's answer is "the best" there): it is left out of every figure and
+    listed apart (``flat_prompts``), never averaged in as 100. ``gpu``: a ``specrej.analysis.gpu_steps.GpuStep``
     for this generator: the decode steps priced on it as well (``gpu_priced``)."""
     if not records:
         raise ValueError("no prompt results to aggregate")
+    flat = [r.get("id", str(i)) for i, r in enumerate(records) if len(set(r["bon"]["scores"])) == 1]
+    records = [r for r in records if len(set(r["bon"]["scores"])) > 1]
+    if not records:
+        raise ValueError(f"every Best-of-N answer scored the same on every prompt ({', '.join(flat)}): the reward "
+                         "tells no answer from another, so no method can be compared")
     n_ref = records[0]["bon"]["n"]
     runs = [prompt_run(r, flops(gen_params, 1)) for r in records]
     budgets = [KVBudget(r["budget"], r["prompt_tokens"], r.get("kv_shared", True)) for r in records]
@@ -401,7 +408,7 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
                  **{f"rel_{m}": row[m] / ref[m] for m in ("flops", "steps", "steps_refill", "steps_paged", "wall", "tokens")
                     if m in row}}
                 for row in curve]
-    return {"n_ref": n_ref, "prompts": len(records), "bon": bon_rows, "sr": points,
+    return {"n_ref": n_ref, "prompts": len(records), "flat_prompts": flat, "bon": bon_rows, "sr": points,
             "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "steps_paged", "flops", "tokens", "wall") if m in ref},
             "step_model": step_model.points if step_model else None,
             "gpu": gpu_priced(records, gpu, curve, runs, points) if gpu is not None else None}

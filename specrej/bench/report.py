@@ -77,6 +77,16 @@ PAPER_MEASURES = (("steps", "decode steps"), ("steps_refill", "decode steps, BoN
                   ("flops", "FLOPs"), ("wall", "wall time"))
 
 
+def _flat_line(agg: dict) -> list[str]:
+    """The prompts left out because every Best-of-N answer scored the same there (``protocol.aggregate``)."""
+    flat = agg.get("flat_prompts") or []
+    if not flat:
+        return []
+    return [f"Left out: {len(flat)} prompt{'s' if len(flat) > 1 else ''} where every Best-of-{agg['n_ref']} answer "
+            f"scored the same ({', '.join(flat)}): the reward tells no answer from another there, so any arm would "
+            f"score 100 on it for free. Every figure below is over the other {agg['prompts']}."]
+
+
 def paper_table(agg: dict, meta: dict) -> str:
     """The protocol's table: the Best-of-N curve at powers of two, then each Speculative Rejection point
     (rule, alpha, first decision) with its raw and capped improvement and their 90% intervals."""
@@ -86,6 +96,7 @@ def paper_table(agg: dict, meta: dict) -> str:
         f"Paper protocol: {agg['prompts']} prompts ({meta['prompt_set']}), generator {meta['model']} "
         f"({meta.get('dtype', '?')}), reward {meta['reward']}, {meta['max_new_tokens']} new tokens, budget "
         f"{meta['budget']} KV slots, seed {meta['seed']}",
+        *_flat_line(agg),
         f"Reference: Best-of-{n_ref} under the same budget. Best-of-k for every k is the expected best of k random "
         f"candidates (order statistics over one coupled Best-of-{n_ref} run), with its expected compute in passes "
         "of the rows that fit at full length (x steps) or with those slots refilled as answers end (x refill).",

@@ -98,6 +98,9 @@ def parser() -> argparse.ArgumentParser:
                    help="scripts/gpu_check.py's JSON (a file or a folder of them; default: the checkout's assets/gpu): "
                         "also price the decode steps on the GPU step measured for this generator, if one is there")
     p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.png)")
+    p.add_argument("--from", dest="source", metavar="BENCH_JSON",
+                   help="no model: recompute a bench.json's summary, table and figure from its own per-prompt "
+                        "numbers with this code (how every committed table in docs/results.md is regenerated)")
     p.add_argument("--threads", type=int, help="torch threads per process (default: the idle cores / processes)")
     p.add_argument("--engine-rows", type=int, help="rows for the engine-speed comparison")
     p.add_argument("--engine-length", type=int, help="new tokens for the engine-speed comparison")
@@ -163,8 +166,41 @@ def _gpu_step(where: str | None, params: int):
     return picked
 
 
+def recompute(source: Path, out: Path, gpu_steps: str | None = None) -> dict:
+    """A bench.json's summary, protocol table and figure recomputed from its own per-prompt numbers (every
+    candidate's score and length, each point's steps, FLOPs and wall time, the measured passes) with the analysis
+    code of this checkout; nothing is run again. Writes ``out/bench.json`` and ``out/bench.png``."""
+    from ..core.cost import StepCost
+    from .protocol import aggregate, summary
+    from .report import paper_png, paper_table
+
+    try:
+        result = json.loads(Path(source).read_text(encoding="utf-8"))
+        meta, records, passes = result["meta"], result["prompts"], result.get("step_passes") or []
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"--from {source}: not a bench.json ({type(e).__name__}: {e})")
+    if not records:
+        raise SystemExit(f"--from {source}: no prompt results to recompute (an --engine-only run?)")
+    agg = aggregate(records, gen_params=meta["generator_params"],
+                    step_model=StepCost.from_passes(passes) if passes else None,
+                    gpu=_gpu_step(gpu_steps, meta["generator_params"]))
+    result["protocol"], result["summary"] = agg, summary(agg)
+    meta["recomputed"] = {"from": str(source), "by": "python -m specrej.bench --from",
+                          "at": time.strftime("%Y-%m-%d", time.gmtime())}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=1))
+    title = (f"Speculative Rejection vs Best-of-N: {agg['prompts']} prompts, {meta['model']}, reward {meta['reward']}, "
+             f"{meta['max_new_tokens']} tokens, budget {meta['budget']} slots; SR opens with the batch that fills it")
+    paper_png(agg, title, out / "bench.png")
+    print(paper_table(agg, meta))
+    print(f"\nwrote {out / 'bench.json'}, {out / 'bench.png'} (recomputed from {source})")
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     args = parser().parse_args(argv)
+    if args.source:
+        return recompute(Path(args.source), Path(args.out), args.gpu_steps)
     mode = MODES["quick" if args.quick else "full"]
     for key, value in mode.items():
         if getattr(args, key, None) is None:
