@@ -115,8 +115,8 @@ def test_run_pressed_during_a_race_a_replay_and_a_pause_draws_the_new_play(brows
         assert page.evaluate(PLAY) == race3 and "Replaying" not in status(page)   # the old play draws no more
         DELAY["s"] = 0.0
         page.check("#step input")
-        page.click("#stop")
-        wait_status(page, "Stopped")
+        page.click("#stop")                                    # (the race may have ended by now: nothing to stop)
+        wait_status(page, "Stopped|Nothing to stop")
         page.click("#run")
         stepping = new_play(page, race3, "Stepping through the decisions")
         assert not disabled(page, "#step-end")                 # "Run to the end" at decision 1
@@ -180,5 +180,51 @@ def test_a_lecture_link_on_a_phone_gets_the_phone_layout(browser, served):
         assert width <= 391, width
         stop = page.locator("#stop").bounding_box()
         assert stop["x"] + stop["width"] <= 391, stop
+    finally:
+        page.close()
+
+
+def test_the_qr_code_sits_in_its_box_and_decodes_to_the_link_that_keeps_step_mode(browser, served):
+    """Link to this race while stepping: the QR code lies inside its box and the page at 1280 and at 390 px, a
+    maintained decoder (``zxing-cpp``) reads the link box's whole link off a screenshot of it, and that link
+    opens the page with the race's settings and step mode kept."""
+    import io
+
+    zxingcpp = pytest.importorskip("zxingcpp")
+    from PIL import Image
+
+    url, _ = served
+    DELAY["s"] = 0.0
+    page = open_page(browser, url)
+    try:
+        page.fill("#prompt textarea", "Name two seas.")
+        page.check("#step input")
+        page.click("#run")
+        wait_status(page, "Stepping through the decisions")
+        page.click("#link")
+        page.wait_for_selector("#link-qr svg", state="visible")
+        link = page.input_value("#link-box textarea, #link-box input")
+        assert link.startswith(url) and "step=1" in link and "prompt=Name+two+seas." in link, link
+        for width, height in ((1280, 720), (390, 844)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.locator("#link-qr svg").scroll_into_view_if_needed()
+            qr, box = page.locator("#link-qr svg").bounding_box(), page.locator("#link-qr").bounding_box()
+            assert qr["x"] >= box["x"] - 0.5 and qr["x"] + qr["width"] <= box["x"] + box["width"] + 0.5, (width, qr, box)
+            assert qr["y"] >= box["y"] - 0.5 and qr["y"] + qr["height"] <= box["y"] + box["height"] + 0.5, (width, qr, box)
+            assert qr["x"] >= 0 and qr["x"] + qr["width"] <= width, (width, qr)
+            # the whole link box shows the whole link: its text is not cut (no scroll inside the field)
+            assert page.eval_on_selector("#link-box textarea, #link-box input",
+                                         "e => e.scrollWidth <= e.clientWidth + 1 && e.scrollHeight <= e.clientHeight + 1"), (width, page.eval_on_selector("#link-box textarea, #link-box input", "e => [e.tagName, e.scrollWidth, e.clientWidth, e.scrollHeight, e.clientHeight, e.rows, getComputedStyle(e).overflowWrap, getComputedStyle(e).whiteSpace]"))
+            shot = Image.open(io.BytesIO(page.locator("#link-qr").screenshot()))
+            read = [r.text for r in zxingcpp.read_barcodes(shot) if r.format == zxingcpp.BarcodeFormat.QRCode]
+            assert read == [link], (width, read)
+        other = open_page(browser, link)
+        try:
+            other.wait_for_function("document.querySelector('#prompt textarea').value === 'Name two seas.'")
+            other.wait_for_function("document.querySelector('#step input').checked")
+            other.click("#run")
+            wait_status(other, "Stepping through the decisions")
+        finally:
+            other.close()
     finally:
         page.close()

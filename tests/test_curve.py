@@ -217,3 +217,15 @@ def test_the_committed_tables_rest_on_the_exact_curve_and_recompute_exactly(name
     if name == "rivals":   # the audit's case: the flat prompts are listed apart, never averaged in as 100
         assert again["protocol"]["flat_prompts"] == ["if-01", "if-04", "if-09"]
         assert again["protocol"]["prompts"] == 9
+
+
+def test_the_improvement_spreads_each_prompt_from_its_lowest_score_not_from_zero():
+    """Issue 48's surviving mutant: a prompt's improvement is (best - Best-of-N's best) over Best-of-N's spread
+    (its highest minus its lowest score). With scores 2, 3, 4, a best of 3 is half the spread short: 50, where a
+    spread from 0 would say 75."""
+    from specrej.analysis.curve import improvement
+
+    run = PromptRun(scores=[2.0, 3.0, 4.0], lengths=[5, 5, 5], prompt_tokens=4, flops_per_token=2.0)
+    assert improvement([3.0], [run]) == pytest.approx(50.0)
+    assert improvement([4.0], [run]) == pytest.approx(100.0)
+    assert improvement([5.0], [run]) == pytest.approx(150.0) and improvement([5.0], [run], capped=True) == pytest.approx(100.0)

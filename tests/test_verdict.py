@@ -294,3 +294,15 @@ def test_the_rewards_measured_seconds_are_priced_when_asked():
     assert priced.bon_seconds == pytest.approx(4.8 + 0.8) and priced.seconds == pytest.approx(2.6 + 0.5)
     assert [p.seconds - q.seconds for p, q in zip(priced.curve, plain.curve)] == pytest.approx([0.2, 0.4, 0.6, 0.8])
     assert sr_led.decode_s == pytest.approx(2.5)
+
+
+def test_the_widest_step_is_the_challengers_widest_step_not_its_narrowest():
+    """Issue 48's surviving mutant: ``widest`` (what "priced beyond the largest batch measured" reads) must be the
+    most rows any priced step decodes: Speculative Rejection's opening 12 rows, not its last step's 3."""
+    v = verdict(bon_scores=[0.1, 0.5, 0.3, 0.9], bon_lengths=[2, 2, 2, 2], rows_per_pass=2, sr_reward=0.8,
+                sr_lengths=[1, 2, 3] + [1] * 9, sr_flops=60.0, step=step, sr_profile=[12, 5, 3])
+    assert v.widest == 12
+    # Best-of-N's own pass when it is the wider one
+    v = verdict(bon_scores=[0.1, 0.5, 0.3, 0.9], bon_lengths=[2, 2, 2, 2], rows_per_pass=4, sr_reward=0.8,
+                sr_lengths=[1, 2], sr_flops=60.0, step=step, sr_profile=[2, 1])
+    assert v.widest == 4
