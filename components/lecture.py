@@ -133,6 +133,18 @@ HEAD_JS = """
   } catch (e) {}
   const shown = (sel) => { const el = document.querySelector(sel); return el && el.offsetParent !== null ? el : null; };
   const press = (sel) => { const el = shown(sel); if (el && !el.disabled) { el.click(); return true; } return false; };
+  // something plays: the status line's style is live (Starting, Waiting, Racing, Replaying)
+  const live = () => { const st = document.querySelector('#status'); return !!st && st.classList.contains('status-live'); };
+  let waiting = null;
+  const runWhenUnlocked = () => {
+    if (waiting) { return; }
+    const t0 = Date.now();
+    waiting = setInterval(() => {
+      const run = document.querySelector('#run');
+      if (live() || Date.now() - t0 > 10000) { clearInterval(waiting); waiting = null; return; }
+      if (run && !run.disabled) { clearInterval(waiting); waiting = null; press('#run'); }
+    }, 50);
+  };
   document.addEventListener('keydown', (e) => {
     if (!root.classList.contains('lecture') || e.altKey || e.ctrlKey || e.metaKey) { return; }
     const t = e.target;
@@ -145,7 +157,10 @@ HEAD_JS = """
     else if (e.key === 'ArrowLeft' || e.key === 'PageUp') { if (stepping) { press('#step-prev'); } }
     else {
       const run = document.querySelector('#run');
-      if (stepping) { press('#step-next'); } else if (run && run.disabled) { press('#stop'); } else { press('#run'); }
+      if (stepping) { press('#step-next'); }
+      else if (run && !run.disabled) { press('#run'); }
+      else if (live()) { press('#stop'); }
+      else { runWhenUnlocked(); }   // a play just ended (Stop, its end): its unlock is on its way; Run once it lands
     }
   }, true);
 })();

@@ -146,6 +146,14 @@ def test_lecture_mode_locks_plays_space_stops_and_stepping_keeps_the_race_in_vie
         page.keyboard.press(" ")                               # playing: space is Stop
         wait_status(page, "Stopped")
         assert play
+        # space again at once, before the play's unlock has landed (held back here for 0.3 s, as on a loaded
+        # machine): it is Run, pressed when Run unlocks, never a second Stop ("Nothing to stop")
+        page.evaluate("() => { const run = document.querySelector('#run'); run.disabled = true; "
+                      "setTimeout(() => { run.disabled = false; }, 300); }")
+        page.keyboard.press(" ")
+        play = new_play(page, play, "Racing|Starting")
+        page.keyboard.press(" ")
+        wait_status(page, "Stopped")
         page.wait_for_function("!document.querySelector('#run').disabled")
         DELAY["s"] = 0.0
         page.check("#step input")
