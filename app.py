@@ -277,8 +277,10 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         return ui.live_updates(ctx, page, plan)
 
     # the settings first, then the page's own Run (one handler runs every race: Run, Enter, Run it live)
+    # unqueued: nothing is measured here (``paper.plan`` reads the profile), and a queue's round trip under load
+    # was a second of the click's 3.1 s
     a.live.click(recorded_settings, [c.prompt, page.view], ui.paper_outputs(page), api_visibility="private",
-                 concurrency_id="replay", concurrency_limit=4) \
+                 queue=False) \
         .then(None, None, None, js="() => { document.querySelector('#run')?.click(); }", queue=False,
               api_visibility="private")
     return on_replay, on_paper

@@ -148,7 +148,9 @@ HEAD_JS = """
   document.addEventListener('keydown', (e) => {
     if (!root.classList.contains('lecture') || e.altKey || e.ctrlKey || e.metaKey) { return; }
     const t = e.target;
-    if (t && t.closest && t.closest('input, textarea, select, [contenteditable="true"]')) { return; }
+    const typing = t && t.closest && (t.closest('textarea, select, [contenteditable="true"]')
+      || (t.tagName === 'INPUT' && !['radio', 'checkbox', 'button', 'submit'].includes(t.type)));
+    if (typing) { return; }   // a pace or a tick just chosen keeps focus: the clicker's keys still drive the race
     const stepping = shown('#step-panel');
     const keys = ['ArrowRight', 'PageDown', 'ArrowLeft', 'PageUp', ' ', 'Spacebar'];
     if (!keys.includes(e.key)) { return; }

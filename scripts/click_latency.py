@@ -34,9 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from lecture_load import ARGS, CHROMIUM, serve  # noqa: E402  (the same server and browser flags)
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 
 HANG_MS = 300_000
+LOCK_S = 2.0
+ANSWER_MS = 60_000
 STATUS = "document.querySelector('#status [data-testid=markdown]').innerText"
+CLS = "document.querySelector('#status').className"
 PLAY = "(() => { const c = [...document.querySelector('#status').classList].find(c => c.startsWith('play-')); " \
        "return c ? Number(c.slice(5)) : 0; })()"
 CHART = "(() => Math.max(0, ...[...document.querySelectorAll('.js-plotly-plot')].filter(el => el.offsetParent !== null " \
@@ -70,25 +74,44 @@ class Driver:
 
     def click(self, state: str, what: str, sel: str | None, moved: str, *, key: str | None = None,
               play: bool = False) -> dict:
-        """Press ``sel`` (or ``key``) in ``state``; seconds until ``moved`` (JS) holds."""
+        """Press ``sel`` (or ``key``) in ``state``; seconds until ``moved`` (JS) holds.
+
+        A button named "(locked)" is one the state should have locked: it is given ``LOCK_S`` to lock (a lock that
+        lands later is a window a visitor can press it in, so it is then pressed and the row says so). Any other
+        button is waited for until it is enabled (``unlock_s`` in the row: a pause after a Stop is a dead pause the
+        visitor sees, counted apart from the click)."""
+        row = {"mode": self.mode, "state": state, "pressed": what}
+        if sel is not None and "(locked)" in what:
+            try:
+                self.page.wait_for_function(f"document.querySelector('{sel}').disabled", timeout=LOCK_S * 1000)
+                row.update(s=None, note="locked (disabled)")
+                self.rows.append(row)
+                print(json.dumps(row), flush=True)
+                return row
+            except PlaywrightTimeout:
+                row["note"] = f"not locked {LOCK_S} s into the state: pressed"
+        elif sel is not None:
+            t = time.perf_counter()
+            self.wait(f"!document.querySelector('{sel}').disabled")
+            if (u := time.perf_counter() - t) > 0.05:
+                row["unlock_s"] = round(u, 2)
         before = self.page.evaluate(PLAY)
-        if sel is not None and self.page.eval_on_selector(sel, "b => b.disabled"):
-            row = {"mode": self.mode, "state": state, "pressed": what, "s": None, "note": "locked (disabled)"}
-            self.rows.append(row)
-            print(json.dumps(row), flush=True)
-            return row
         t0 = time.perf_counter()
         if key is not None:
             self.page.keyboard.press(key)
         else:
             self.page.click(sel)
         cond = f"({PLAY}) > {before} && ({moved})" if play else moved
-        self.wait(cond)
-        s = time.perf_counter() - t0
-        row = {"mode": self.mode, "state": state, "pressed": what, "s": round(s, 2)}
-        if play:
-            self.wait(f"({CHART}) > {before}")
-            row["chart_s"] = round(time.perf_counter() - t0, 2)
+        try:
+            self.page.wait_for_function(cond, timeout=ANSWER_MS, polling="raf")
+            row["s"] = round(time.perf_counter() - t0, 2)
+            if play:
+                self.page.wait_for_function(f"({CHART}) > {before}", timeout=ANSWER_MS, polling="raf")
+                row["chart_s"] = round(time.perf_counter() - t0, 2)
+        except PlaywrightTimeout:   # a click that never answered: the row says what the page showed, the tour goes on
+            row.setdefault("s", None)
+            row["note"] = f"no answer in {ANSWER_MS // 1000} s: status {self.status()[:120]!r}, " \
+                          f"class {self.page.evaluate(CLS)[:60]!r}"
         row["status"] = self.status()[:90].replace("\n", " ")
         self.rows.append(row)
         print(json.dumps(row), flush=True)
@@ -102,9 +125,14 @@ MOVING = f"/Racing|Replaying|Starting|Done|Stepping|Can.t|Warming/.test({STATUS}
 STOPPED = f"/Stopped|Stepping ended|Nothing to stop/.test({STATUS})"
 
 
+def pace(page, label: str) -> None:
+    """Pick a replay pace (a resting control: waited for until it unlocks)."""
+    page.locator("#pace label", has_text=label).locator("input").check()
+
+
 def lecture_tour(d: Driver) -> None:
     p = d.page
-    p.locator("#pace label", has_text="real pace").click()
+    pace(p, "real pace")
     d.click("idle", "Run", "#run", MOVING, play=True)
     d.click("racing", "Replay (locked)", "#replay", MOVING, play=True)
     d.click("racing", "Stop", "#stop", STOPPED)
@@ -115,8 +143,12 @@ def lecture_tour(d: Driver) -> None:
     d.click("racing", "space (Stop)", None, STOPPED, key=" ")
     d.click("stopped", "Run", "#run", MOVING, play=True)
     d.until("Done in|Replay done")
-    d.click("done", "Replay", "#replay", MOVING, play=True)
+    d.click("done", "Replay (the paper-scale recording)", "#replay", MOVING, play=True)
+    d.click("replaying", "Stop", "#stop", STOPPED)
+    pace(p, "instant")
+    d.click("stopped", "Replay (instant)", "#replay", MOVING, play=True)
     d.until("Replay done")
+    pace(p, "real pace")
     d.click("done (a replay)", "Run it live", "#run-live", MOVING, play=True)
     d.click("racing", "Stop", "#stop", STOPPED)
     d.click("stopped", "Paper scale", "#paper-scale",
@@ -125,6 +157,9 @@ def lecture_tour(d: Driver) -> None:
     d.click("after Paper scale", "Stop", "#stop", STOPPED)
     p.check("#step input")
     d.click("stopped (step mode)", "Run", "#run", MOVING, play=True)
+    d.click("racing (step mode)", "Stop", "#stop", STOPPED)
+    pace(p, "instant")
+    d.click("stopped (step mode)", "Replay (instant)", "#replay", MOVING, play=True)
     d.until("Stepping through the decisions")
     d.click("stepping, decision 1", "Next", "#step-next", f"/decision 2 of/.test({STATUS})")
     d.click("stepping, decision 2", "Previous", "#step-prev", f"/decision 1 of/.test({STATUS})")
@@ -132,21 +167,26 @@ def lecture_tour(d: Driver) -> None:
     d.click("stepping, decision 2", "Page Down (Next)", None, f"/decision 3 of|decision 2 of/.test({STATUS})",
             key="PageDown")
     d.click("stepping", "Run to the end", "#step-end", f"/Done in|Replay done/.test({STATUS})")
-    d.click("done (stepped)", "Run", "#run", MOVING, play=True)
+    d.click("done (stepped)", "Replay (instant)", "#replay", MOVING, play=True)
     d.until("Stepping through the decisions")
     d.click("stepping", "Stop", "#stop", STOPPED)
+    pace(p, "real pace")
     p.uncheck("#step input")
 
 
 def page_tour(d: Driver) -> None:
-    d.page.locator("#pace label", has_text="real pace").click()
+    pace(d.page, "real pace")
     d.click("idle", "Run", "#run", MOVING, play=True)
     d.click("racing", "Replay", "#replay", MOVING, play=True)
     d.click("replaying", "Run", "#run", MOVING, play=True)
     d.click("racing", "Run", "#run", MOVING, play=True)
     d.click("racing", "Stop", "#stop", STOPPED)
     d.click("stopped", "Replay", "#replay", MOVING, play=True)
+    d.click("replaying", "Stop", "#stop", STOPPED)
+    pace(d.page, "instant")
+    d.click("stopped", "Replay (instant)", "#replay", MOVING, play=True)
     d.until("Replay done")
+    pace(d.page, "real pace")
     d.click("done (a replay)", "Run it live", "#run-live", MOVING, play=True)
     d.click("racing", "Paper scale", "#paper-scale",
             "/Paper scale set|Paper scale live would take|Replaying/.test(document.querySelector('#paper-note').innerText"
@@ -195,6 +235,9 @@ def main() -> None:
     summary = {"clicks": len(rows), "timed": len(timed), "slowest_s": max(timed, default=None),
                "median_s": statistics.median(timed) if timed else None,
                "over_2s": [r for r in rows if r["s"] is not None and r["s"] > 2.0],
+               "unlock_over_2s": [r for r in rows if r.get("unlock_s", 0) > 2.0],
+               "unanswered": [r for r in rows if str(r.get("note", "")).startswith("no answer")],
+               "pressed_unlocked": [r for r in rows if str(r.get("note", "")).startswith("not locked")],
                "planner_ms": {"calls": len(PLANS), "median": round(1000 * statistics.median(PLANS), 1) if PLANS else None,
                               "max": round(1000 * max(PLANS), 1) if PLANS else None},
                "cpu": _cpu(), "spinners": a.spinners, "loadavg_end": os.getloadavg()[0]}
