@@ -8,6 +8,11 @@ import RunConfig`` does not load torch; ``from specrej import race`` does (the m
 from __future__ import annotations
 
 import importlib
+import sys
+
+from .provenance import provenance, specrej_version
+
+__version__ = specrej_version()   # the installed package's metadata (pyproject.toml's in a bare checkout)
 
 # ``compare`` (the function, as ``from specrej import compare`` always gave) is torch-free: load it now.
 from .analysis.compare import Comparison, Ratio, Tally, compare, compare_all
@@ -22,7 +27,8 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
     **dict.fromkeys(["METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection"], ".methods"),
     **dict.fromkeys(["LM", "load_generator"], ".backends.hf"),
     "ModelSpecError": ".engine.models",
-    **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "load_reward"], ".rewards"),
+    **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward"],
+                    ".rewards"),
 }
 
 __all__ = [
@@ -31,8 +37,28 @@ __all__ = [
     "BudgetError", "RunConfig", "DeepConfSettings", "STBoNSettings",
     "Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict",
     "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelSpecError",
-    "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "load_reward",
+    "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward",
+    "unload", "provenance", "__version__",
 ]
+
+
+def unload() -> int:
+    """Forget every generator and reward the loaders hold (``load_generator``, ``load_reward``): the next load
+    reads the files again. Returns how many were forgotten. An object a caller still holds lives on; with no
+    other reference left, its memory is freed (and CUDA's cached blocks returned)."""
+    count = 0
+    for name in (f"{__name__}.backends.hf", f"{__name__}.rewards"):   # only loaders that ran: no torch import
+        module = sys.modules.get(name)
+        if module is not None:
+            count += module.unload()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return count
 
 
 def __getattr__(name: str):

@@ -26,6 +26,7 @@ from .core.budget import sharing
 from .core.events import Finished, Progress, Round, to_dict
 from .analysis.match import StopWhenMatched
 from .backends import BACKENDS, load_lm
+from .provenance import provenance
 from .record import Recorder, make_meta
 from .rewards import check_prompt, load_reward, own_prompt
 
@@ -247,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             "arms": [{"id": a.id, "spec": a.spec, "method": a.method, "label": a.label,
                       "config": a.config(cfg).flat()} for a in arms],
             "comparison": {k: c.to_dict() for k, c in tally.compare_all(arms[0].id).items()},
+            "provenance": provenance(dtype=lm.dtype, device=getattr(lm, "device", None),
+                                     command=["python", "-m", "specrej", *argv]),
             "events": trace}, indent=1))
         print(f"\ntrace written to {args.json}")
     return 0

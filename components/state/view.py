@@ -165,6 +165,19 @@ class RunView:
         without either, one unit per step)."""
         if not self.done:
             return {}
+        cache = self.__dict__.setdefault("_verdicts", {})   # a finished race's verdicts: one computation per price
+        key = (cost, self.step)
+        try:
+            if key in cache:
+                return dict(cache[key])
+        except TypeError:   # an unhashable price: computed every time
+            key = None
+        out = self._verdicts_now(cost)
+        if key is not None and not self.verdict_error:
+            cache[key] = dict(out)
+        return out
+
+    def _verdicts_now(self, cost: StepCost | None) -> dict[str, Verdict]:
         base = self.arms[self.baseline]
         scoring = cost is None and self.step is not None   # this machine's step: its reward seconds priced too
         cost = cost if cost is not None else self.step

@@ -27,6 +27,7 @@ import copy
 import math
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -35,7 +36,7 @@ from ..core.budget import cpu_budget
 from ..core.config import RunConfig
 from ..engine import compiled, precision
 from ..engine.kvcache import grow_in_place
-from ..engine.models import EMBEDDED, default_device, load_weights, render_chat
+from ..engine.models import EMBEDDED, default_device, load_weights, render_chat, resolve_spec, source_key
 from ..engine.packed import PackedLinear, lone_row_padded
 from ..engine.shared_prefix import SharedPrefixCache
 from . import Done, Sampling
@@ -94,20 +95,40 @@ class LM:
 
 
 _lock = threading.Lock()
-_loaded: dict[tuple, LM] = {}
+# (resolved path or hub id, trust_remote_code, dtype) -> (the files' sizes and modification times, the LM)
+_loaded: dict[tuple, tuple[tuple, LM]] = {}
 
 
 def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False, dtype: str | None = None) -> LM:
-    """Load (once per process and dtype) the generator named by ``spec``.
+    """Load (once per process, model files and dtype) the generator named by ``spec``.
+
+    The cache knows a folder or a ``.gguf`` file by its resolved path (``folder/``, ``./folder`` and a link to it
+    are one) and by its files' sizes and modification times: weights saved again in place load anew, and the
+    stale copy is dropped from the cache. ``unload()`` empties it. A model that cannot write text (an encoder,
+    a classification head) is refused with what to load instead (``ModelSpecError``).
 
     ``dtype``: "auto" (default, or ``SPECREJ_DTYPE``), "fp32" or "bf16"; see ``precision``."""
     torch_dtype = precision.resolve(dtype, default_device())
-    key = (spec, trust_remote_code, torch_dtype)
+    source, gguf = resolve_spec(spec)
+    where, stamp = source_key(str(Path(source) / gguf) if gguf else source)
+    key = (where, trust_remote_code, torch_dtype)
     with _lock:
-        if key not in _loaded:
+        held = _loaded.get(key)
+        if held is None or held[0] != stamp:
+            _loaded.pop(key, None)   # a stale copy goes before the new one loads (one model in memory, not two)
             model, tokenizer, eos, shares = load_weights(spec, trust_remote_code, torch_dtype)
-            _loaded[key] = LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=eos, shares_prefix=shares)
-        return _loaded[key]
+            held = _loaded[key] = (stamp, LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=eos,
+                                             shares_prefix=shares))
+        return held[1]
+
+
+def unload() -> int:
+    """Forget every generator ``load_generator`` holds; the number forgotten. A model still referenced
+    elsewhere (an ``LM`` a caller keeps) lives on; the next ``load_generator`` loads from the files again."""
+    with _lock:
+        count = len(_loaded)
+        _loaded.clear()
+    return count
 
 
 GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits

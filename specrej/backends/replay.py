@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ..core.scoring import Reward, Scored, TokenStats, checked
+from ..core.scoring import Reward, Scored, TokenStats, as_reward, checked
 from . import Done, Sampling
 
 ENDINGS = ("eos", "stop", "length")
@@ -246,6 +246,9 @@ class MemoReward:
 
     reward: Reward
     _memo: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.reward = as_reward(self.reward)
 
     @property
     def name(self) -> str:

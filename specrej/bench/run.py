@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     from ..core.cost import StepCost
     from .protocol import aggregate, measure_pass, run_prompt, summary
     from .report import engine_table, paper_png, paper_table
+    from ..provenance import package_version, provenance
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
@@ -259,7 +260,10 @@ def main(argv: list[str] | None = None) -> dict | None:
             "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if sharing(lm, lm.backend) else "copied",
             "reward_params": reward.n_params, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-            "torch": torch.__version__, "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
+            "torch": torch.__version__, "transformers": package_version("transformers"),
+            "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
+            "provenance": provenance(dtype=lm.dtype, device=lm.device,
+                                     command=["python", "-m", "specrej.bench", *(argv or sys.argv[1:])]),
             "protocol": (
                 "Reference Best-of-N_ref: one coupled run in one batch (its tokens do not depend on the batch). "
                 "Best-of-k for every k: expected best of k random candidates (order statistics) and expected "

@@ -81,18 +81,78 @@ def resolve_spec(spec: str) -> tuple[str, str | None]:
         if not (path / "config.json").is_file():
             raise ModelSpecError(f"folder {spec!r} has no config.json: it is not a transformers model.")
         return str(path), None
-    parts = spec.split("/")
-    if len(parts) == 2 and all(p and not p.startswith(".") for p in parts) and " " not in spec:
+    if is_hub_id(spec):
         return spec, None  # hub id; from_pretrained says if it cannot be fetched
     raise ModelSpecError(
         f"unknown model {spec!r}: use 'embedded', a hub id like 'org/name', a local folder or a .gguf file."
     )
 
 
+def is_hub_id(spec: str) -> bool:
+    """Whether ``spec`` has the form of a hub id, ``org/name`` (whether it exists, from_pretrained says)."""
+    parts = spec.split("/")
+    return len(parts) == 2 and all(p and not p.startswith(".") for p in parts) and " " not in spec
+
+
+def source_key(source: str) -> tuple:
+    """What a loader's cache keys a folder, a file or a hub id by: a folder or file by its resolved path
+    (``os.path.realpath``: ``folder/`` and ``./folder`` are one) and the size and modification time of its files
+    (the folder's own files, where ``save_pretrained`` writes the weights), so weights re-saved in place load
+    anew; a hub id by itself."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        st = path.stat()
+        return (os.path.realpath(path), ((path.name, st.st_size, st.st_mtime_ns),))
+    if path.is_dir():
+        files = sorted((f.name, st.st_size, st.st_mtime_ns) for f in path.iterdir()
+                       if f.is_file() and not f.name.startswith(".") for st in (f.stat(),))
+        return (os.path.realpath(path), tuple(files))
+    return (source, ())
+
+
+# Heads that make a model something other than a text writer: a generator must be a causal language model.
+_GENERATIVE = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+_HEADS = {"ForSequenceClassification": "a sequence-classification head (a reward or classifier model)",
+          "ForTokenClassification": "a token-classification head", "ForQuestionAnswering": "a question-answering head",
+          "ForMultipleChoice": "a multiple-choice head", "ForMaskedLM": "a masked-language-model head",
+          "ForPreTraining": "a pre-training head", "Model": "no head at all (the bare network)"}
+
+
+def generator_refusal(config, spec: str) -> str | None:
+    """Why the model ``config`` describes cannot be the generator, in words that say what to load instead;
+    None when it can (a decoder-only causal language model, or remote code that names one)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    archs = list(getattr(config, "architectures", None) or [])
+    if "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {}):
+        return None
+    model_type = getattr(config, "model_type", "") or ""
+    fix = ("The generator must be a decoder-only causal language model (an architecture ending in ForCausalLM: "
+           "Llama, Qwen, Mistral, SmolLM, GPT-2 ...).")
+    if getattr(config, "is_encoder_decoder", False):
+        return f"model {spec!r} is an encoder-decoder model ({model_type}), not a decoder-only language model. {fix}"
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        named = f" ({', '.join(archs)})" if archs else ""
+        return (f"model {spec!r} is a {model_type} model{named}, an encoder: it reads text, it is not built to write "
+                f"it (no cache to decode with, no end-of-sequence token to stop at). {fix} An encoder fits as a "
+                "reward: load_reward('hf:<folder>') with a sequence-classification head, or the preference reward's "
+                "embedder (SPECREJ_EMBEDDER).")
+    if archs and not any(a.endswith(_GENERATIVE) for a in archs):
+        arch = archs[0]
+        head = next((words for suffix, words in _HEADS.items() if arch.endswith(suffix)), "no language-model head")
+        if arch.endswith("ForSequenceClassification"):
+            instead = f" Load it as the reward: load_reward('hf:{spec}') (CLI: --reward hf:{spec})."
+        else:
+            instead = ""
+        return (f"model {spec!r} is a {arch}, with {head}: loaded as a generator its language-model head would be "
+                f"random.{instead} {fix}")
+    return None
+
+
 def load_weights(spec: str, trust_remote_code: bool, dtype: torch.dtype) -> tuple[torch.nn.Module, object, frozenset[int], bool]:
     """(model, tokenizer, end-of-sequence ids, shares the prompt's cache) for a spec: the weights loaded,
     prepacked and given the shared-prefix attention; ``backends.hf.load_generator`` wraps them in an ``LM``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     source, gguf = resolve_spec(spec)
     if gguf is not None:
@@ -101,6 +161,13 @@ def load_weights(spec: str, trust_remote_code: bool, dtype: torch.dtype) -> tupl
     kwargs: dict = {"trust_remote_code": trust_remote_code, "dtype": dtype}
     if device.type == "cuda":
         kwargs.update(device_map="auto")
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:   # a hub id not there, a config of a kind transformers does not know
+        raise ModelSpecError(f"could not load model {spec!r}: {e}") from e
+    refusal = generator_refusal(config, spec)
+    if refusal is not None:   # refused before any weights load (an encoder would fail later, mid-run)
+        raise ModelSpecError(refusal)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)

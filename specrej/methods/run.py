@@ -18,7 +18,7 @@ from ..core.cost import flops, read_key
 from ..core.decisions import Moment
 from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress, Round, Status
-from ..core.scoring import Reward, TokenStats, checked
+from ..core.scoring import Reward, TokenStats, as_reward, checked
 
 
 
@@ -59,6 +59,7 @@ class _Run:
             raise ValueError(f"{arm}: continuous batching adds rows to a running batch, which the {engine.name} "
                              "backend cannot (its rows share one length); run it on the vLLM backend "
                              "(--backend vllm), or use bon (fixed passes) here.")
+        reward = as_reward(reward)   # only score is required: the optional members get their defaults
         self.arm, self.lm, self.reward, self.cfg, self.engine_factory = arm, lm, reward, cfg, engine
         self.auto_n = auto_n   # n='auto' allowed: the first batch fills the budget at cfg.first_decision
         # rewards that never read the engine's token statistics spare it computing them
