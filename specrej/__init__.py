@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .provenance import provenance, specrej_version
+from .origin import provenance, specrej_version
 
 __version__ = specrej_version()   # the installed package's metadata (pyproject.toml's in a bare checkout)
 

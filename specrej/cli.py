@@ -26,7 +26,7 @@ from .core.budget import sharing
 from .core.events import Finished, Progress, Round, to_dict
 from .analysis.match import StopWhenMatched
 from .backends import BACKENDS, load_lm
-from .provenance import provenance
+from .origin import provenance
 from .record import Recorder, make_meta
 from .rewards import check_prompt, load_reward, own_prompt
 

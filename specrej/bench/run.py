@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     from ..core.cost import StepCost
     from .protocol import aggregate, measure_pass, run_prompt, summary
     from .report import engine_table, paper_png, paper_table
-    from ..provenance import package_version, provenance
+    from ..origin import package_version, provenance
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
