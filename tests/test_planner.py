@@ -133,3 +133,18 @@ def test_the_profile_is_refreshed_only_while_idle(ctx, monkeypatch):
     finally:
         keeper.stop.set()
         keeper.join(5)
+
+
+def test_the_page_states_the_budget_rule_in_one_place():
+    """The budget a run will get and its slot arithmetic are asked of ``components/session/budget.py`` alone: no
+    other module of the page computes them by hand (they were computed at about 20 sites, and drifted)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rule = root / "components" / "session" / "budget.py"
+    by_hand = re.compile(r"KVBudget\(|planned_budget")
+    found = [f"{p.relative_to(root)}:{i}" for p in [root / "app.py", *sorted((root / "components").rglob("*.py"))]
+             if p != rule for i, line in enumerate(p.read_text().splitlines(), 1) if by_hand.search(line)]
+    assert found == [], found
+    assert by_hand.search(rule.read_text())

@@ -5,8 +5,9 @@
   plus running per visitor, and per network address at most ``SPECREJ_MAX_RUNS_PER_ADDRESS``, which is at
   most half the queue's places (``address_cap``: with the default queue of 10, 5), so one address never
   takes the whole queue and the other half is always left to other addresses. An IPv6 address counts as its
-  /64 (``SPECREJ_IPV6_PREFIX``; one host may use any address of its /64), an IPv4-mapped one as its IPv4
-  address (``address_group``). A visitor is a session (the
+  /56 (``SPECREJ_IPV6_PREFIX``, 48 for the /48 some providers give a home: a household gets a /56 or a /48 and
+  may use any address in it, each of its devices in a /64 of its own), an IPv4-mapped one as its IPv4 address
+  (``address_group``). A visitor is a session (the
   page's tab, a gradio_client ``Client``); a request without one of its own (``/gradio_api/call/<name>``,
   where Gradio makes up a session per request) is its address. The cap counts every queued endpoint
   together (races, replays, the lab's samples, measurements and exactness checks).
@@ -54,7 +55,7 @@ DEFAULT_MAX_RUNS = 2
 MAX_ADDRESS_RUNS_ENV = "SPECREJ_MAX_RUNS_PER_ADDRESS"
 TRUSTED_PROXY_ENV = "SPECREJ_TRUSTED_PROXY"
 IPV6_PREFIX_ENV = "SPECREJ_IPV6_PREFIX"
-DEFAULT_IPV6_PREFIX = 64   # an ordinary IPv6 host may use any address of its /64
+DEFAULT_IPV6_PREFIX = 56   # a household's IPv6 network: homes get a /56 (many) or a /48 (SPECREJ_IPV6_PREFIX=48)
 IN_FLIGHT_S = 10.0   # an admitted run shows up in Gradio's queue within milliseconds; forget it after this
 DOWNLOAD_NAME = re.compile(r"specrej-trace-[A-Za-z0-9._-]+\.json")   # components/session/trace.py names them
 
@@ -121,8 +122,8 @@ def client_address(request, trusted_proxy: bool = False) -> str | None:
 def address_group(address: str | None, ipv6_prefix: int = DEFAULT_IPV6_PREFIX) -> str | None:
     """The network a per-address cap counts ``address`` in: an IPv4 address itself (an IPv4-mapped IPv6
     address, ``::ffff:a.b.c.d``, read as that IPv4 address); an IPv6 address its ``/ipv6_prefix`` network
-    (``2001:db8::1`` and ``2001:db8::7`` are one /64: one host may use any address of it). Anything that is
-    not an IP address (a test client's name) is itself."""
+    (by default a /56: ``2001:db8::1`` and ``2001:db8:0:ff::7``, two /64s of one home, are one household).
+    Anything that is not an IP address (a test client's name) is itself."""
     if address is None:
         return None
     try:
@@ -231,7 +232,7 @@ class Guard:
     def from_env(cls, env=None) -> Guard:
         """SPECREJ_MAX_RUNS_PER_CLIENT, SPECREJ_MAX_RUNS_PER_ADDRESS (default: half the queue, ``address_cap``),
         SPECREJ_TRUSTED_PROXY (default: on on a Hugging Face Space, whose proxy is the only way in),
-        SPECREJ_IPV6_PREFIX (default 64: the IPv6 network one address cap counts, 32 to 128) and
+        SPECREJ_IPV6_PREFIX (default 56: the IPv6 network one address cap counts, a household's; 32 to 128) and
         SPECREJ_MONITORING (default off)."""
         env = os.environ if env is None else env
         asked = env_int(MAX_ADDRESS_RUNS_ENV, 0, env=env, lo=0) or None

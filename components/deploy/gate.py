@@ -11,16 +11,24 @@
   unqueued events (``Guard.direct_fns``, by ``fn_index`` or by name), else 404;
 - ``queue/join``: 404 for an ``fn_index`` the app does not have;
 - ``queue/join``, ``call/<name>``, ``run/<name>``, ``api/<name>``: 400 for fewer or more input values than the
-  event takes; any other 400 or 422 of Gradio's there becomes a short message (Gradio's and FastAPI's text can
-  name a handler and echo the whole body);
+  event takes, and for a value its input components would refuse (``inputs.py``: a choice not among a
+  dropdown's, an example index past the list; Gradio's own check answered 500 and logged a traceback); any
+  other 400 or 422 of Gradio's there becomes a short message (Gradio's and FastAPI's text can name a handler
+  and echo the whole body), and on ``run/`` and ``api/`` a handler's error (Gradio's 500) a 400 that keeps
+  Gradio's ``error`` field (the page's own client shows it);
 - ``queue/join`` of the race when the queue is full and the race has a labelled recording: moved to the event
   that plays it at once (``Guard.move_when_full``, ``components/session/busy.py``);
 - ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too;
-- ``queue/join``, ``cancel``: 400 for a ``session_hash`` that is not 1 to 64 of ``[A-Za-z0-9_-]``;
+- every body's ``session_hash`` (``queue/join``, ``cancel``, ``run/``, ``api/``, ``call/``) and the
+  ``event_id`` of ``cancel`` and ``reset``: 400 unless 1 to 64 of ``[A-Za-z0-9_-]``;
+- ``GET heartbeat/<session_hash>``: 400 for a malformed session hash (Gradio's stream put it into a URL and
+  logged a 95-line ``httpx.InvalidURL`` traceback for ``%00`` or ``%0d%0a``);
 - ``GET queue/data`` and ``GET call/<name>/<event_id>``: 400 for a malformed session hash or event id, 404 for
-  one Gradio holds no event stream for (Gradio would start a 200 and then log a traceback per request).
+  one Gradio holds no event stream for (Gradio would start a 200 and then log a traceback per request);
+- every GET's 422 (FastAPI's, which echoes the value it could not read: ``GET /pwa_icon/abc``) one short line,
+  as a POST's.
 Every refusal is a short JSON ``{"detail": ...}`` (at most ``fields.MAX_MESSAGE_CHARS`` characters, values cut
-to ``fields.EXCERPT_CHARS``); what passes reaches Gradio byte for byte.
+to ``fields.EXCERPT_CHARS``, numbers as numbers); what passes reaches Gradio byte for byte.
 """
 from __future__ import annotations
 
@@ -37,6 +45,7 @@ import gradio as gr
 from components.state.fields import excerpt, short
 from components.deploy import gradio_private
 from components.deploy.clients import Guard
+from components.deploy.inputs import refuse_values, value_words
 
 NOT_SERVED = "Not served by this deployment."   # the gate's 404 for a route off the public surface
 MALFORMED = "This request does not match the event it names: send the values the page sends (gradio_client does)."
@@ -68,7 +77,7 @@ class ApiGate:
             refused = self._refuse_stream(path, scope.get("query_string", b""))
             if refused:
                 return await _json(send, refused[0], {"detail": refused[1]})
-            return await self.app(scope, receive, send)
+            return await self.app(scope, receive, _plain_errors(send, plain_400=False))
         route = path[len("/gradio_api/"):].split("/") if path.startswith("/gradio_api/") else [path]
         head = route[0]
         if head == "call":
@@ -93,9 +102,11 @@ class ApiGate:
             return await _json(send, 400, {"detail": why})
         if head == "cancel":
             self.guard.note_cancel(body)
-        if head in ("cancel", "queue") and "session_hash" in body and body["session_hash"] is not None \
-                and not (isinstance(body["session_hash"], str) and SESSION_ID.fullmatch(body["session_hash"])):
-            return await _json(send, 400, {"detail": BAD_ID.format(what="session_hash")})
+        for key, what in (("session_hash", "session_hash"), ("event_id", "event id")):
+            if key == "event_id" and head not in ("cancel", "reset"):
+                continue   # a direct call's event id is dropped by Gradio unread; a join has none
+            if body.get(key) is not None and not (isinstance(body[key], str) and SESSION_ID.fullmatch(body[key])):
+                return await _json(send, 400, {"detail": BAD_ID.format(what=what)})
         if head in ("run", "api") or route == ["queue", "join"]:
             refused = self._refuse(head, route[1] if len(route) > 1 else "", body)
             if refused:
@@ -105,7 +116,8 @@ class ApiGate:
             if refused:
                 return await _json(send, 400, {"detail": short(refused)})
         if head in ("run", "api", "queue", "call") and not (head == "call" and route[1] == "v2"):
-            wrong = self._wrong_count(head, route, body)
+            wrong = self._wrong_count(head, route, body) or refuse_values(self._event(head, route, body),
+                                                                            body.get("data"))
             if wrong:
                 return await _json(send, 400, {"detail": wrong})
 
@@ -120,7 +132,8 @@ class ApiGate:
         async def resend():   # hand Gradio the messages already read, then the rest
             return read.pop(0) if read else await receive()
 
-        return await self.app(scope, resend, _plain_errors(send, plain_400=head != "cancel"))
+        return await self.app(scope, resend, _plain_errors(send, plain_400=head != "cancel",
+                                                           plain_500=head in ("run", "api")))
 
     def _refuse_stream(self, path: str, query: bytes) -> tuple[int, str] | None:
         """(status, why) for an event stream Gradio would open and then fail inside (a traceback in the log per
@@ -147,28 +160,31 @@ class ApiGate:
         """Why a positional call (``data``: a list) has too few or too many values for its event (None: it
         has as many as the event takes, or Gradio refuses it otherwise). Gradio's own message names the
         handler, and Gradio drops extra values unread."""
-        fns = self.guard.events
         data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list):
-            return None
-        index = body.get("fn_index")
-        if head in ("call", "run", "api") and not (isinstance(index, int) and index in fns):
-            name = route[1] if len(route) > 1 else ""
-            index = next((i for i, fn in fns.items() if fn.api_name == name), None)
-        fn = fns.get(index) if isinstance(index, int) and not isinstance(index, bool) else None
-        if fn is None:
+        fn = self._event(head, route, body)
+        if fn is None or not isinstance(data, list):
             return None
         needed = fn.inputs
         if len(data) == needed or (head == "call" and len(data) == fn.shown_inputs):
             return None
         return f"This event takes {needed} input values; the request has {len(data)}."
 
+    def _event(self, head: str, route: list[str], body: Any):
+        """The event (``gradio_private.EventInfo``) a positional call names: by ``fn_index``, else (``call/``,
+        ``run/``, ``api/``) by the route's API name; None where it names none."""
+        fns = self.guard.events
+        index = body.get("fn_index") if isinstance(body, dict) else None
+        if head in ("call", "run", "api") and not (isinstance(index, int) and index in fns):
+            name = route[1] if len(route) > 1 else ""
+            index = next((i for i, fn in fns.items() if fn.api_name == name), None)
+        return fns.get(index) if isinstance(index, int) and not isinstance(index, bool) else None
+
     def _refuse(self, head: str, name: str, body: Any) -> str | None:
         """Why a direct call or a queue join may not reach Gradio (None: it may)."""
         fns = self.guard.events
         index = body.get("fn_index") if isinstance(body, dict) else None
         if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index not in fns):
-            return f"No event with fn_index {excerpt(index)} in this app."
+            return f"No event with fn_index {value_words(index)} in this app."
         if head == "queue":
             if index is None or index not in self.guard.queued_fns | self.guard.direct_fns:
                 return "A queue join needs the fn_index of one of this app's events."
@@ -242,11 +258,14 @@ def _fastapi_words(body: bytes) -> str | None:
     return short(f"This request's {where} is not what this route takes: {str(first.get('msg', ''))[:80]}.")
 
 
-def _plain_errors(send, *, plain_400: bool = True):
+def _plain_errors(send, *, plain_400: bool = True, plain_500: bool = False):
     """``send`` that replaces the body of a 400 response with ``MALFORMED`` (not with ``plain_400=False``: a
-    cancel's) and FastAPI's 422 (which echoes the whole body it could not read) with one short line."""
+    cancel's) and FastAPI's 422 (which echoes the whole body it could not read) with one short line. With
+    ``plain_500`` (the direct routes), Gradio's 500 for a handler's error (``{"error": ...}``: an input the page
+    never sends, which the guard's wrapper already logged in one line, ``clients._quiet``) becomes a 400 with the
+    same fields, the error cut short and also as ``detail`` (the page's own client reads ``error``)."""
     state: dict = {"held": None, "chunks": []}
-    caught = (400, 422) if plain_400 else (422,)
+    caught = ((400, 422) if plain_400 else (422,)) + ((500,) if plain_500 else ())
 
     async def plain(message):
         if message["type"] == "http.response.start" and message.get("status") in caught:
@@ -259,6 +278,12 @@ def _plain_errors(send, *, plain_400: bool = True):
             return None
         start, body = state["held"], b"".join(state["chunks"])
         state["held"], state["chunks"] = None, []
+        if start["status"] == 500:
+            payload = _gradio_error(body)
+            if payload is None:
+                await send(start)
+                return await send({"type": "http.response.body", "body": body})
+            return await _json(send, 400, payload)
         words = MALFORMED if start["status"] == 400 else _fastapi_words(body)
         if words is None:
             await send(start)
@@ -266,6 +291,21 @@ def _plain_errors(send, *, plain_400: bool = True):
         return await _json(send, start["status"], {"detail": words})
 
     return plain
+
+
+def _gradio_error(body: bytes) -> dict | None:
+    """Gradio's error payload of a direct call (``{"error": <message or null>, ...}``) as a 400's: the message
+    cut to ``fields.MAX_MESSAGE_CHARS`` (``MALFORMED`` where Gradio gives none), also as ``detail``. None for
+    any other body (it passes as it is)."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(payload, dict) or "error" not in payload:
+        return None
+    error = payload["error"]
+    words = short(error) if isinstance(error, str) and error.strip() else MALFORMED
+    return dict(payload, error=words, detail=words)
 
 
 async def _json(send, status: int, payload: dict, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:

@@ -82,12 +82,12 @@ class Limits:
     def check_race(self, cfgs) -> None:
         """LimitError where a race's arms (``cfgs``: each arm's config), holding their caches at once, would hold
         more than ``max_budget`` slots together (``core.budget.admit_race``): a race at every limit holds at
-        most ``max_budget``. An arm counts the budget it will get (``backends.planned_budget``: its own, the
+        most ``max_budget``. An arm counts the budget it will get (``session.budget.planned``: its own, the
         CPU budget on a CPU); on a GPU an automatic budget is sized from the memory free as the arm starts."""
-        from specrej.backends import planned_budget
+        from components.session import budget
         from specrej.core.budget import admit_race
 
-        planned = [planned_budget(cfg.budget) for cfg in cfgs]
+        planned = [budget.planned(cfg.budget) for cfg in cfgs]
         why = admit_race([b for b in planned if b is not None], self.max_budget,
                          limit_name=f"this deployment's memory budget ({self.ENV['max_budget']})")
         if why:
@@ -126,13 +126,13 @@ class ModelPolicy:
 
 def auto_rows_bound(cfg: RunConfig) -> int:
     """The most rows n='auto' can open with (the prompt's own slots would only lower it), at the budget
-    the run will get (``backends.planned_budget``: on a GPU it comes from free memory, unknown before
+    the run will get (``session.budget.planned``: on a GPU it comes from free memory, unknown before
     the model loads, so the bound is AUTO_MAX_ROWS)."""
-    from specrej.backends import planned_budget
+    from components.session import budget
     from specrej.core.budget import AUTO_MAX_ROWS, opening_rows
 
-    budget = planned_budget(cfg.budget)
-    return AUTO_MAX_ROWS if budget is None else opening_rows(budget, cfg.first_decision)
+    planned = budget.planned(cfg.budget)
+    return AUTO_MAX_ROWS if planned is None else opening_rows(planned, cfg.first_decision)
 
 
 def smaller_budget(cfg: RunConfig, used_budget: int) -> RunConfig:

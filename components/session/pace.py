@@ -32,8 +32,7 @@ import time
 from dataclasses import dataclass
 
 from specrej import RunConfig
-from specrej.backends import planned_budget
-from specrej.core.budget import KVBudget
+from components.session import budget as kv_rule
 from specrej.core.cost import StepCost, race_seconds
 
 from components.session.context import AppContext, MachineProfile
@@ -72,12 +71,11 @@ class Fit:
     def estimate(self, cfg: RunConfig, *, sr_auto: bool, methods: tuple[str, ...] = ("bon", "sr")) -> float:
         """The expected time of another race of these arms (methods) at this prompt, at the step times now (0
         when none is known)."""
-        budget = planned_budget(cfg.budget)
-        if not self.estimate_s or budget is None:
+        kv = kv_rule.slots(cfg.budget, self.prompt_len, self.shared)
+        if not self.estimate_s or kv is None:
             return 0.0
-        kv = KVBudget(budget, self.prompt_len, self.shared)
-        return self.overhead * race_seconds(kv, dataclasses.replace(cfg, budget=budget), self.cost, sr_auto=sr_auto,
-                                             methods=methods)
+        return self.overhead * race_seconds(kv, dataclasses.replace(cfg, budget=kv.total), self.cost,
+                                             sr_auto=sr_auto, methods=methods)
 
     def late(self, elapsed_s: float) -> bool:
         """The race runs plainly past its estimate."""
@@ -178,8 +176,7 @@ def fit(profile: MachineProfile, model: str, cfg: RunConfig, *, prompt_len: int,
         return None
     load, threads = profile.load, profile.threads or 1
     cost = quiet.scaled(load)
-    budget = planned_budget(cfg.budget)   # None on a GPU: fast enough that nothing needs estimating
-    if budget is None:
+    if kv_rule.planned(cfg.budget) is None:   # a GPU: fast enough that nothing needs estimating
         return Fit(cfg, cost, load, threads, 0.0, limit_s, measured=profile.when())
     probe = Fit(cfg, cost, load, threads, 1.0, limit_s, prompt_len, shared, profile.overhead, profile.when())
     try:

@@ -16,11 +16,12 @@ import statistics
 from pathlib import Path
 
 from specrej import RunConfig
-from specrej.core.budget import KVBudget, sharing
+from specrej.core.budget import sharing
 from specrej.core.budget import budget_for
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.cost import StepCost, race_rows
 
+from components.session import budget as kv_rule
 from components.session.context import AppContext, Machine
 from components.state.shared import PAPER_SCALE, PaperPlan
 from components.session.recordings import RECORDINGS, RecordingError, find, load
@@ -55,7 +56,7 @@ def live_seconds(ctx: AppContext, settings: dict, prompt_len: int, shared: bool,
     some load)."""
     cfg = RunConfig(prompt="-", n=settings["n"], alpha=settings["alpha"], max_new_tokens=settings["max_new_tokens"],
                     budget=settings["budget"], first_decision=settings["first_decision"])
-    rows = race_rows(KVBudget(settings["budget"], prompt_len, shared), cfg, sr_auto=settings["sr_start"] == "auto")
+    rows = race_rows(kv_rule.slots(settings["budget"], prompt_len, shared), cfg, sr_auto=settings["sr_start"] == "auto")
     if overhead is None:
         with ctx.machine.lock:
             overhead = ctx.machine.overhead

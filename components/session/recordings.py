@@ -60,11 +60,11 @@ def race_key(model_spec: str, reward_spec: str, cfg: RunConfig, arms, stop_when_
     the arms. Never the machine, its load or its threads (the same answers either way in both dtypes). The
     config is flat (``RunConfig.flat``): the rivals' settings under their own names, defaults filled, as the
     recordings hold them."""
-    from specrej.backends import planned_budget
+    from components.session import budget
 
     settings = {k: v for k, v in cfg.flat().items() if k not in _IGNORED}   # flat: the rivals' settings by name
     settings["prompt"] = _norm(cfg.prompt)
-    settings["budget"] = planned_budget(cfg.budget)
+    settings["budget"] = budget.planned(cfg.budget)
     return {"model": model_spec, "dtype": dtype, "reward": reward_spec, "config": settings,
             "arms": [a.spec for a in arms], "stop_when_matched": bool(stop_when_matched)}
 

@@ -12,6 +12,7 @@ a refusal is a ``FieldError`` naming the field. The settings the page offers com
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from specrej.core.budget import opening_rows
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
-from components.state.fields import MAX_WHOLE, FieldError, Spec
+from components.state.fields import EXCERPT_CHARS, MAX_WHOLE, FieldError, Spec
 
 MAX_SEED = MAX_WHOLE
 MAX_ARMS = 5   # arm slots on the page: Best-of-N, two Speculative Rejection settings, the two rivals
@@ -43,6 +44,57 @@ _DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(RunConfig)}, **PAG
 _HELP = RunConfig.help()
 
 
+# characters that show nothing on their own: format characters (zero-width spaces and joiners, direction marks, a
+# byte-order mark), spaces and separators, controls, combining marks with nothing to combine with, private use and
+# unassigned code points, and the letters and symbols that are drawn blank (Hangul fillers, the blank Braille cell)
+_UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me", "Co", "Cn", "Cs"})
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _visible(ch: str) -> bool:
+    return not ch.isspace() and ch not in _BLANK_GLYPHS and unicodedata.category(ch) not in _UNSEEN_CATEGORIES
+
+
+def _number_words(value: Any) -> str:
+    """A number a client sent, as a number (never quoted as text); one too long to print by its length."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    text = str(value) if value.bit_length() <= 4 * EXCERPT_CHARS else ""
+    return text if text and len(text) <= EXCERPT_CHARS else "a number too long to quote"
+
+
+@dataclass(frozen=True)
+class RequestSpec(Spec):
+    """A race field's ``Spec`` with the request's own checks on top of ``Spec.check``: text a model reads
+    (``plain``) holds no control character but newline (``\\n``, also as ``\\r\\n``) and tab, and, where it may not be
+    blank (``empty=False``), shows something: zero-width spaces alone are blank; a yes/no field sent a number
+    names the number as a number ("not 1", not "not '1'")."""
+
+    plain: bool = False
+
+    def check(self, name: str, value: Any, limits: Any = None) -> Any:
+        if self.kind == "flag" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise FieldError(f"{name} must be true or false, not {_number_words(value)}.")
+        checked = super().check(name, value, limits)
+        if self.kind != "text" or not isinstance(checked, str) or not self.plain:
+            return checked
+        for i, ch in enumerate(checked):
+            if unicodedata.category(ch) == "Cc" and ch not in "\n\t" \
+                    and not (ch == "\r" and checked[i + 1:i + 2] == "\n"):
+                raise FieldError(f"{name} holds a control character (U+{ord(ch):04X}) at character {i + 1}: only "
+                                 "newlines and tabs are allowed; remove it and send again.")
+        if not self.empty and not any(_visible(ch) for ch in checked):
+            raise FieldError(f"{name} has no visible text (only spaces or invisible characters such as zero-width "
+                             "spaces): type a message for the model to answer.")
+        return checked
+
+    def words(self, limits: Any = None) -> str:
+        said = super().words(limits)
+        if self.kind == "text" and self.plain:
+            said = said.replace(", not blank", ", with visible text") + "; no control characters but newline and tab"
+        return said
+
+
 def _f(default: Any, spec: Spec, help: str | None = None, name: str | None = None):
     return field(default=default, metadata={"spec": spec, "help": help or _HELP[name]})
 
@@ -56,11 +108,12 @@ class RunRequest:
     load never changes the settings), whether the page steps through the decisions at the end, and which rivals
     race too (``deepconf``, ``stbon``)."""
 
-    prompt: str = _f("", Spec("text", limit="max_prompt_chars", max_chars=20_000, empty=False),
+    prompt: str = _f("", RequestSpec("text", limit="max_prompt_chars", max_chars=20_000, empty=False, plain=True),
                      "The message the model answers (through its chat template).")
     model: str = _f("", Spec("text"), "The generator: one of the models this deployment offers.")
     reward: str = _f("", Spec("text"), "The reward: one of the rewards this deployment offers.")
-    preference: str = _f("", Spec("text", max_chars=500), "With reward 'preference': the answer wanted, in words.")
+    preference: str = _f("", RequestSpec("text", max_chars=500, plain=True),
+                         "With reward 'preference': the answer wanted, in words.")
     n: int = _f(_DEFAULTS["n"], Spec("whole", lo=1, limit="max_n"),
                 "Best-of-N's N: how many answers it writes to the end (Speculative Rejection's too with "
                 "sr_start='same').")
@@ -78,7 +131,7 @@ class RunRequest:
     first_decision: int = _f(_DEFAULTS["first_decision"], Spec("whole", lo=1, hi=128),
                              "With sr_start='auto': Speculative Rejection opens with the rows that fill the budget "
                              "at this many generated tokens, where its first decision comes.")
-    second: bool = _f(False, Spec("flag"), "Race a second Speculative Rejection setting (three arms).")
+    second: bool = _f(False, RequestSpec("flag"), "Race a second Speculative Rejection setting (three arms).")
     second_alpha: float = _f(0.9, Spec("number", lo=0.0, hi=0.95), "The second setting's alpha.")
     second_decision: str = _f(_DEFAULTS["decision"], Spec("choice", choices=DECISIONS),
                               "When the second setting decides.")
@@ -86,16 +139,16 @@ class RunRequest:
     sr_start: str = _f("auto", Spec("choice", choices=SR_STARTS),
                        "Speculative Rejection starts with Best-of-N's N ('same') or the rows that fill the budget "
                        "at first_decision tokens ('auto', the paper's first batch).")
-    stop_when_matched: bool = _f(False, Spec("flag"), "Stop Best-of-N once it matches Speculative Rejection's winner.")
+    stop_when_matched: bool = _f(False, RequestSpec("flag"), "Stop Best-of-N once it matches Speculative Rejection's winner.")
     rule: str = _f(_DEFAULTS["rule"], Spec("choice", choices=tuple(RULES)), name="rule")
-    fit: bool = _f(True, Spec("flag"), "When this machine is too busy for the race to end in time, play the "
+    fit: bool = _f(True, RequestSpec("flag"), "When this machine is too busy for the race to end in time, play the "
                    "labelled recording of the same race instead (the race itself is never changed).")
-    step: bool = _f(False, Spec("flag"), "Step through the decisions at the end.")
-    deepconf: bool = _f(False, Spec("flag"), "Race DeepConf too (confidence-based early stopping; the reward picks "
+    step: bool = _f(False, RequestSpec("flag"), "Step through the decisions at the end.")
+    deepconf: bool = _f(False, RequestSpec("flag"), "Race DeepConf too (confidence-based early stopping; the reward picks "
                         "its winner).")
-    stbon: bool = _f(False, Spec("flag"), "Race ST-BoN too (hidden-state consistency truncation; the reward picks "
+    stbon: bool = _f(False, RequestSpec("flag"), "Race ST-BoN too (hidden-state consistency truncation; the reward picks "
                      "its winner).")
-    lecture: bool = _f(False, Spec("flag"), "Lecture mode: the race plays the same way every time, live when this "
+    lecture: bool = _f(False, RequestSpec("flag"), "Lecture mode: the race plays the same way every time, live when this "
                        "machine's measurement says it ends within its target, else its labelled recording paced to the "
                        "live race's time (``components/session/pace.py``). Never changes the race's settings.")
 
