@@ -65,9 +65,13 @@ def _layout(x_title: str, y_title: str, x_range: list | None, y_range: list | No
     }
 
 
-def reward_title(view: RunView, what: str = "reward") -> str:
-    """A reward axis's title: which reward, and (smaller) what its numbers mean (``specrej.rewards.Scale``)."""
+def reward_title(view: RunView, what: str = "reward", *, short: bool = False) -> str:
+    """A reward axis's title: which reward, and (smaller) what its numbers mean (``specrej.rewards.Scale``).
+    ``short``: ``what`` and the unit only (a short chart, whose axis a long title overflowed at 1280x720 in
+    lecture mode; its panel names the reward)."""
     scale = scale_of(view.reward_label)
+    if short:
+        return f"{what}<br><span style='font-size:12px'>{scale.unit}</span>"
     return f"{what} ({scale.name})<br><span style='font-size:12px'>{scale.unit}</span>"
 
 
@@ -693,7 +697,9 @@ def decision_pool(round_event) -> list:
 def ranked_by(view: RunView, arm: ArmView, r) -> str:
     """What decision ``r`` of ``arm`` ranked its candidates by, in words: "partial reward", "group confidence"."""
     about = arm.spec.kind.about
-    return (about.signal or about.decides_by or "its own signal") if r.signal else "partial reward"
+    if r.signal:
+        return about.signal or about.decides_by or "its own signal"
+    return f"partial reward ({scale_of(view.reward_label).name})"   # the step chart's axis says only "partial reward"
 
 
 def pool_chart(view: RunView, checkpoint) -> dict:
@@ -758,7 +764,7 @@ def pool_chart(view: RunView, checkpoint) -> dict:
                  "y": [_r(value[c.id]) for c in pool if c.id == winner],
                  "marker": {"symbol": "star", "size": 18, "color": WINNER, "line": {"width": 1.2, "color": "#1B1B1B"}},
                  "hovertemplate": f"Best-of-N's eventual winner · {by} %{{y:.3f}}<extra></extra>"})
-    y_title = signal_axis(arm.spec.kind.about) if on_signal else reward_title(view, "partial reward")
+    y_title = signal_axis(arm.spec.kind.about) if on_signal else reward_title(view, "partial reward", short=True)
     layout = _layout(f"rank by {by} at token {r.position} (best left)", y_title, [0.4, len(pool) + 0.6],
                      [round(lo - pad, 4) if lo < 0 else 0.0, round(hi + pad, 4)],
                      revision=f"pool-{checkpoint.arm}")
