@@ -322,33 +322,10 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
     base = view.arms[view.baseline]
     label, bname = md_escape(arm.spec.label), md_escape(base.spec.kind.name)
     t_sr, t_bon = _seconds(view, v.seconds), _seconds(view, v.bon_seconds)
-    if v.kind == "degenerate":   # N = 1 or every score equal: no curve, no score
-        x = fmt_score(v.curve[0].best)
-        what = (f"{bname} wrote a single answer ({x}), so its curve is one point" if v.n == 1 else
-                f"all {v.n} of {bname}'s answers score {x}, so its curve is flat")
-        return [f"**Nothing to compare: {what}**: there is no time to equal reward to read, and no improvement "
-                f"score (it divides by the spread of {bname}'s scores, here 0). {label}'s winner scored "
-                f"{fmt_score(v.reward)} in {t_sr} and {fmt_flops(v.flops)}; {bname} spent {t_bon} and "
-                f"{fmt_flops(v.bon_flops)}."]
+    head = v.headline(label, bname, t_sr, t_bon, score=fmt_score, flops=fmt_flops, bold=lambda s: f"**{s}**")
+    if v.kind == "degenerate":   # N = 1 or every score equal: no curve, no score, nothing more to say
+        return [head]
     all_n = v.kind == "reached" and v.k >= v.n - 1e-9
-    if v.kind == "below":
-        head = (f"**{label}'s reward ({fmt_score(v.reward)}) is below what a single {bname} answer scores on "
-                f"average ({fmt_score(v.curve[0].best)}): one answer drawn at random already beats it**, so "
-                f"{bname} needs less than one answer to match it. {label} took {t_sr}, "
-                f"{v.time_words('that one answer')} ({t_bon}).")
-    elif v.beyond and v.speedup >= 1 + SAME_TIME:
-        head = (f"**{bname}'s {v.n} answers never reach {label}'s reward: {label} took at least "
-                f"{v.time_words()}** ({t_sr}, against {t_bon} for all {v.n}).")
-    elif v.beyond:
-        head = (f"**{label} reached a reward none of {bname}'s {v.n} answers reach**, and took "
-                f"{v.time_words(f'all {v.n} of them')} ({t_sr} against {t_bon}).")
-    elif all_n:
-        head = (f"**{bname} needs all {v.n} answers ({t_bon}) to reach {label}'s reward: {label} took "
-                f"{v.time_words()}** ({t_sr}).")
-    else:
-        k = show_k(v.k)
-        head = (f"**{bname} needs about {k} answer{'s' * (k != '1')} ({t_bon}) to reach {label}'s reward: "
-                f"{label} took {v.time_words()}** ({t_sr}).")
     if view.step is not None and view.step.extrapolates(v.widest):
         head += (f" *A step of {v.widest} rows is priced beyond the largest batch measured here "
                  f"({view.step.measured_max} rows): extrapolated along the last measured slope.*")

@@ -122,10 +122,32 @@ def _count(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}{'es' if word.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
 
 
-def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
+# what each kind of round did, in the method's own words (``Round.marks``: its first mark names the round)
+ROUND_WORDS = {"threshold set": ("threshold set", "thresholds set"), "stopped": ("stop", "stops"),
+               "consensus": ("consensus stop", "consensus stops"),
+               "filtered": ("after-run filter", "after-run filters"), "truncated": ("truncation", "truncations"),
+               "diverged": ("truncation", "truncations")}
+
+
+def rounds_words(arm: ArmSpec, f: Finished, rounds: list[Round]) -> str:
+    """'2 decisions', '4 passes'; a rival's rounds each by what it did: 'threshold set, 2 stops, after-run filter'."""
+    kinds = [r.marks[0][0] for r in rounds if r.marks]
+    if not kinds or len(kinds) != len(rounds):
+        return _count(f.rounds, arm.kind.about.round_word)
+    counted: dict[str, int] = {}
+    for k in kinds:
+        counted[k] = counted.get(k, 0) + 1
+    words = []
+    for k, n in counted.items():
+        one, many = ROUND_WORDS.get(k, (k, k))
+        words.append(one if n == 1 else f"{n} {many}")
+    return ", ".join(words)
+
+
+def _arm_lines(arm: ArmSpec, f: Finished, rounds: list[Round] = ()) -> list[str]:
     led, w = f.ledger, f.winner
     return [
-        f"== {arm.label} [{arm.id}] ({_count(f.rounds, arm.kind.about.round_word)})",
+        f"== {arm.label} [{arm.id}] ({rounds_words(arm, f, list(rounds))})",
         f"   winner #{w.id}  reward {w.score:.4f}  ({w.tokens} tokens, {w.finish_reason})",
         "   " + w.text.strip().replace("\n", "\n   "),
         f"   generated {led.generated_tokens} tokens, reward read {led.reward_tokens}, prompt {led.prompt_tokens}; "
@@ -135,46 +157,116 @@ def _arm_lines(arm: ArmSpec, f: Finished) -> list[str]:
     ]
 
 
-def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison) -> list[str]:
+def _fate(arm: ArmSpec, base: ArmSpec, c: Comparison, rounds: list[Round], cfg: RunConfig | None) -> str:
+    """What the challenger did with the baseline's winner, in its own words: kept, cut at a decision, stopped, or
+    (a DeepConf-style warm-up trace written to the end) dropped by the after-run filter."""
     if c.kept_baseline_winner is None:
-        kept = f"{base.label}'s winner #{c.baseline_winner} is not among its candidates"
-    elif c.kept_baseline_winner:
-        kept = f"kept {base.label}'s winner #{c.baseline_winner}"
-    else:
-        about = arm.kind.about   # its own words, its decisions counted from 1
-        kept = (f"{about.cut_word} {base.label}'s winner #{c.baseline_winner} at its {about.round_word} "
-                f"{c.baseline_winner_round_pruned + 1}")
+        return f"{base.label}'s winner #{c.baseline_winner} is not among its candidates"
+    if c.kept_baseline_winner:
+        return f"kept {base.label}'s winner #{c.baseline_winner}"
+    about = arm.kind.about   # its own words, its decisions counted from 1
+    at = c.baseline_winner_round_pruned
+    r = next((r for r in rounds if r.index == at), None)
+    kind = r.marks[0][0] if r is not None and r.marks else ""
+    own = getattr(arm.config(cfg), "settings", None) if cfg is not None else None
+    warm = c.baseline_winner < getattr(own, "warmup", 0)
+    who = f"{base.label}'s winner #{c.baseline_winner}" + (" (a warm-up trace, written to the end)" if warm else "")
+    if kind == "filtered":
+        return f"dropped {who} in its after-run filter (its lowest {r.signal or 'signal'} was below the threshold)"
+    if kind == "consensus":
+        return f"stopped {who} when its vote reached consensus"
+    if kind:   # a rival's round, by what it did
+        return f"{about.cut_word} {who} at token {r.position} (its {ROUND_WORDS.get(kind, (kind,))[0]})"
+    return f"{about.cut_word} {who} at its {about.round_word} {at + 1}"
+
+
+def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison, rounds: list[Round] = (),
+                      flat: float | None = None, cfg: RunConfig | None = None, fa: Finished | None = None,
+                      fb: Finished | None = None) -> list[str]:
+    kept = _fate(arm, base, c, list(rounds), cfg)
     lines = [
         f"== {arm.label} against {base.label}",
         f"   reward:           {c.reward:.4f} vs {c.baseline_reward:.4f} "
         f"({'same winner' if c.same_winner else 'different winners'}; {kept})",
         f"   generated tokens: {c.tokens.words()}",
         f"   FLOPs:            {c.flops.words()}",
-        f"   wall time:        {c.wall.words()}",
     ]
+    if fa is not None and fb is not None:   # the clock beside the work that explains it
+        same = fa.ledger.generated_tokens == fb.ledger.generated_tokens and fa.ledger.flops == fb.ledger.flops
+        why = ("the same tokens and FLOPs: the difference is this machine's clock, not the method's work" if same
+               else f"decoding steps {fa.ledger.steps} vs {fb.ledger.steps}, the FLOPs above")
+        lines.append(f"   wall time:        {c.wall.words()} ({fa.ledger.wall_s:.1f} s vs {fb.ledger.wall_s:.1f} s; "
+                     f"{why})")
+    else:
+        lines.append(f"   wall time:        {c.wall.words()}")
     if c.curve_given:
         lines.append("   baseline matched: " + (f"after {fmt_flops(c.baseline_matched_flops)}"
                                                 if c.baseline_matched_flops is not None else "never"))
-    for d in c.decisions:
-        rho = "undefined (one side has no spread)" if d.spearman is None else f"{d.spearman:.2f}"
-        lines.append(f"   {arm.kind.about.round_word} {d.index + 1} at token {d.position}: Spearman("
-                     f"{d.signal or 'partial reward'}, final "
-                     f"reward) {rho} "
-                     f"over {d.n_live} candidates")
+    if flat is not None and c.decisions:
+        lines.append(f"   decided nothing: every one of {base.label}'s answers scored {flat:.4f}, so the reward ranks "
+                     f"nothing here and its {_count(len(c.decisions), arm.kind.about.round_word)} could not matter")
+    else:
+        for d in c.decisions:
+            rho = "undefined (one side has no spread)" if d.spearman is None else f"{d.spearman:.2f}"
+            lines.append(f"   {arm.kind.about.round_word} {d.index + 1} at token {d.position}: Spearman("
+                         f"{d.signal or 'partial reward'}, final reward) {rho} over {d.n_live} candidates")
     lines.append("")
     return lines
 
 
-def summary(arms: tuple[ArmSpec, ...], tally: Tally) -> str:
-    """Each arm's winner and ledger, then each challenger against the first arm."""
+def flat_score(f: Finished | None) -> float | None:
+    """The one score every finished answer of ``f`` got, where they all got the same (a race the reward cannot
+    decide: no curve, no speed-up); None otherwise."""
+    scores = {c.score for c in (f.candidates if f is not None else ()) if c.finish_reason is not None}
+    return next(iter(scores)) if len(scores) == 1 else None
+
+
+def verdict_lines(arms: tuple[ArmSpec, ...], tally: Tally, step) -> list[str]:
+    """Time to equal reward, as the page states it: each pruning arm placed on the first arm's Best-of-N curve,
+    priced at this machine's measured step (``step``: a ``StepCost``), scoring included."""
+    from .analysis.verdict import from_race
+
+    base = arms[0]
+    fb = tally.finished.get(base.id)
+    lines = []
+    for arm in arms[1:]:
+        fa = tally.finished.get(arm.id)
+        if fa is None or fb is None or not arm.kind.prunes:
+            continue
+        try:
+            v = from_race(fa, fb, tally.rounds.get(base.id, []), step, scoring=True)
+        except ValueError as e:   # a NaN reward: no verdict, and why
+            lines += [f"== time to equal reward, {arm.label}: none ({e})", ""]
+            continue
+        if v is None:
+            lines += [f"== time to equal reward, {arm.label}: none ({base.label} did not write all its answers)", ""]
+            continue
+        lines.append(f"== time to equal reward, {arm.label} against {base.label} (decoding priced at this "
+                     "machine's measured step, scoring included)")
+        lines.append("   " + v.headline(arm.label, base.label, f"{v.seconds:.1f} s", f"{v.bon_seconds:.1f} s",
+                                        score=lambda x: f"{x:.4f}"))
+        if v.improvement is not None:
+            lines.append(f"   improvement score {v.improvement:.1f} (the paper's: 100 = the best of all {v.n} "
+                         f"answers, 0 = the worst); FLOPs {v.flops_ratio:.2f}x Best-of-k's at equal reward")
+        lines.append("")
+    return lines
+
+
+def summary(arms: tuple[ArmSpec, ...], tally: Tally, cfg: RunConfig | None = None, step=None) -> str:
+    """Each arm's winner and ledger, then each challenger against the first arm, then (``step``: this machine's
+    measured step) the time-to-equal-reward verdict of each arm that prunes."""
     lines = []
     for arm in arms:
         if arm.id in tally.finished:
-            lines += _arm_lines(arm, tally.finished[arm.id])
+            lines += _arm_lines(arm, tally.finished[arm.id], tally.rounds.get(arm.id, []))
     by_id = {a.id: a for a in arms}
     base = arms[0]
+    flat = flat_score(tally.finished.get(base.id))
     for arm_id, c in tally.compare_all(base.id).items():
-        lines += _comparison_lines(by_id[arm_id], base, c)
+        lines += _comparison_lines(by_id[arm_id], base, c, tally.rounds.get(arm_id, []), flat, cfg,
+                                   tally.finished.get(arm_id), tally.finished.get(base.id))
+    if step is not None:
+        lines += verdict_lines(arms, tally, step)
     return "\n".join(lines).rstrip("\n")
 
 
@@ -227,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(summary(arms, tally))
+    print(summary(arms, tally, cfg, cost))
     if referee is not None and referee.match is not None:
         print(match_line(arms, referee.match))
     if record:

@@ -183,6 +183,42 @@ class Verdict:
             return "about the same time" + (f" as {than}" if than else "")
         return f"{fmt_times(r)}x {'less' if x > 1 else 'more'} time" + (f" than {than}" if than else "")
 
+    def headline(self, label: str, base: str, t_sr: str, t_bon: str, *, score=lambda x: f"{x:.3f}",
+                 flops=None, bold=lambda s: s) -> str:
+        """The verdict's first sentence, as the page and the CLI print it: where ``label``'s reward falls on
+        ``base``'s curve, in time (``t_sr``, ``t_bon``: the two times as the caller writes them). ``score``,
+        ``flops``: how numbers are written; ``bold``: how the claim is marked (the page's markdown, or nothing)."""
+        from .compare import fmt_flops
+
+        flops = flops or fmt_flops
+        mine, theirs = f"{label}'s", f"{base}'s"
+        if self.kind == DEGENERATE:   # N = 1 or every score equal: no curve, no score
+            x = score(self.curve[0].best)
+            what = (f"{base} wrote a single answer ({x}), so its curve is one point" if self.n == 1 else
+                    f"all {self.n} of {theirs} answers score {x}, so its curve is flat")
+            return (f"{bold('Nothing to compare: ' + what)}: there is no time to equal reward to read, and no "
+                    f"improvement score (it divides by the spread of {theirs} scores, here 0). {mine} winner "
+                    f"scored {score(self.reward)} in {t_sr} and {flops(self.flops)}; {base} spent {t_bon} and "
+                    f"{flops(self.bon_flops)}.")
+        if self.kind == BELOW:
+            claim = (f"{mine} reward ({score(self.reward)}) is below what a single {base} answer scores on average "
+                     f"({score(self.curve[0].best)}): one answer drawn at random already beats it")
+            return (f"{bold(claim)}, so {base} needs less than one answer to match it. {label} took {t_sr}, "
+                    f"{self.time_words('that one answer')} ({t_bon}).")
+        if self.beyond and self.speedup >= 1 + SAME_TIME:
+            claim = f"{theirs} {self.n} answers never reach {mine} reward: {label} took at least {self.time_words()}"
+            return f"{bold(claim)} ({t_sr}, against {t_bon} for all {self.n})."
+        if self.beyond:
+            claim = f"{label} reached a reward none of {theirs} {self.n} answers reach"
+            return f"{bold(claim)}, and took {self.time_words(f'all {self.n} of them')} ({t_sr} against {t_bon})."
+        if self.kind == REACHED and self.k >= self.n - 1e-9:
+            claim = f"{base} needs all {self.n} answers ({t_bon}) to reach {mine} reward: {label} took {self.time_words()}"
+            return f"{bold(claim)} ({t_sr})."
+        k = show_k(self.k)
+        answers = "answer" if k == "1" else "answers"
+        claim = f"{base} needs about {k} {answers} ({t_bon}) to reach {mine} reward: {label} took {self.time_words()}"
+        return f"{bold(claim)} ({t_sr})."
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["curve"] = [asdict(p) for p in self.curve]
