@@ -156,8 +156,7 @@ def test_lecture_mode_locks_plays_space_stops_and_stepping_keeps_the_race_in_vie
         wait_status(page, "Stopped")
         page.wait_for_function("!document.querySelector('#run').disabled")
         DELAY["s"] = 0.0
-        page.check("#step input")
-        page.evaluate("document.activeElement && document.activeElement.blur()")   # keys typed into a field are its
+        page.check("#step input")   # the tick keeps focus: the clicker's space is still Run (never untick it)
         page.keyboard.press(" ")
         wait_status(page, "Stepping through the decisions")
         page.wait_for_function("!document.querySelector('#step-end').disabled")
