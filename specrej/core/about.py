@@ -80,8 +80,9 @@ DEEPCONF = About(
         "the warm-up is a few traces (4 on the page, 1/16 of N in the bench), not 16 of 256",
         "the traces are open-ended answers under a memory budget, at most the rows that fit at full length at once",
         "the consensus stop is off by default (open-ended answers have no extracted answer to agree on)",
-        "the race's reward picks the winner among the traces the filter kept (pick=reward); the paper votes "
-        "(pick=paper)",
+        "the race's reward picks the winner among the traces the filter kept (pick=reward); pick=paper is the "
+        "paper's confidence-weighted vote, where the official code's default answer is an unweighted majority",
+        "the warm-up traces run before any other trace starts (with 2 of them, a serial pass of 1-2 rows)",
         "a stopped trace writes the token that took it below the threshold, then leaves"),
     own_signal_rewards=(
         ("self-certainty", "the self-certainty reward is DeepConf's token confidence taken over the whole vocabulary, "

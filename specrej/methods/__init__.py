@@ -6,12 +6,13 @@ and yield ``Progress`` every ``cfg.progress_every`` steps, a ``Round`` per decis
 Rejection) or per pass (Best-of-N), and one ``Finished``. Closing an iterator early releases
 its KV cache at once (``finally``).
 
-Speculative Rejection, as the reference code runs it: start with all N rows; decode until the
-next token would overflow the memory budget (the decision token) or, with
+Speculative Rejection, as the reference code runs it, with two guards of this project's (marked below): start
+with all N rows; decode until the next token would overflow the memory budget (the decision token) or, with
 ``decision="interval"``, every ``interval`` tokens; score every live partial response; rank
 them together with finished candidates still in contention; keep the top
-``max(1, round((1 - alpha) * n))``; free the rejected rows; repeat. If the kept live rows still
-cannot fit the next token, memory forces more pruning (the round says ``forced``).
+``max(1, round((1 - alpha) * n))`` (the ``max(1, .)``: this project's guard, never an empty decision); free the
+rejected rows; repeat. If the kept live rows still cannot fit the next token, memory forces more pruning (the
+round says ``forced``; this project's guard, an addition to the reference loop).
 ``keep_finished=True`` keeps finished candidates out of the ranking: they always stay.
 Which candidates are kept is the rejection rule's (``cfg.rule``, ``specrej.core.rules``): the
 paper's keeps the highest partial rewards. A rule may also set how many a decision keeps (a
