@@ -137,9 +137,11 @@ class ArmSpec:
         except (ValueError, TypeError) as e:
             raise ArmSpecError(f"arm {self.spec!r}: {e}") from None
 
-    def events(self, lm, reward, base: RunConfig) -> Iterator[Event]:
-        """The method's event stream on this arm's config, every event carrying this arm's id."""
-        stream = self.kind.method(lm, reward, self.config(base))
+    def events(self, lm, reward, base: RunConfig, admission=None) -> Iterator[Event]:
+        """The method's event stream on this arm's config, every event carrying this arm's id (``admission``: a
+        caller's ``core.budget.admit`` of it, which the method uses instead of admitting again)."""
+        kw = {"admission": admission} if admission is not None else {}   # a registered method need not take one
+        stream = self.kind.method(lm, reward, self.config(base), **kw)
         return _relabel(stream, self.id)
 
 
@@ -228,13 +230,14 @@ def parse_arms(specs: Sequence[str | ArmSpec] = DEFAULT_ARMS) -> tuple[ArmSpec, 
 
 
 def race_arms(lm, reward, base: RunConfig, arms: Sequence[str | ArmSpec] = DEFAULT_ARMS,
-              referee=None) -> Iterator[Event]:
+              referee=None, admissions=None) -> Iterator[Event]:
     """Every arm's events, interleaved at equal compute (``methods.race``; ``referee`` as there, e.g.
-    ``match.StopWhenMatched``). Each arm's config is validated before any model work."""
+    ``match.StopWhenMatched``). Each arm's config is validated before any model work. ``admissions``: arm id ->
+    a caller's admission of that arm (the page's planner admits each arm once)."""
     arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
     streams = {}
     for arm in arms:
         arm.config(base)  # raises ArmSpecError before any arm starts
     for arm in arms:
-        streams[arm.id] = arm.events(lm, reward, base)
+        streams[arm.id] = arm.events(lm, reward, base, (admissions or {}).get(arm.id))
     return race(streams, referee, sequential=lm.backend.exclusive)

@@ -148,3 +148,37 @@ def test_the_page_states_the_budget_rule_in_one_place():
              if p != rule for i, line in enumerate(p.read_text().splitlines(), 1) if by_hand.search(line)]
     assert found == [], found
     assert by_hand.search(rule.read_text())
+
+
+def test_each_arm_of_a_live_race_is_admitted_once_by_the_planner(ctx, monkeypatch):
+    """The planner admits every arm (n='auto' resolved, the rows checked); the race's arms run on those admissions
+    and never admit again (they did, a second time in ``_Run``, and could disagree with the plan)."""
+    from specrej.core import budget
+    from specrej.methods import run
+
+    planned, raced = [], []
+    real = budget.admit
+    monkeypatch.setattr("components.session.planner.admit", lambda *a, **kw: planned.append(1) or real(*a, **kw))
+    monkeypatch.setattr(run, "admit", lambda *a, **kw: raced.append(1) or real(*a, **kw))
+    out = race_frames(ctx, run_request(ctx, SETTINGS))
+    assert out[-1].view.done, out[-1].status
+    assert len(planned) == len(out[-1].view.specs) and raced == []
+
+
+def test_an_arm_given_an_admission_of_another_race_admits_afresh(tiny_lm, length_reward):
+    """An admission made for another config or prompt is not taken on trust: the arm admits its own."""
+    from specrej import RunConfig, best_of_n
+    from specrej.core.budget import admit, sharing
+    from specrej.methods import run
+
+    cfg = RunConfig(prompt="Name three rivers.", n=4, max_new_tokens=8, budget=400)
+    other = admit(dataclasses.replace(cfg, n=8), budget=400, prompt_len=len(tiny_lm.render(cfg.prompt)),
+                  shared=sharing(tiny_lm, tiny_lm.backend))
+    calls = []
+    real = run.admit
+    try:
+        run.admit = lambda *a, **kw: calls.append(1) or real(*a, **kw)
+        events = list(best_of_n(tiny_lm, length_reward, cfg, admission=other))
+    finally:
+        run.admit = real
+    assert calls == [1] and len(events[-1].candidates) == 4

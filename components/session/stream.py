@@ -62,13 +62,15 @@ SWITCH_SHARE = 0.85   # a live race with a recording to fall back on switches to
 
 @GPU(duration=GPU_DURATION)
 def race_events(model_spec: str, reward_spec: str, cfg: RunConfig, *, arms=DEFAULT_ARMS,
-                trust_remote_code: bool = False, stop_when_matched: bool = False, dtype: str | None = None) -> Iterator:
+                trust_remote_code: bool = False, stop_when_matched: bool = False, dtype: str | None = None,
+                admissions=None) -> Iterator:
     """Every arm's events, interleaved at equal compute. Loads (cached) models on first use.
-    ``stop_when_matched``: the baseline (first arm) stops once it reaches the second arm's winner."""
+    ``stop_when_matched``: the baseline (first arm) stops once it reaches the second arm's winner.
+    ``admissions``: arm id -> the planner's admission of that arm (each arm admitted once a race)."""
     lm, reward = get_models(model_spec, reward_spec, trust_remote_code=trust_remote_code, dtype=dtype)
     arms = parse_arms(arms) if not all(isinstance(a, ArmSpec) and a.id for a in arms) else tuple(arms)
     referee = StopWhenMatched(arms[0].id, arms[1].id) if stop_when_matched and len(arms) > 1 else None
-    yield from race_arms(lm, reward, cfg, arms, referee)
+    yield from race_arms(lm, reward, cfg, arms, referee, admissions)
 
 
 def reward_label(ctx: AppContext, key: str, preference: str) -> str:
@@ -156,14 +158,19 @@ def too_long(fitted: pace.Fit, prep: Prepared) -> str:
 
 
 def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
-                 stop_requested: Callable[[], bool], fallback: Path | None = None) -> Iterator[Update]:
+                 stop_requested: Callable[[], bool], fallback: Path | None = None,
+                 admissions: tuple = ()) -> Iterator[Update]:
     """One attempt at the race on ``view``: its start update, then a live update per Round and Finished and a
     few a second for Progress. Closing it closes the race on the torch thread. With a recording of this race
-    (``fallback``) a race that falls behind switches to it before the limit (``FellBehind``)."""
+    (``fallback``) a race that falls behind switches to it before the limit (``FellBehind``). ``admissions``: the
+    planner's, one per arm, which the arms use instead of admitting again (not on a retry at a smaller budget)."""
     yield Update(Kind.START, view)
+    kw = dict(prep.race_kw)
+    if admissions and view.cfg == prep.cfg:
+        kw["admissions"] = {arm.id: a for arm, a in zip(view.specs, admissions)}
     # every torch call of the race runs on the app's one torch thread (worker.py)
     events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, view.cfg, arms=view.specs,
-                                                     **prep.race_kw), cancelled=stop_requested)
+                                                     **kw), cancelled=stop_requested)
     last = 0.0
     try:
         for event in events:
@@ -232,7 +239,8 @@ def live(ctx: AppContext, plan: planner.Plan, events_fn, stop_requested: Callabl
     key = state["view"].run_id
     ctx.machine.started(key)
     try:
-        yield from retry_on_oom(lambda view: race_updates(ctx, view, prep, events_fn, stop_requested, recording),
+        yield from retry_on_oom(lambda view: race_updates(ctx, view, prep, events_fn, stop_requested, recording,
+                                                          plan.admissions),
                                 state["view"], lambda v: state.update(view=v))
         view = state["view"]
         if not view.done and stop_requested():

@@ -128,26 +128,27 @@ def _decide(run: _Run, rule, index: int, per_row: int) -> Round:
 
 
 def best_of_n(lm: LanguageModel, reward: Reward, cfg: RunConfig, *,
-              engine: BackendFactory | None = None) -> Iterator[Event]:
-    """Sample N full responses (in passes of the rows that fit), score each, return the best."""
-    return _timed(lambda: _Run("bon", lm, reward, cfg, engine), _bon_body)
+              engine: BackendFactory | None = None, admission=None) -> Iterator[Event]:
+    """Sample N full responses (in passes of the rows that fit), score each, return the best. ``admission``
+    (every method takes one): a caller's ``core.budget.admit`` of this run, used instead of admitting again."""
+    return _timed(lambda: _Run("bon", lm, reward, cfg, engine, admission=admission), _bon_body)
 
 
 def best_of_n_refill(lm: LanguageModel, reward: Reward, cfg: RunConfig, *,
-                     engine: BackendFactory | None = None) -> Iterator[Event]:
+                     engine: BackendFactory | None = None, admission=None) -> Iterator[Event]:
     """Best-of-N with continuous batching (freed slots refilled at once): the baseline a vLLM user runs.
     Needs a backend that ``refills`` (vLLM); the transformers engine cannot add rows to a batch."""
-    return _timed(lambda: _Run("bonc", lm, reward, cfg, engine, refill=True), _bon_refill_body)
+    return _timed(lambda: _Run("bonc", lm, reward, cfg, engine, refill=True, admission=admission), _bon_refill_body)
 
 
 def speculative_rejection(lm: LanguageModel, reward: Reward, cfg: RunConfig, *,
                           engine: BackendFactory | None = None,
-                          policy: DecisionRule | None = None) -> Iterator[Event]:
+                          policy: DecisionRule | None = None, admission=None) -> Iterator[Event]:
     """Start with N rows (n='auto': the rows that fill the budget at cfg.first_decision tokens); at each
     decision keep the top round((1 - alpha) * n) by partial reward. ``policy``: a decision rule object
     instead of the one ``cfg`` names (the bench's seam for rules that are no registered name: a rule
     fitted leave-one-out, the oracle ceiling, ``core.oracle``)."""
-    return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True), lambda run: _sr_body(run, policy))
+    return _timed(lambda: _Run("sr", lm, reward, cfg, engine, auto_n=True, admission=admission), lambda run: _sr_body(run, policy))
 
 
 METHODS: dict[str, Callable[[LanguageModel, Reward, RunConfig], Iterator[Event]]] = {

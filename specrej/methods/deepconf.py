@@ -247,7 +247,7 @@ def _paper_pick(run: _Run, window: int) -> int:
     return max(weight, key=lambda c: (weight[c], -c))
 
 
-def deepconf(lm, reward, cfg, *, engine=None) -> Iterator[Event]:
+def deepconf(lm, reward, cfg, *, engine=None, admission=None) -> Iterator[Event]:
     """DeepConf online (the module docstring): ``warmup`` traces to the end set a threshold on the group
     confidence; every later trace stops the step its group confidence falls below it."""
-    return _timed(lambda: _Run("deepconf", lm, reward, cfg, engine), _deepconf_body)
+    return _timed(lambda: _Run("deepconf", lm, reward, cfg, engine, admission=admission), _deepconf_body)

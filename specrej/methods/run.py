@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
-from ..core.budget import admit, sharing
+from ..core.budget import Admission, admit, sharing
 from ..core.cost import flops, read_key
 from ..core.decisions import Moment
 from ..core.rules import Contender
@@ -49,11 +49,23 @@ class _Rec:
                          tuple(self.history))
 
 
+def _admits(admission: Admission | None, cfg: RunConfig, prompt_len: int, shared: bool) -> bool:
+    """``admission`` (a caller's ``admit``) answers this run: the same config (with n='auto', the number it resolved
+    to), the same prompt length and prompt sharing. Anything else is admitted afresh."""
+    if admission is None:
+        return False
+    import dataclasses
+
+    same = admission.cfg == cfg or (cfg.n == AUTO and dataclasses.replace(admission.cfg, n=AUTO) == cfg)
+    return same and admission.kv.prompt_len == prompt_len and admission.kv.shared == shared
+
+
 class _Run:
     """State of one arm: candidates, the engine, the ledger and its clock."""
 
     def __init__(self, arm: Arm, lm: LanguageModel, reward: Reward, cfg: RunConfig,
-                 engine: BackendFactory | None = None, auto_n: bool = False, refill: bool = False):
+                 engine: BackendFactory | None = None, auto_n: bool = False, refill: bool = False,
+                 admission: Admission | None = None):
         engine = engine or lm.backend
         if refill and not engine.refills:
             raise ValueError(f"{arm}: continuous batching adds rows to a running batch, which the {engine.name} "
@@ -70,8 +82,11 @@ class _Run:
         if cfg.n == AUTO and not self.auto_n:
             raise ValueError(f"n='auto' is for Speculative Rejection (its first batch fills memory); give {arm} a "
                              "number of candidates, e.g. bon:n=128.")
-        admitted = admit(cfg, budget=cfg.budget if cfg.budget is not None else engine.default_budget(lm),
-                         prompt_len=len(self.prompt_ids), shared=self.shared, max_positions=lm.max_positions)
+        if _admits(admission, cfg, len(self.prompt_ids), self.shared):
+            admitted = admission   # the caller's (the page's planner): one admission a race, never a second
+        else:
+            admitted = admit(cfg, budget=cfg.budget if cfg.budget is not None else engine.default_budget(lm),
+                             prompt_len=len(self.prompt_ids), shared=self.shared, max_positions=lm.max_positions)
         cfg = self.cfg = admitted.granted()
         self.kv, self.budget = admitted.kv, admitted.slots
         self.recs = [_Rec(i) for i in range(cfg.n)]

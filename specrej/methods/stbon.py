@@ -150,7 +150,7 @@ def _truncate(run: _Run, votes: list[int], diverged: int | None, *, forced: bool
     return kept
 
 
-def self_truncation(lm, reward, cfg, *, engine=None) -> Iterator[Event]:
+def self_truncation(lm, reward, cfg, *, engine=None, admission=None) -> Iterator[Event]:
     """ST-BoN (the module docstring): all N decode to the earliest step every pair differs plus a buffer; the
     answer whose hidden-state chain is most consistent with the others' is kept, the rest truncated."""
-    return _timed(lambda: _Run("stbon", lm, reward, cfg, engine), _stbon_body)
+    return _timed(lambda: _Run("stbon", lm, reward, cfg, engine, admission=admission), _stbon_body)
