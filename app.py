@@ -31,6 +31,7 @@ from components.session.stream import race_events, updates
 from components.state.play import Button, Effect, Phase, Sessions
 from components.state.request import RunRequest
 from components.state.shared import PREFERENCE
+from specrej.core.config import env_int
 
 TITLE = "Speculative Rejection vs Best-of-N"
 # A play button pressed while its own play runs (Run during a race): the page's default, "once", drops the new
@@ -429,11 +430,17 @@ def rerender_race(view, x_axis):
     return gr.Plot(value=charts.as_plot(lecture.for_room(spec) if view.lecture else spec), label=race_label(view, x_axis))
 
 
+MAX_SESSIONS = 1000   # SPECREJ_MAX_SESSIONS: browser sessions whose state is kept (Gradio's default: 10,000)
+
+
 def launch(demo: gr.Blocks, **kwargs):
     """``demo.launch`` with the app's theme and CSS (Gradio 6 takes them here)."""
     from starlette.middleware import Middleware
 
-    opts = dict(theme=THEME, css_paths=[str(ui.css_path())], head=ui.page_head())
+    # every browser session Gradio knows costs a copy of the page's config (about 0.4 MB here): at most this many
+    # are kept, the least recently used dropped first (a flood of made-up sessions cannot grow memory past it)
+    opts = dict(theme=THEME, css_paths=[str(ui.css_path())], head=ui.page_head(),
+                state_session_capacity=env_int("SPECREJ_MAX_SESSIONS", MAX_SESSIONS))
     opts.update(kwargs)
     guard = getattr(demo, "specrej_guard", None)
     if guard is not None:
