@@ -27,6 +27,8 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
     **dict.fromkeys(["METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection"], ".methods"),
     **dict.fromkeys(["LM", "load_generator"], ".backends.hf"),
     "ModelSpecError": ".engine.models",
+    **dict.fromkeys(["race_many", "read_prompts", "read_rows"], ".many"),
+    "candidate_rows": ".core.events",
     **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward"],
                     ".rewards"),
 }
@@ -38,7 +40,7 @@ __all__ = [
     "Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict",
     "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelSpecError",
     "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward",
-    "unload", "provenance", "__version__",
+    "unload", "provenance", "__version__", "race_many", "read_prompts", "read_rows", "candidate_rows",
 ]
 
 

@@ -51,6 +51,13 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     if record:
         p.add_argument("--out", type=Path, required=True, help="the recording to write (gzip JSON, e.g. x.json.gz)")
+    else:
+        p.add_argument("--prompts", type=Path, default=None, metavar="FILE.jsonl",
+                       help="race every prompt of this JSONL file (each line {\"prompt\": ...} or a JSON string) "
+                            "instead of --prompt, with a progress bar; a table of the results at the end")
+        p.add_argument("--out", type=Path, default=None, metavar="RESULTS.jsonl",
+                       help="with --prompts: append one result row a prompt here as it finishes; a rerun skips the "
+                            "prompts already in it (specrej.many.race_many)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--method", choices=list(METHOD_ARMS), default="both", help="which method(s) to run")
     which.add_argument("--arms", nargs="+", metavar="ARM", default=None,
@@ -274,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     record = bool(argv) and argv[0] == "record"
     args = build_parser(record).parse_args(argv[1:] if record else argv)
+    if not record and (args.prompts is not None or args.out is not None):
+        return many_main(args, argv)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     try:
         settings = {k: v for k, v in vars(args).items() if k in fields}
@@ -344,6 +353,50 @@ def main(argv: list[str] | None = None) -> int:
                                      command=["python", "-m", "specrej", *argv]),
             "events": trace}, indent=1))
         print(f"\ntrace written to {args.json}")
+    return 0
+
+
+def many_main(args, argv: list[str]) -> int:
+    """``--prompts FILE.jsonl [--out RESULTS.jsonl]``: every prompt raced by ``race_many`` (a progress bar on
+    stderr, one row a prompt appended to ``--out``, resumable), then a line per prompt on stdout."""
+    from .many import race_many, read_prompts, row_table
+
+    try:
+        if args.prompts is None:
+            raise ValueError("--out (a results file) goes with --prompts FILE.jsonl; for one prompt, --json writes "
+                             "its trace")
+        clash = [flag for flag, given in (("--prompt", args.prompt != RunConfig.prompt), ("--json", args.json),
+                                          ("--stop-when-matched", args.stop_when_matched)) if given]
+        if clash:
+            raise ValueError(f"--prompts races a file of prompts: leave out {', '.join(clash)} (--out writes the "
+                             "results)")
+        prompts = read_prompts(args.prompts)
+        fields = {f.name for f in dataclasses.fields(RunConfig)}
+        settings = {k: v for k, v in vars(args).items() if k in fields and k != "prompt"}
+        for prompt in prompts:
+            check_prompt(args.reward, prompt)   # a reward of its own prompts only refuses another before loading
+        arms = with_settings(parse_arms(args.arms or METHOD_ARMS[args.method]),
+                             {k: v for k in _setting_flags() if (v := getattr(args, k)) is not None})
+        for arm in arms:
+            arm.config(RunConfig(prompt=prompts[0], **settings))   # every arm's settings valid before loading
+        t0 = time.perf_counter()
+        lm = load_lm(args.model, backend=args.backend, trust_remote_code=args.trust_remote_code, dtype=args.dtype,
+                     kv_slots=settings.get("budget"))
+        reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
+                             preference=args.preference, relevance=args.relevance)
+        if not args.quiet:
+            print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}); "
+                  f"racing {len(prompts)} prompts" + (f", results to {args.out}" if args.out else ""),
+                  file=sys.stderr)
+        rows = race_many(prompts, lm, reward, settings, arms, args.out, progress=not args.quiet,
+                         command=["python", "-m", "specrej", *argv])
+    except ValueError as e:
+        notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
+        print(f"error: {e}{notes}", file=sys.stderr)
+        return 2
+    print(row_table(rows))
+    if args.out:
+        print(f"\n{len(rows)} result rows in {args.out}")
     return 0
 
 

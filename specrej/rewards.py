@@ -96,11 +96,56 @@ class HFRewardModel:
                 where, trust_remote_code=trust_remote_code, **kwargs).eval()
         except OSError as e:
             raise RewardError(f"could not load reward model {source!r}: {e}") from e
+        self._ready(f"hf:{source}", batch_size, max_length)
+
+    @classmethod
+    def from_loaded(cls, model, tokenizer=None, *, name: str | None = None, batch_size: int = 16,
+                    max_length: int = 4096) -> "HFRewardModel":
+        """A reward over a sequence-classification model the caller already loaded
+        (``AutoModelForSequenceClassification``, ...) with its ``tokenizer``, or a text-classification
+        ``pipeline`` (its model and tokenizer). Used as it is, on its own device and dtype (put in eval mode;
+        a tokenizer without a pad token gets its end-of-sequence token as one, as for a folder). Anything else
+        (a causal LM, a bare encoder) is refused with what to give instead (``RewardError``)."""
+        from .backends.hf import is_pipeline
+
+        if is_pipeline(model):
+            task = getattr(model, "task", "") or ""
+            if task and task not in ("text-classification", "sentiment-analysis"):
+                raise RewardError(f"a {task!r} pipeline is not a reward: give a text-classification pipeline or a "
+                                  "sequence-classification model and its tokenizer.")
+            tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+            model = model.model
+        if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
+            raise RewardError(f"{type(model).__name__} is not a transformers model: give a sequence-classification "
+                              "reward model loaded with from_pretrained and its tokenizer.")
+        path = str(getattr(model.config, "name_or_path", "") or "")
+        label = name or path or type(model).__name__
+        arch = type(model).__name__
+        if not arch.endswith("ForSequenceClassification"):
+            if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
+                raise RewardError(f"the loaded {arch} is a language model with no score head, not a reward model: "
+                                  "race it as the generator (load_generator(model, tokenizer=tokenizer)), score with "
+                                  "the generator's own signal (confidence, self-certainty), or give a "
+                                  "sequence-classification reward model (a class ending in ForSequenceClassification).")
+            raise RewardError(f"the loaded {arch} has no score head, so it is not a reward model: give a "
+                              "sequence-classification reward model (a class ending in ForSequenceClassification); "
+                              "an encoder scores by similarity as the preference reward's embedder (SPECREJ_EMBEDDER).")
+        if tokenizer is None:
+            raise RewardError("a loaded reward model needs its tokenizer: load_reward(model, tokenizer=tokenizer)"
+                              + (f" (e.g. AutoTokenizer.from_pretrained({path!r}))." if path else "."))
+        if not callable(tokenizer) or not callable(getattr(tokenizer, "decode", None)):
+            raise RewardError(f"tokenizer= must be a transformers tokenizer, not {type(tokenizer).__name__}.")
+        self = cls.__new__(cls)
+        self.tokenizer, self.model = tokenizer, model.eval()
+        self._ready(f"hf:{label}", batch_size, max_length)
+        return self
+
+    def _ready(self, name: str, batch_size: int, max_length: int) -> None:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         if self.model.config.pad_token_id is None:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.name = f"hf:{source}"
+        self.name = name
         self.n_params = sum(p.numel() for p in self.model.parameters())
         self.batch_size, self.max_length = batch_size, max_length
 
@@ -404,10 +449,20 @@ def _remember(cache: OrderedDict, key, value, bound: int):
     return value
 
 
-def load_reward(spec: str | Callable = "embedded", *, trust_remote_code: bool = False,
+def load_reward(spec: str | Callable = "embedded", *, tokenizer=None, trust_remote_code: bool = False,
                 preference: str | None = None, relevance: float = 0.5) -> Reward:
     """Build (once per process for model-backed kinds) the reward named by ``spec``; a reward object or a
-    plain function ``fn(prompt, responses) -> list[float]`` is returned as a full reward (``as_reward``)."""
+    plain function ``fn(prompt, responses) -> list[float]`` is returned as a full reward (``as_reward``); an
+    already-loaded sequence-classification model with its ``tokenizer=`` (or a text-classification pipeline)
+    becomes the ``hf`` reward over it (``HFRewardModel.from_loaded``)."""
+    from .backends.hf import is_loaded_model
+
+    if spec is not None and is_loaded_model(spec):   # before the callable test: a model is callable
+        return HFRewardModel.from_loaded(spec, tokenizer)
+    if tokenizer is not None:
+        raise RewardError(f"tokenizer= goes with a loaded reward model; the reward {spec!r} needs none.")
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
     if not isinstance(spec, str) and spec is not None and (callable(spec) or hasattr(spec, "score")):
         return as_reward(spec)
     if not isinstance(spec, str) or not spec.strip():

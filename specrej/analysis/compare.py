@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Sequence
 
-from ..core.events import Candidate, Event, Finished, Round
+from ..core.events import Candidate, Event, Finished, Round, candidate_rows
 from .metrics import spearman
 
 
@@ -255,6 +255,13 @@ class Tally:
     def compare_all(self, baseline: str) -> dict[str, Comparison]:
         """Every other finished arm against ``baseline`` (an arm id)."""
         return compare_all(self.finished, self.rounds, self.curves, baseline=baseline)
+
+    def to_rows(self) -> list[dict]:
+        """The race as a flat table: one dict per candidate per finished arm, the arms in the order they
+        finished (``core.events.candidate_rows``: arm, id, winner, status, score, tokens, finish_reason,
+        round_pruned, text). ``pandas.DataFrame(tally.to_rows())`` where pandas is installed; plain dicts
+        otherwise (``csv.DictWriter(f, ROW_KEYS)`` writes them)."""
+        return [row for f in self.finished.values() for row in candidate_rows(f)]
 
 
 def compare_all(finished: Mapping[str, Finished], rounds: Mapping[str, Sequence[Round]] | None = None,

@@ -170,16 +170,25 @@ class LanguageModel(Protocol):
         """Text of these token ids, special tokens skipped."""
 
 
-def _load_transformers(spec: str, *, trust_remote_code: bool = False, dtype: str | None = None,
-                       kv_slots: int | None = None) -> LanguageModel:
+def _load_transformers(spec, *, trust_remote_code: bool = False, dtype: str | None = None,
+                       kv_slots: int | None = None, tokenizer=None) -> LanguageModel:
     from .hf import load_generator
 
-    return load_generator(spec, trust_remote_code=trust_remote_code, dtype=dtype)
+    return load_generator(spec, tokenizer=tokenizer, trust_remote_code=trust_remote_code, dtype=dtype)
 
 
-def _load_vllm(spec: str, *, trust_remote_code: bool = False, dtype: str | None = None,
-               kv_slots: int | None = None) -> LanguageModel:
+def _load_vllm(spec, *, trust_remote_code: bool = False, dtype: str | None = None,
+               kv_slots: int | None = None, tokenizer=None) -> LanguageModel:
     from .vllm import load_vllm_generator
+
+    if not isinstance(spec, (str, os.PathLike)) or tokenizer is not None:
+        from ..engine.models import ModelSpecError
+
+        where = getattr(getattr(getattr(spec, "model", spec), "config", None), "name_or_path", "") or "<folder>"
+        raise ModelSpecError(f"the vllm backend loads its own weights from a folder or hub id, not a loaded "
+                             f"{type(spec).__name__}: give the path ({where!r}), or use the transformers backend "
+                             "for a loaded model.")
+    spec = os.fspath(spec)
 
     return load_vllm_generator(spec, dtype={"fp32": "float32", "bf16": "bfloat16"}.get(dtype or "", "auto"),
                                kv_slots=kv_slots)
@@ -201,12 +210,22 @@ def planned_budget(budget: int | None) -> int | None:
     return None if torch.cuda.is_available() else cpu_budget()
 
 
-def load_lm(spec: str = "embedded", *, backend: str | None = None, trust_remote_code: bool = False,
-            dtype: str | None = None, kv_slots: int | None = None) -> LanguageModel:
+def load_lm(spec="embedded", *, backend: str | None = None, trust_remote_code: bool = False,
+            dtype: str | None = None, kv_slots: int | None = None, tokenizer=None) -> LanguageModel:
     """The generator ``spec`` on ``backend`` (a name in ``BACKENDS``; default: SPECREJ_BACKEND, else
     transformers). The methods then run on that backend (``lm.backend``). ``kv_slots``: vLLM on a CPU
-    sizes its KV pool to hold this many slots (the race's budget)."""
+    sizes its KV pool to hold this many slots (the race's budget). ``spec`` may also be an already-loaded
+    model with its ``tokenizer`` (or a text-generation pipeline), on the transformers backend
+    (``hf.loaded_generator``); a ``LanguageModel`` already built is returned as it is."""
+    if _is_language_model(spec):
+        return spec
     name = (backend or os.environ.get(BACKEND_ENV, "") or "transformers").strip().lower()
     if name not in BACKENDS:
         raise ValueError(f"backend {name!r} is unknown; choose one of {', '.join(BACKENDS)} ({BACKEND_ENV}).")
-    return BACKENDS[name](spec, trust_remote_code=trust_remote_code, dtype=dtype, kv_slots=kv_slots)
+    return BACKENDS[name](spec, trust_remote_code=trust_remote_code, dtype=dtype, kv_slots=kv_slots,
+                          tokenizer=tokenizer)
+
+
+def _is_language_model(obj) -> bool:
+    """A ``LanguageModel`` already built (``hf.LM``, ``vllm.VllmLM``, a replay's), not a spec or a raw model."""
+    return all(hasattr(obj, a) for a in ("backend", "render", "decode", "eos_ids", "tokenizer"))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,9 @@ from ..core.budget import cpu_budget
 from ..core.config import RunConfig
 from ..engine import compiled, precision
 from ..engine.kvcache import grow_in_place
-from ..engine.models import EMBEDDED, default_device, load_weights, render_chat, resolve_spec, source_key
+from ..engine import shared_prefix
+from ..engine.models import (EMBEDDED, ModelSpecError, default_device, generator_refusal, load_weights,
+                             render_chat, resolve_spec, source_key)
 from ..engine.packed import PackedLinear, lone_row_padded
 from ..engine.shared_prefix import SharedPrefixCache
 from . import Done, Sampling
@@ -99,8 +102,13 @@ _lock = threading.Lock()
 _loaded: dict[tuple, tuple[tuple, LM]] = {}
 
 
-def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False, dtype: str | None = None) -> LM:
+def load_generator(spec=EMBEDDED, *, tokenizer=None, trust_remote_code: bool = False,
+                   dtype: str | None = None) -> LM:
     """Load (once per process, model files and dtype) the generator named by ``spec``.
+
+    ``spec``: "embedded", a hub id, a folder (a ``str`` or a ``Path``) or a ``.gguf`` file; or an already-loaded
+    model: a transformers causal LM with its ``tokenizer=``, or a text-generation ``pipeline`` (its model and
+    tokenizer); an ``LM`` is returned as it is. A loaded model is used as it is (``loaded_generator``).
 
     The cache knows a folder or a ``.gguf`` file by its resolved path (``folder/``, ``./folder`` and a link to it
     are one) and by its files' sizes and modification times: weights saved again in place load anew, and the
@@ -108,6 +116,14 @@ def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False, dty
     a classification head) is refused with what to load instead (``ModelSpecError``).
 
     ``dtype``: "auto" (default, or ``SPECREJ_DTYPE``), "fp32" or "bf16"; see ``precision``."""
+    if isinstance(spec, LM):
+        return spec
+    if is_loaded_model(spec):
+        return loaded_generator(spec, tokenizer=tokenizer, dtype=dtype)
+    if tokenizer is not None:
+        raise ModelSpecError(f"tokenizer= goes with a loaded model; the generator {spec!r} loads its own tokenizer.")
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
     torch_dtype = precision.resolve(dtype, default_device())
     source, gguf = resolve_spec(spec)
     where, stamp = source_key(str(Path(source) / gguf) if gguf else source)
@@ -120,6 +136,73 @@ def load_generator(spec: str = EMBEDDED, *, trust_remote_code: bool = False, dty
             held = _loaded[key] = (stamp, LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=eos,
                                              shares_prefix=shares))
         return held[1]
+
+
+def is_loaded_model(obj) -> bool:
+    """Whether ``obj`` is an already-loaded model (a torch module, e.g. a transformers ``PreTrainedModel``) or a
+    transformers ``Pipeline`` (which holds one), rather than a spec to load."""
+    return isinstance(obj, torch.nn.Module) or is_pipeline(obj)
+
+
+def is_pipeline(obj) -> bool:
+    """Whether ``obj`` is a transformers ``Pipeline`` (known by its class, without importing transformers)."""
+    return any(c.__name__ == "Pipeline" and c.__module__.startswith("transformers.")
+               for c in type(obj).__mro__)
+
+
+def loaded_generator(model, *, tokenizer=None, dtype: str | None = None, name: str | None = None) -> LM:
+    """An ``LM`` over a model the caller already loaded: a transformers causal LM (``AutoModelForCausalLM``,
+    ``LlamaForCausalLM``, ...) with its ``tokenizer``, or a text-generation ``pipeline`` (its ``model`` and
+    ``tokenizer``; a ``tokenizer=`` given wins).
+
+    The model is used as it is, on its own device and in its own dtype (``dtype``, where given, must be the
+    model's: convert it yourself, e.g. ``model.to(torch.float32)``): it is put in eval mode and, for the families
+    that allow it (Llama, Mistral, Qwen2, Qwen3), its attention is routed through the shared-prefix attention
+    (``engine.shared_prefix``: plain sdpa for every call that passes no shared cache, so the model computes as
+    before elsewhere). Its layers are not replaced: the prepacked CPU kernels a model loaded by path gets
+    (``engine.packed``) are left out, so the object's step may be slower on a CPU in fp32, and its last bits may
+    differ from the same weights loaded by path. A model that cannot write text (an encoder, a classification
+    head) is refused with what to load instead (``ModelSpecError``); so is one without a tokenizer."""
+    if is_pipeline(model):
+        task = getattr(model, "task", "") or ""
+        if task and task != "text-generation":
+            raise ModelSpecError(f"a {task!r} pipeline is not a generator: give a text-generation pipeline "
+                                 "(pipeline('text-generation', model=...)) or the causal LM and its tokenizer"
+                                 + (" (a text-classification pipeline is a reward: load_reward(pipe))"
+                                    if task in ("text-classification", "sentiment-analysis") else "") + ".")
+        tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        model = model.model
+    if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
+        raise ModelSpecError(f"{type(model).__name__} is not a transformers model: give a causal LM loaded with "
+                             "from_pretrained (or built from a config) and its tokenizer.")
+    config = model.config
+    path = str(getattr(config, "name_or_path", "") or "")
+    name = name or path or type(model).__name__
+    refusal = generator_refusal(config, name, archs=[type(model).__name__])
+    if refusal is not None:
+        raise ModelSpecError(refusal)
+    if tokenizer is None:
+        raise ModelSpecError("a loaded model needs its tokenizer: load_generator(model, tokenizer=tokenizer)"
+                             + (f" (e.g. AutoTokenizer.from_pretrained({path!r}))." if path else "."))
+    if not callable(getattr(tokenizer, "decode", None)) or not callable(tokenizer):
+        raise ModelSpecError(f"tokenizer= must be a transformers tokenizer, not {type(tokenizer).__name__}.")
+    params = next(model.parameters(), None)
+    if params is None:
+        raise ModelSpecError(f"model {name!r} has no parameters: it is not a loaded language model.")
+    if dtype is not None and precision.requested(dtype) != "auto":
+        wanted = precision.resolve(dtype, params.device)
+        if wanted != params.dtype:
+            raise ModelSpecError(f"model {name!r} is loaded in {str(params.dtype).replace('torch.', '')}, not "
+                                 f"{dtype}: a loaded model runs in its own dtype; convert it first (model.to("
+                                 f"{wanted})) or leave dtype out.")
+    model.eval()
+    eos = set()
+    for ids in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                getattr(config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if ids is not None:
+            eos.update(ids if isinstance(ids, (list, tuple)) else [ids])
+    shares = shared_prefix.install(model)
+    return LM(name=name, model=model, tokenizer=tokenizer, eos_ids=frozenset(eos), shares_prefix=shares)
 
 
 def unload() -> int:

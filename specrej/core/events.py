@@ -133,6 +133,25 @@ class Finished:
                                          # these; () from an older trace: one pass of its candidates is assumed)
     picked_by: str = "reward"          # who named the winner: "reward" (the race's) or "paper" (a rival's own rule)
 
+    def to_rows(self) -> list[dict]:
+        """One flat dict per candidate (``candidate_rows``): ``pandas.DataFrame(f.to_rows())`` is a table."""
+        return candidate_rows(self)
+
+
+ROW_KEYS = ("arm", "id", "winner", "status", "score", "tokens", "finish_reason", "round_pruned", "text")
+
+
+def candidate_rows(finished: Finished) -> list[dict]:
+    """The arm's candidates as flat rows, by id: ``arm``, ``id``, ``winner`` (it won the arm), ``status``
+    (finished, pruned, ...), ``score`` (final where it finished, the last partial score where it was pruned, None
+    where it was never scored), ``tokens`` (generated), ``finish_reason`` (eos, stop, length; None where it did not
+    finish), ``round_pruned`` (the index of the round that pruned it, counted from 0; None where none did) and
+    ``text``. Plain values only: JSON, csv and ``pandas.DataFrame(rows)`` take them as they are."""
+    return [{"arm": finished.arm, "id": c.id, "winner": c.id == finished.winner.id, "status": c.status,
+             "score": c.score, "tokens": c.tokens, "finish_reason": c.finish_reason,
+             "round_pruned": c.round_pruned, "text": c.text}
+            for c in sorted(finished.candidates, key=lambda c: c.id)]
+
 
 Event = Union[Progress, Round, Finished]
 

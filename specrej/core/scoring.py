@@ -95,7 +95,13 @@ def _takes_stats(method) -> bool:
 def as_reward(obj) -> Reward:
     """``obj`` as a full reward: returned as is where it has every member, seen with the defaults of the
     optional ones where it lacks some (``Reward``), a plain function wrapped in ``CallableReward``;
-    anything else is a RewardError that says what a reward is."""
+    anything else is a RewardError that says what a reward is. A loaded model (a torch module, whose ``score``
+    may be its classification layer, and which is callable) or a pipeline is no reward by itself: RewardError
+    naming ``load_reward(model, tokenizer=tokenizer)``."""
+    if _loaded_model(obj):
+        raise RewardError(f"a loaded {type(obj).__name__} is not a reward by itself: wrap it with "
+                          "load_reward(model, tokenizer=tokenizer) (a sequence-classification model) or "
+                          "load_reward(pipe) (a text-classification pipeline).")
     score = getattr(obj, "score", None)
     if callable(score):
         complete = all(hasattr(obj, a) for a in _OPTIONAL) and _takes_stats(score)
@@ -107,6 +113,13 @@ def as_reward(obj) -> Reward:
 
 
 _OPTIONAL = ("name", "n_params", "uses_token_stats")
+
+
+def _loaded_model(obj) -> bool:
+    """A torch module or a transformers pipeline, known by its classes (this module does not import torch)."""
+    return any((c.__name__ == "Module" and c.__module__ == "torch.nn.modules.module")
+               or (c.__name__ == "Pipeline" and c.__module__.startswith("transformers."))
+               for c in type(obj).__mro__)
 
 
 def checked(reward: Reward, prompt: str, responses: Sequence[str],

@@ -61,7 +61,13 @@ def render_chat(tokenizer, prompt: str) -> list[int]:
 
 def resolve_spec(spec: str) -> tuple[str, str | None]:
     """(folder or hub id, gguf file name or None) for a spec; raises ModelSpecError."""
-    if not isinstance(spec, str) or not spec.strip():
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, str):
+        raise ModelSpecError(f"cannot load a generator from {type(spec).__name__} {str(spec)[:60]!r}: use "
+                             "'embedded', a hub id, a folder, a .gguf file, or a loaded model with its tokenizer "
+                             "(load_generator(model, tokenizer=tokenizer), or a text-generation pipeline).")
+    if not spec.strip():
         raise ModelSpecError("model spec is empty: use 'embedded', a hub id, a folder or a .gguf file.")
     spec = spec.strip()
     if spec == EMBEDDED:
@@ -118,13 +124,15 @@ _HEADS = {"ForSequenceClassification": "a sequence-classification head (a reward
           "ForPreTraining": "a pre-training head", "Model": "no head at all (the bare network)"}
 
 
-def generator_refusal(config, spec: str) -> str | None:
+def generator_refusal(config, spec: str, archs: list[str] | None = None) -> str | None:
     """Why the model ``config`` describes cannot be the generator, in words that say what to load instead;
-    None when it can (a decoder-only causal language model, or remote code that names one)."""
+    None when it can (a decoder-only causal language model, or remote code that names one). ``archs``: the
+    architecture to judge instead of the config's (a loaded model's own class: the object is what runs)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-    archs = list(getattr(config, "architectures", None) or [])
-    if "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {}):
+    loaded = archs is not None
+    archs = list(archs if loaded else getattr(config, "architectures", None) or [])
+    if not loaded and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {}):
         return None
     model_type = getattr(config, "model_type", "") or ""
     fix = ("The generator must be a decoder-only causal language model (an architecture ending in ForCausalLM: "
@@ -141,11 +149,13 @@ def generator_refusal(config, spec: str) -> str | None:
         arch = archs[0]
         head = next((words for suffix, words in _HEADS.items() if arch.endswith(suffix)), "no language-model head")
         if arch.endswith("ForSequenceClassification"):
-            instead = f" Load it as the reward: load_reward('hf:{spec}') (CLI: --reward hf:{spec})."
+            instead = (" Load it as the reward: load_reward(model, tokenizer=tokenizer)." if loaded else
+                       f" Load it as the reward: load_reward('hf:{spec}') (CLI: --reward hf:{spec}).")
         else:
             instead = ""
-        return (f"model {spec!r} is a {arch}, with {head}: loaded as a generator its language-model head would be "
-                f"random.{instead} {fix}")
+        why = ("it has no language-model head to write text with" if loaded else
+               "loaded as a generator its language-model head would be random")
+        return f"model {spec!r} is a {arch}, with {head}: {why}.{instead} {fix}"
     return None
 
 
