@@ -370,18 +370,21 @@ def test_the_api_is_run_and_stop_only(served_gated):
 
 def test_a_64_of_ipv6_addresses_is_capped_like_one_address():
     """Issue 42 (1): seven runs from seven addresses of one /64 were all admitted; now they share one
-    address's cap (5 of a queue of 10), an IPv4-mapped address is its IPv4 address, and another /64 is
-    another address. SPECREJ_IPV6_PREFIX sets the network."""
+    address's cap (5 of a queue of 10), an IPv4-mapped address is its IPv4 address, and another household is
+    another address. SPECREJ_IPV6_PREFIX sets the network (issue 50 (3): a household's /56 by default;
+    ``tests/test_guard_round6.py`` checks seven /64s of one /56)."""
     from types import SimpleNamespace as NS
 
     from components.deploy.clients import Guard, address_cap, address_group
 
-    assert address_group("2001:db8::1") == address_group("2001:db8::ffff:1:2:3") == "2001:db8::/64"
-    assert address_group("2001:db8:0:1::1") != address_group("2001:db8::1")
+    assert address_group("2001:db8::1") == address_group("2001:db8::ffff:1:2:3") == "2001:db8::/56"
+    assert address_group("2001:db8::1", 64) == address_group("2001:db8::ffff:1:2:3", 64) == "2001:db8::/64"
+    assert address_group("2001:db8:0:1::1", 64) != address_group("2001:db8::1", 64)
+    assert address_group("2001:db8:0:100::1") != address_group("2001:db8::1")
     assert address_group("::ffff:203.0.113.5") == address_group("203.0.113.5") == "203.0.113.5"
     assert address_group("2001:db8:0:1::1", 48) == address_group("2001:db8::1", 48)
     assert address_group("testclient") == "testclient" and address_group(None) is None
-    assert Guard.from_env({}).ipv6_prefix == 64 and Guard.from_env({"SPECREJ_IPV6_PREFIX": "56"}).ipv6_prefix == 56
+    assert Guard.from_env({}).ipv6_prefix == 56 and Guard.from_env({"SPECREJ_IPV6_PREFIX": "64"}).ipv6_prefix == 64
     for bad in ("129", "8", "x"):
         with pytest.raises(ValueError, match="SPECREJ_IPV6_PREFIX"):
             Guard.from_env({"SPECREJ_IPV6_PREFIX": bad})
@@ -396,7 +399,7 @@ def test_a_64_of_ipv6_addresses_is_capped_like_one_address():
 
     answers = [g.admit(req(f"s{i}", f"6.6.6.6, 2001:db8::{i}"), 4) for i in range(1, 8)]
     assert answers[:5] == [None] * 5 and all("SPECREJ_MAX_RUNS_PER_ADDRESS" in a for a in answers[5:])
-    assert g.admit(req("elsewhere", "2001:db8:0:1::1"), 4) is None   # the next /64: another host
+    assert g.admit(req("elsewhere", "2001:db8:0:100::1"), 4) is None   # the next /56: another household
     mapped = [g.admit(req(f"m{i}", "::ffff:203.0.113.9" if i % 2 else "203.0.113.9"), 4)
               for i in range(7)]
     assert mapped.count(None) == 5

@@ -57,6 +57,7 @@ SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")   # a session hash or event id: 
 NO_STREAM = "No event stream for this {what}: join the queue first (the page and gradio_client do)."
 BAD_ID = "A {what} is 1 to 64 letters, digits, '-' or '_'."
 TOO_LONG_NUMBER = "A number in the request body has more than 4300 digits."
+HEARTBEAT = "/gradio_api/heartbeat/"   # GET heartbeat/<session_hash>: the page's keep-alive stream
 
 class ApiGate:
     """ASGI middleware in front of Gradio's routes (this module's docstring says what it refuses)."""
@@ -100,13 +101,14 @@ class ApiGate:
         body, why = parse_body(b"".join(m.get("body", b"") for m in read))
         if why:
             return await _json(send, 400, {"detail": why})
-        if head == "cancel":
-            self.guard.note_cancel(body)
+        keyword = head == "call" and len(route) > 1 and route[1] == "v2"   # the body is the endpoint's parameters
         for key, what in (("session_hash", "session_hash"), ("event_id", "event id")):
-            if key == "event_id" and head not in ("cancel", "reset"):
+            if keyword or (key == "event_id" and head not in ("cancel", "reset")):
                 continue   # a direct call's event id is dropped by Gradio unread; a join has none
             if body.get(key) is not None and not (isinstance(body[key], str) and SESSION_ID.fullmatch(body[key])):
                 return await _json(send, 400, {"detail": BAD_ID.format(what=what)})
+        if head == "cancel":
+            self.guard.note_cancel(body)
         if head in ("run", "api") or route == ["queue", "join"]:
             refused = self._refuse(head, route[1] if len(route) > 1 else "", body)
             if refused:
@@ -138,7 +140,10 @@ class ApiGate:
     def _refuse_stream(self, path: str, query: bytes) -> tuple[int, str] | None:
         """(status, why) for an event stream Gradio would open and then fail inside (a traceback in the log per
         request, after a 200 has started): ``queue/data`` of a session with no stream, ``call/<name>/<event_id>``
-        of an event with none; a malformed session hash or event id: 400. None: the stream exists."""
+        of an event with none; a malformed session hash or event id: 400. None: the stream exists. A heartbeat's
+        session hash (a path segment Gradio puts into a URL when the heartbeat ends) must be well formed: 400."""
+        if path.startswith(HEARTBEAT) and not SESSION_ID.fullmatch(path[len(HEARTBEAT):]):
+            return 400, BAD_ID.format(what="session_hash")
         if self.guard.blocks is None:
             return None
         if path == "/gradio_api/queue/data":
