@@ -108,12 +108,11 @@ def refuse_values(event, data: Any) -> str | None:
     (the gate's count check answers that)."""
     if event is None or not event.preprocess or not isinstance(data, list):
         return None
-    blocks = list(event.components)
+    blocks = event.components
     if len(data) != len(blocks):   # the API may leave out the inputs it does not show (a State)
-        shown = [b for b in blocks if not getattr(b, "skip_api", False)]
-        if len(data) != len(shown):
+        blocks = event.shown_components
+        if len(data) != len(blocks):
             return None
-        blocks = shown
     for k, (block, value) in enumerate(zip(blocks, data)):
         why = refuse_input(block, value)
         if why:
