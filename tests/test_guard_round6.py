@@ -367,11 +367,13 @@ def test_seven_64s_of_one_56_share_one_households_cap_and_48_is_a_setting():
     held = [_request(f"s{i}", f"2001:db8:0:{i:x}::1") for i in range(1, 8)]   # seven /64s of 2001:db8::/56
     answers = [g.admit(r, 4) for r in held]
     assert answers[:5] == [None] * 5 and all("SPECREJ_MAX_RUNS_PER_ADDRESS" in a for a in answers[5:]), answers
-    assert g.admit(_request("next-home", "2001:db8:0:100::1"), 4) is None   # the next /56: another household
+    held.append(_request("next-home", "2001:db8:0:100::1"))
+    assert g.admit(held[-1], 4) is None   # the next /56: another household
 
     wide = Guard(max_runs_per_address=address_cap(10), queued_fns=frozenset({4}), trusted_proxy=True,
                  ipv6_prefix=48)
-    spread = [wide.admit(_request(f"w{i}", f"2001:db8:0:{i * 0x100:x}::1"), 4) for i in range(1, 8)]   # seven /56s
+    kept = [_request(f"w{i}", f"2001:db8:0:{i * 0x100:x}::1") for i in range(1, 8)]   # seven /56s of one /48
+    spread = [wide.admit(r, 4) for r in kept]   # (kept alive: the guard knows a run by its request's id)
     assert spread.count(None) == 5
 
 
