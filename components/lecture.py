@@ -101,8 +101,13 @@ def lock_step(page: Any) -> dict:
     """The first step of every play's chain (Run, Enter in the prompt, Replay, Paper scale; "Run it live" presses
     Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
     separate event on the same click raced an instant replay and landed after it)."""
-    return dict(fn=lambda on: locks(page, True, on is True), inputs=[page.controls.lecture],
-                outputs=lockable(page), queue=False, api_visibility="private")
+    def lock(on, session):
+        if hasattr(session, "pressing"):
+            session.pressing()   # a play is on its way: an older play's end lifts no lock meanwhile
+        return locks(page, True, on is True)
+
+    return dict(fn=lock, inputs=[page.controls.lecture, page.session], outputs=lockable(page), queue=False,
+                api_visibility="private")
 
 
 def wire(page: Any, ends: list) -> None:
@@ -110,11 +115,18 @@ def wire(page: Any, ends: list) -> None:
     after ``lock_step``) ends, and on Stop."""
     c = page.controls
     c.lecture.change(None, [c.lecture], [c.lecture], js=TOGGLE_JS, queue=False, api_visibility="private")
+    import gradio as gr
+
     controls = lockable(page)
-    unlock = dict(fn=lambda: locks(page, False), inputs=None, outputs=controls, queue=False, api_visibility="private")
+
+    def ended(session):   # a play's event ended: unlock unless a newer play plays or is on its way (its lock first)
+        if getattr(session, "busy", lambda: False)():
+            return {comp: gr.skip() for comp in controls}
+        return locks(page, False)
+
     for event in ends:
-        event.then(**unlock)
-    c.stop.click(**unlock)
+        event.then(ended, [page.session], controls, queue=False, api_visibility="private")
+    c.stop.click(lambda: locks(page, False), None, controls, queue=False, api_visibility="private")
 
 
 # ------------------------------------------------------------------ the page's head: the layout and the clicker
@@ -160,8 +172,8 @@ HEAD_JS = """
     else {
       const run = document.querySelector('#run');
       if (stepping) { press('#step-next'); }
+      else if (live()) { press('#stop'); }   // something plays: Stop, whatever a late unlock left enabled
       else if (run && !run.disabled) { press('#run'); }
-      else if (live()) { press('#stop'); }
       else { runWhenUnlocked(); }   // a play just ended (Stop, its end): its unlock is on its way; Run once it lands
     }
   }, true);

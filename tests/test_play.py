@@ -210,3 +210,31 @@ def test_docs_carry_the_code_table():
     doc = (ROOT / "docs" / "app.md").read_text(encoding="utf-8")
     assert docs_block() in doc, ("docs/app.md's states x buttons table differs from the code's: run "
                                  "`python -m components.state.play` to write it")
+
+
+def test_an_older_plays_end_never_unlocks_a_page_whose_next_play_is_on_its_way():
+    """Lecture mode's locks: a stopped play's event can end (and ask to unlock) after the next play's lock landed
+    (seen under load: Run stayed enabled through a race, and the space bar restarted it instead of stopping it).
+    The session says it is busy from the press's first step until the play it pressed for has begun and ended."""
+    import gradio as gr
+
+    from components import lecture, ui
+    from components.session.context import AppContext
+    from components.state.play import Phase, Session
+
+    s = Session()
+    assert not s.busy()
+    s.pressing()                      # lock_step: the play is on its way, not begun
+    assert s.busy()
+    play = s.begin(Phase.RACING)
+    assert s.busy()
+    assert s.end(play, Phase.DONE) and not s.busy()
+
+    with gr.Blocks() as demo:
+        page = ui.build_page(AppContext.from_env({}))
+        lecture.wire(page, ends=[page.controls.run.click(None)])
+    ended = next(fn.fn for fn in demo.fns.values() if getattr(fn.fn, "__name__", "") == "ended")
+    busy = Session()
+    busy.pressing()
+    assert all(v == gr.skip() for v in ended(busy).values())              # a newer play keeps its locks
+    assert all(v.get("interactive") is not False for v in ended(Session()).values() if isinstance(v, dict))

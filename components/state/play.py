@@ -179,6 +179,7 @@ class Session:
         self.play = 0                 # the current play's id: a play with another id draws nothing more
         self.resting = Phase.IDLE     # the phase the page rests in when nothing plays (idle, done, stepping, stopped)
         self._wakers: dict[int, list] = {}   # play id -> what to call the moment it goes stale (``on_stale``)
+        self._pressed = 0.0   # when a play button was last pressed and its play has not begun (time.monotonic())
 
     def __deepcopy__(self, memo) -> "Session":
         return Session()
@@ -230,9 +231,27 @@ class Session:
         self._wake(woken)
         return r
 
+    def pressing(self) -> None:
+        """A play button's first step (``lecture.lock_step``): a play is on its way; until it begins (or
+        ``PRESS_S`` passes) the page is not idle, so an older play's end lifts no lock (``busy``)."""
+        import time
+
+        with self._lock:
+            self._pressed = time.monotonic()
+
+    PRESS_S = 15.0
+
+    def busy(self) -> bool:
+        """Something plays, or a play pressed for has not begun yet: an older play's end must not unlock the page."""
+        import time
+
+        with self._lock:
+            return self.phase in PLAYING or (self._pressed > 0 and time.monotonic() - self._pressed < self.PRESS_S)
+
     def begin(self, phase: Phase = Phase.RACING) -> int:
         """A play starts (its handler's first line): a new id, which makes every other play of this session stale."""
         with self._lock:
+            self._pressed = 0.0
             self.play += 1
             if self.phase not in PLAYING:
                 self.resting = self.phase if self.phase is not Phase.STEPPING else Phase.DONE
