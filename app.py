@@ -26,7 +26,7 @@ from components.panels import STOPPED
 from components.deploy import memory
 from components.session import busy, paper
 from components.session.context import AppContext
-from components.session.recordings import check_replay, replay_updates
+from components.session.recordings import check_replay, replay_updates, stoppable_sleep
 from components.session.stream import race_events, updates
 from components.state.play import Button, Effect, Phase, Sessions
 from components.state.request import RunRequest
@@ -217,7 +217,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         session, play, stop_requested = bind(sessions, guard, request, Phase.REPLAYING)
         yield from playing(page, session, play, stop_requested, replay_updates(
             prompt, pace, min_frame_interval=ctx.min_frame_interval, max_prompt_chars=ctx.limits.max_prompt_chars,
-            step=step is True, lecture=lecture_on is True))
+            step=step is True, lecture=lecture_on is True, sleep=stoppable_sleep(stop_requested)))
 
     on_replay = c.replay.click(**lecture.lock_step(page)) \
         .then(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
@@ -253,7 +253,8 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         if plays:
             yield from playing(page, session, play, stop_requested, replay_updates(
                 plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True, lecture=lecture_on is True))
+                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True, lecture=lecture_on is True,
+                sleep=stoppable_sleep(stop_requested)))
 
     def press_paper(session, request: gr.Request):
         own(sessions, session, request).press(Button.PAPER)

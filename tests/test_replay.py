@@ -179,3 +179,27 @@ def test_the_oracle_keeps_the_best_final_rewards_through_the_same_loop():
     assert (fin.winner.id, fin.winner.score) == (2, 121.0) == (2, max(FINAL7[c] for c in range(6)))
     paper, _ = _sr()
     assert paper.winner.score < fin.winner.score
+
+
+@pytest.mark.parametrize("says_when_set", [True, False])
+def test_a_paced_replays_pause_ends_the_moment_it_is_stopped(says_when_set):
+    """A paced recording can wait tens of seconds between events; a stopped replay asleep there kept its event
+    pending, and the next Replay pressed waited for it (the click benchmark: no answer in 60 s). The pause wakes
+    on the stop (a flag that says when it is set, or one asked every 0.1 s)."""
+    import threading
+
+    from conftest import HANG_GUARD_S
+
+    from components.deploy.clients import StopFlag
+    from components.session.recordings import stoppable_sleep
+
+    flag = StopFlag()
+    stop = flag if says_when_set else (lambda: flag())
+    sleep = stoppable_sleep(stop)
+    asleep = threading.Thread(target=sleep, args=(10 * HANG_GUARD_S,), daemon=True)
+    asleep.start()
+    asleep.join(0.2)
+    assert asleep.is_alive()          # it does pause ...
+    flag.set()
+    asleep.join(HANG_GUARD_S)
+    assert not asleep.is_alive()      # ... until the stop, not for the whole pause

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from specrej import Progress, RunConfig
 from specrej.arms import parse_arms
@@ -176,6 +176,29 @@ def check_replay(prompt, pace, max_prompt_chars: int = 2000) -> tuple[str, float
         pace = "inf" if pace == math.inf else f"{pace:g}"
     pace = check_choice("pace", pace, [v for _, v in PACES])
     return prompt, float(pace)
+
+
+def stoppable_sleep(stop_requested) -> Callable[[float], None]:
+    """A replay's pause between two recorded events that ends the moment the play is stopped (``stop_requested``:
+    a flag that says when it is set, ``on_set``; else asked every 0.1 s): a paced recording can wait tens of
+    seconds between events, and a handler asleep there kept its event pending, so the next Replay pressed waited
+    for it (Gradio runs a button's next press after its pending one)."""
+    import threading
+
+    woken = threading.Event()
+    on_set = getattr(stop_requested, "on_set", None)
+    if on_set is not None:
+        on_set(woken.set)
+
+    def sleep(seconds: float) -> None:
+        end = time.monotonic() + max(0.0, seconds)
+        while not woken.is_set() and not stop_requested():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            woken.wait(min(left, 0.1 if on_set is None else left))
+
+    return sleep
 
 
 def replay_updates(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,

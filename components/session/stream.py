@@ -224,7 +224,8 @@ def execute(ctx: AppContext, plan: planner.Plan, *, events_fn=race_events,
         yield Update(Kind.ERROR, message=plan.message)
     elif plan.action == planner.RECORDING:
         yield from recordings.play(plan.recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
-                                   step=plan.request.step, lecture=plan.request.lecture, fallback=plan.fallback)
+                                   step=plan.request.step, lecture=plan.request.lecture, fallback=plan.fallback,
+                                   sleep=recordings.stoppable_sleep(stop_requested))
     elif plan.action == planner.LIVE:
         yield from live(ctx, plan, events_fn, stop_requested)
     else:
