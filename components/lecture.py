@@ -147,13 +147,22 @@ HEAD_JS = """
   const press = (sel) => { const el = shown(sel); if (el && !el.disabled) { el.click(); return true; } return false; };
   // something plays: the status line's style is live (Starting, Waiting, Racing, Replaying)
   const live = () => { const st = document.querySelector('#status'); return !!st && st.classList.contains('status-live'); };
+  // a Stop just pressed: a frame of the stopped play already in flight can still say "live" for a moment (the
+  // page says "Stopped" again once it lands); space then means Run, never a second Stop
+  let stoppedAt = 0;
+  document.addEventListener('click', (e) => {
+    const t = e.target && e.target.closest ? e.target : null;
+    if (t && t.closest('#stop')) { stoppedAt = Date.now(); }
+    else if (t && t.closest('#run, #replay, #run-live, #paper-scale')) { stoppedAt = 0; }   // a new play: Stop again
+  }, true);
+  const justStopped = () => Date.now() - stoppedAt < 2000;
   let waiting = null;
   const runWhenUnlocked = () => {
     if (waiting) { return; }
     const t0 = Date.now();
     waiting = setInterval(() => {
       const run = document.querySelector('#run');
-      if (live() || Date.now() - t0 > 10000) { clearInterval(waiting); waiting = null; return; }
+      if ((live() && !justStopped()) || Date.now() - t0 > 10000) { clearInterval(waiting); waiting = null; return; }
       if (run && !run.disabled) { clearInterval(waiting); waiting = null; press('#run'); }
     }, 50);
   };
@@ -172,7 +181,7 @@ HEAD_JS = """
     else {
       const run = document.querySelector('#run');
       if (stepping) { press('#step-next'); }
-      else if (live()) { press('#stop'); }   // something plays: Stop, whatever a late unlock left enabled
+      else if (live() && !justStopped()) { press('#stop'); }   // something plays: Stop, whatever a late unlock left
       else if (run && !run.disabled) { press('#run'); }
       else { runWhenUnlocked(); }   // a play just ended (Stop, its end): its unlock is on its way; Run once it lands
     }
