@@ -140,9 +140,20 @@ class ArmSpec:
     def events(self, lm, reward, base: RunConfig, admission=None) -> Iterator[Event]:
         """The method's event stream on this arm's config, every event carrying this arm's id (``admission``: a
         caller's ``core.budget.admit`` of it, which the method uses instead of admitting again)."""
-        kw = {"admission": admission} if admission is not None else {}   # a registered method need not take one
-        stream = self.kind.method(lm, reward, self.config(base), **kw)
+        kw = {"admission": admission} if admission is not None and _takes(self.kind.method, "admission") else {}
+        stream = self.kind.method(lm, reward, self.config(base), **kw)   # a registered method need not take one
         return _relabel(stream, self.id)
+
+
+def _takes(fn, name: str) -> bool:
+    """``fn`` accepts the keyword ``name`` (by name or through ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def _relabel(stream: Iterator[Event], arm: str) -> Iterator[Event]:
