@@ -101,13 +101,21 @@ def lock_step(page: Any) -> dict:
     """The first step of every play's chain (Run, Enter in the prompt, Replay, Paper scale; "Run it live" presses
     Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
     separate event on the same click raced an instant replay and landed after it)."""
+    import gradio as gr
+
     def lock(on, session):
         if hasattr(session, "pressing"):
             session.pressing()   # a play is on its way: an older play's end lifts no lock meanwhile
-        return locks(page, True, on is True)
+        out = locks(page, True, on is True)
+        if on is True:   # the page's layout says lecture (a link's ?lecture=1) before the link's load has ticked the box
+            out[page.controls.lecture] = gr.update(value=True, interactive=False)
+        return out
 
+    # the lecture layout is the page's class, set before the app draws (``HEAD_JS``): a press that comes before
+    # the link's settings have landed on the toggle is still a lecture-mode press, and the play after it reads
+    # the ticked toggle
     return dict(fn=lock, inputs=[page.controls.lecture, page.session], outputs=lockable(page), queue=False,
-                api_visibility="private")
+                js=IN_LECTURE_JS, api_visibility="private")
 
 
 def wire(page: Any, ends: list) -> None:
@@ -188,6 +196,9 @@ HEAD_JS = """
   }, true);
 })();
 """
+
+# a play's first step (``lock_step``): lecture mode is the toggle's value, or the layout a lecture link gave the page
+IN_LECTURE_JS = "(on, session) => [on === true || document.documentElement.classList.contains('lecture'), session]"
 
 TOGGLE_JS = """(on) => {
   document.documentElement.classList.toggle('lecture', !!on && window.innerWidth >= 900);   // a phone: its own layout

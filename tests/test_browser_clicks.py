@@ -177,6 +177,28 @@ def test_lecture_mode_locks_plays_space_stops_and_stepping_keeps_the_race_in_vie
         page.close()
 
 
+def test_a_press_before_a_lecture_links_settings_land_is_a_lecture_press(browser, served):
+    """A lecture link's page has the lecture layout before the app draws, but its toggle is ticked only when the
+    link's settings land (an unqueued load, late on a loaded machine): space pressed in between locks the page and
+    plays in lecture mode all the same (CI found such a press playing unlocked)."""
+    url, _ = served
+    DELAY["s"] = 1.0
+    page = open_page(browser, url)
+    try:
+        page.evaluate("document.documentElement.classList.add('lecture')")   # the layout, the toggle not ticked
+        assert not page.is_checked("#lecture input")
+        page.keyboard.press(" ")
+        new_play(page, 0, "Racing")
+        page.wait_for_function("document.querySelector('#run').disabled")
+        assert page.is_checked("#lecture input") and not disabled(page, "#stop")
+        page.keyboard.press(" ")                               # playing: space is Stop
+        wait_status(page, "Stopped")
+        page.wait_for_function("!document.querySelector('#run').disabled")
+    finally:
+        DELAY["s"] = 0.0
+        page.close()
+
+
 def test_a_lecture_link_on_a_phone_gets_the_phone_layout(browser, served):
     url, _ = served
     page = open_page(browser, url, width=390, height=844, query="?lecture=1")
