@@ -5,7 +5,8 @@ click to the page's first movement, and the planner's own time.
 
 Serves the app as ``python app.py`` builds it (the embedded models, the page's defaults, warmed first: the machine
 profile is measured then, before the spinners start), starts ``--spinners`` processes that spin (``while True:
-pass``, killed at the end), and drives the page through its states twice: in lecture mode (``?lecture=1``: every
+pass``, each in a session of its own as another user's process would be: the kernel shares the cores
+between sessions first; killed at the end), and drives the page through its states twice: in lecture mode (``?lecture=1``: every
 control but Stop is locked while something plays, and the space bar is Run or Stop) and on the normal page (Run,
 Replay and Run it live pressed while something plays stop it and start their own play). For each click it prints
 the state, what was pressed and the seconds until the page moved:
@@ -62,6 +63,16 @@ def watch_planner() -> None:
     planner.plan = timed
 
 
+def server_threads() -> None:
+    """The app's threads now (the server runs in this process), on stderr: where a click that never answered waits."""
+    import traceback
+
+    for tid, frame in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(frame)[-10:])
+        if any(k in stack for k in ("specrej", "components", "app.py")):
+            print(f"--- thread {tid}\n{stack}", file=sys.stderr, flush=True)
+
+
 class Driver:
     def __init__(self, page, mode: str):
         self.page, self.mode, self.rows = page, mode, []
@@ -110,6 +121,7 @@ class Driver:
                 row["chart_s"] = round(time.perf_counter() - t0, 2)
         except PlaywrightTimeout:   # a click that never answered: the row says what the page showed, the tour goes on
             row.setdefault("s", None)
+            server_threads()
             row["note"] = f"no answer in {ANSWER_MS // 1000} s: status {self.status()[:120]!r}, " \
                           f"class {self.page.evaluate(CLS)[:60]!r}"
         row["status"] = self.status()[:90].replace("\n", " ")
@@ -206,7 +218,8 @@ def main() -> None:
     demo, url = serve()
     watch_planner()
     rows = []
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.spinners)]
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)   # others' processes
+                for _ in range(a.spinners)]
     try:
         time.sleep(1.0)
         with sync_playwright() as pw:

@@ -99,7 +99,8 @@ def main() -> None:
                     out["quiet"] = one_run(browser, url, shot)
                     shot = None
                     print("quiet:", json.dumps(out["quiet"]), flush=True)
-                spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.spinners)]
+                spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                            for _ in range(a.spinners)]   # others' processes, each in a session of its own
                 try:
                     time.sleep(1.0)
                     out[f"{a.spinners} spinning"] = one_run(browser, url, shot)

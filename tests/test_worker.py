@@ -126,3 +126,29 @@ def test_close_stops_after_the_event_in_progress_and_runs_the_finally_on_the_wor
     assert closed_on == ["specrej-torch"]
     with pytest.raises(StopIteration):
         next(s)
+
+
+def test_the_worker_and_the_threads_it_starts_run_below_the_page():
+    """The torch worker's thread runs at a higher nice value than the thread that made it, and a thread it starts
+    (an OpenMP team's) inherits it: a click's handler gets a core before the next decoding step."""
+    import os
+    import threading
+
+    if not hasattr(os, "setpriority"):
+        pytest.skip("no per-thread priorities here")
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    if mine >= 19:
+        pytest.skip("this thread already runs at the lowest priority")
+
+    def nice_of_a_thread_started_here():
+        got = []
+        t = threading.Thread(target=lambda: got.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        t.start()
+        t.join()
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), got[0]
+
+    w = TorchWorker("test-nice", nice=5)
+    own, child = w.call(nice_of_a_thread_started_here)
+    assert own == min(19, mine + 5) and child == own
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine   # the caller's own is unchanged
+    assert TorchWorker("test-same").call(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())) == mine

@@ -6,6 +6,11 @@ the same race measured ~1.5x slower issued from a Gradio worker thread than from
 (``shared/PERF_NOTES.md``). So the app loads its models and steps every race, every reward and the
 lab's samplers on this one thread; handlers only hand it work and wait.
 
+The worker runs at a lower priority than the page (``NICE``, ``SPECREJ_WORKER_NICE``): its torch threads,
+started from it, inherit it, so on a loaded machine a click's handler and the frames' building get a core
+before the next decoding step does (the nice value is a thread's own on Linux; the spinners of another process
+group are not affected by it). On a quiet machine nothing waits, so a race runs as fast.
+
 ``TorchWorker.call(fn, ...)`` runs ``fn`` there and returns its result (or raises its exception).
 ``TorchWorker.stream(factory)`` runs the generator ``factory()`` on the worker, one event per
 job, ahead of its reader (``Stream``). Closing the stream (Stop, a closed tab) closes the
@@ -14,6 +19,7 @@ there.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from concurrent.futures import Future
@@ -22,17 +28,31 @@ from typing import Any, Callable, Iterator, TypeVar
 T = TypeVar("T")
 _DONE = object()
 _WAKE = object()   # put by a cancel into the reader's queue: the reader stops waiting at once
+NICE = 10          # the worker's nice value above the page's threads (0: the same priority)
+
+
+def _lower_this_thread(by: int) -> None:
+    """This thread (and the threads it starts) at ``by`` lower priority; where the OS refuses, unchanged."""
+    if by <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+    except (OSError, AttributeError):
+        pass
 
 
 class TorchWorker:
     """A daemon thread that runs submitted jobs one at a time, in order."""
 
-    def __init__(self, name: str = "specrej-torch"):
+    def __init__(self, name: str = "specrej-torch", nice: int = 0):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._nice = nice
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
+        _lower_this_thread(self._nice)   # first: the OpenMP team this thread starts inherits it
         while True:
             fut, fn, args, kwargs = self._jobs.get()
             if not fut.set_running_or_notify_cancel():
@@ -187,5 +207,5 @@ def torch_worker() -> TorchWorker:
     global _worker
     with _lock:
         if _worker is None:
-            _worker = TorchWorker()
+            _worker = TorchWorker(nice=int(os.environ.get("SPECREJ_WORKER_NICE", NICE)))
         return _worker
