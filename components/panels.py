@@ -72,8 +72,15 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         took = fmt_s(view.recording.get("seconds", 0.0))
         stated = (view.fallback or {}).get("stated_s")
         of = f" of about {fmt_s(stated)}" if stated else ""
-        head = (f"**Replay done** in {fmt_s(view.elapsed())} (the recorded race took {took})" if view.state is RunState.DONE
-                else f"**Replaying a recording** · {fmt_s(view.elapsed())}{of} (recorded: {took})")
+        behind = (view.fallback or {}).get("reason") == "behind"
+        if behind:   # the room watched the live race until it fell behind: the first line says so, not "Replay done"
+            head = (f"**{'Done' if view.state is RunState.DONE else 'Finishing'} from the recording**: the live race fell "
+                    f"behind at {fmt_s(view.fallback.get('elapsed_s', 0.0))} (other work took the cores), its recording "
+                    f"(recorded in {took}) ends it")
+        elif view.state is RunState.DONE:
+            head = f"**Replay done** in {fmt_s(view.elapsed())} (the recorded race took {took})"
+        else:
+            head = f"**Replaying a recording** · {fmt_s(view.elapsed())}{of} (recorded: {took})"
         if view.fallback:
             note = f"\n\n{fallback_words(view)}" + note
         if view.state is RunState.DONE:
@@ -116,9 +123,11 @@ def fallback_words(view: RunView) -> str:
                 "Press **Run** again later to race it live.")
     if f.get("reason") == "behind":
         measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
+        bound = (f"lecture mode ends a race near the time it stated (at most {fmt_s(f['switch_s'])})"
+                 if f.get("switch_s") else f"this deployment stops a run at {f.get('limit_s', 0):.0f} s")
         return (f"**The live race fell behind**: {fmt_s(f.get('elapsed_s', 0.0))} in, against about "
                 f"{fmt_s(f.get('estimate_s', 0.0))} expected from this machine's profiled decoding speed "
-                f"({measured}), and this deployment stops a run at {f.get('limit_s', 0):.0f} s. "
+                f"({measured}: other work took its cores since), and {bound}. "
                 f"Rather than cut it, this is the **recording of the same race** (the same settings and seed, "
                 f"{where}).")
     when = f.get("profile") or "measured at start-up"

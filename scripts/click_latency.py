@@ -154,7 +154,7 @@ def lecture_tour(d: Driver) -> None:
     d.click("stopped", "space (Run)", None, MOVING, key=" ", play=True)
     d.click("racing", "space (Stop)", None, STOPPED, key=" ")
     d.click("stopped", "Run", "#run", MOVING, play=True)
-    d.until("Done in|Replay done")
+    d.until("Done in|Done from|Replay done")
     d.click("done", "Replay (the paper-scale recording)", "#replay", MOVING, play=True)
     d.click("replaying", "Stop", "#stop", STOPPED)
     pace(p, "instant")
@@ -178,7 +178,7 @@ def lecture_tour(d: Driver) -> None:
     d.click("stepping, decision 1", "space (Next)", None, f"/decision 2 of/.test({STATUS})", key=" ")
     d.click("stepping, decision 2", "Page Down (Next)", None, f"/decision 3 of|decision 2 of/.test({STATUS})",
             key="PageDown")
-    d.click("stepping", "Run to the end", "#step-end", f"/Done in|Replay done/.test({STATUS})")
+    d.click("stepping", "Run to the end", "#step-end", f"/Done in|Done from|Replay done/.test({STATUS})")
     d.click("done (stepped)", "Replay (instant)", "#replay", MOVING, play=True)
     d.until("Stepping through the decisions")
     d.click("stepping", "Stop", "#stop", STOPPED)

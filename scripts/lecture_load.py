@@ -28,7 +28,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 HANG_GUARD_MS = 600_000
-MOVING = "/Racing ·|Replaying a recording ·|Done in|Replay done/"
+MOVING = "/Racing ·|Replaying a recording ·|Done in|Done from|Replay done/"
 
 
 def serve():
@@ -60,7 +60,7 @@ def one_run(browser, url: str, shot: Path | None) -> dict:
         page.wait_for_function(f"{MOVING}.test(document.querySelector('#status').innerText)")
         moving = time.perf_counter() - start
         said = page.inner_text("#status")
-        page.wait_for_function("/Done in|Replay done|Can't|Stopped/.test(document.querySelector('#status').innerText)")
+        page.wait_for_function("/Done in|Done from|Replay done|Can't|Stopped/.test(document.querySelector('#status').innerText)")
         end = time.perf_counter() - start
         status = page.inner_text("#status")
         stated = re.search(r"of about ([\d.]+) (ms|s|min)", said) or re.search(r"expected about ([\d.]+) (ms|s)", status)
@@ -70,7 +70,9 @@ def one_run(browser, url: str, shot: Path | None) -> dict:
         time.sleep(0.8)   # the last frame's drawing
         if shot is not None:
             page.screenshot(path=str(shot))
-        return {"played": "recording" if "Replay" in status else "live", "stated_s": stated_s,
+        played = ("recording" if "Replay" in status else
+                  "live, then its recording (fell behind)" if "from the recording" in status else "live")
+        return {"played": played, "stated_s": stated_s,
                 "seconds_to_moving": round(moving, 1), "seconds_to_end": round(end, 1),
                 "end_over_stated": round(end / stated_s, 2) if stated_s else None,
                 "status_while_moving": said[:240], "status_at_end": status[:400]}

@@ -291,7 +291,7 @@ def test_run_it_live_after_a_replay_races_and_is_done(browser, app_url):
     page.click("#run-live")
     # it races (a busy machine may instead say plainly that the race would pass the limit, or, where the live race
     # falls behind, play the recording of the same race: never an "Error"); a play newer than the replay's
-    page.wait_for_function(f"({play}) > {replayed} && /Done in|Replay done|time limit/.test("
+    page.wait_for_function(f"({play}) > {replayed} && /Done in|Done from|Replay done|time limit/.test("
                            "document.querySelector('#status [data-testid=markdown]').innerText)", timeout=300_000)
     status = page.inner_text("#status [data-testid=markdown]")
     assert page.locator(".error").count() == 0 and "went wrong" not in status, status

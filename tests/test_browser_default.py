@@ -72,7 +72,7 @@ def _first_run(browser, url: str, shot: Path | None) -> dict:
     try:
         start = time.perf_counter()
         page.click("#run")
-        page.wait_for_function("/Done in|Replay done/.test(document.querySelector('#status [data-testid=markdown]').innerText)",
+        page.wait_for_function("/Done in|Done from|Replay done/.test(document.querySelector('#status [data-testid=markdown]').innerText)",
                                timeout=HANG_GUARD_MS)
         seconds = time.perf_counter() - start
         page.wait_for_selector("#summary table")

@@ -271,7 +271,7 @@ def test_done_stepping_and_the_step_buttons(browser, served):
     one_play(page)
     assert page.is_visible("#run-live")
     page.click("#run-live")                          # the recording's settings, run here (scaled to fit)
-    wait_status(page, "Racing|Done in|past this deployment")
+    wait_status(page, "Racing|Done in|Done from|past this deployment")
     page.click("#stop")
     wait_status(page, "Stopped|Nothing to stop")
     page.click("#classroom")

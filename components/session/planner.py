@@ -53,6 +53,7 @@ class Plan:
     speed: float = 1.0
     fallback: dict | None = None
     message: str = ""
+    switch_s: float = 0.0       # a live race with a recording switches to it past this many seconds (0: the limit's)
     planned_s: float = 0.0      # how long deciding took (the benchmark prints it)
 
 
@@ -134,7 +135,9 @@ def plan(ctx: AppContext, request, profile: MachineProfile | None = None) -> Pla
                         fallback={"reason": "lecture", "stated_s": lp.stated_s, **facts})
         if lp.mode == "too_long":
             return done(REFUSE, **live, message=too_long(fitted, prep))
-        return done(LIVE, **live, recording=recording)
+        # live, to end about when stated: a race that runs past its target (the load rose after the profile) plays
+        # its recording from there, rather than keep the room waiting up to the limit
+        return done(LIVE, **live, recording=recording, switch_s=lp.target_s if recording is not None else 0.0)
     if not fitted.fits:   # it would not end in time: its recording at its own pace, else what would fit
         if recording is None:
             return done(REFUSE, **live, message=too_long(fitted, prep))

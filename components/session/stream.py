@@ -159,10 +159,11 @@ def too_long(fitted: pace.Fit, prep: Prepared) -> str:
 
 def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
                  stop_requested: Callable[[], bool], fallback: Path | None = None,
-                 admissions: tuple = ()) -> Iterator[Update]:
+                 admissions: tuple = (), switch_s: float = 0.0) -> Iterator[Update]:
     """One attempt at the race on ``view``: its start update, then a live update per Round and Finished and a
     few a second for Progress. Closing it closes the race on the torch thread. With a recording of this race
-    (``fallback``) a race that falls behind switches to it before the limit (``FellBehind``). ``admissions``: the
+    (``fallback``) a race that falls behind switches to it (``FellBehind``): past ``switch_s`` seconds (lecture
+    mode: the time stated, with its tolerance), else before the limit. ``admissions``: the
     planner's, one per arm, which the arms use instead of admitting again (not on a retry at a smaller budget)."""
     yield Update(Kind.START, view)
     kw = dict(prep.race_kw)
@@ -172,12 +173,13 @@ def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
     events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, view.cfg, arms=view.specs,
                                                      **kw), cancelled=stop_requested)
     last = 0.0
+    switch_at = min(switch_s or math.inf, SWITCH_SHARE * ctx.limits.max_run_seconds)
     try:
         for event in events:
             if stop_requested():
                 return   # nobody reads this run any more: stop as Stop does
             view.apply(event)
-            if fallback is not None and view.elapsed() > SWITCH_SHARE * ctx.limits.max_run_seconds:
+            if fallback is not None and view.elapsed() > switch_at:
                 raise FellBehind()
             if view.elapsed() > ctx.limits.max_run_seconds:
                 raise RunTooLong(f"this deployment stops a run after {ctx.limits.max_run_seconds} s "
@@ -241,7 +243,7 @@ def live(ctx: AppContext, plan: planner.Plan, events_fn, stop_requested: Callabl
     ctx.machine.started(key)
     try:
         yield from retry_on_oom(lambda view: race_updates(ctx, view, prep, events_fn, stop_requested, recording,
-                                                          plan.admissions),
+                                                          plan.admissions, plan.switch_s),
                                 state["view"], lambda v: state.update(view=v))
         view = state["view"]
         if not view.done and stop_requested():
@@ -259,7 +261,8 @@ def live(ctx: AppContext, plan: planner.Plan, events_fn, stop_requested: Callabl
                                    step=request.step, lecture=request.lecture,
                                    fallback={"reason": "behind", "estimate_s": fitted.estimate_s if fitted else 0.0,
                                              "limit_s": float(ctx.limits.max_run_seconds),
-                                             "elapsed_s": view.elapsed(), "load": fitted.load if fitted else 1.0})
+                                             "elapsed_s": view.elapsed(), "load": fitted.load if fitted else 1.0,
+                                             "switch_s": plan.switch_s})
     except RunTooLong as e:  # not an error: the race so far is the result (the finally above freed its memory)
         yield ended(ctx, state["view"], RunState.LIMIT, str(e))
     except (ValueError, PolicyError, OutOfMemory) as e:  # BudgetError, RewardError, ArmSpecError ...
