@@ -188,8 +188,7 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
         own(sessions, session, request).press(Button.RUN)
         return ui.waiting_status(ctx)
 
-    on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page)) \
-        .then(press_run, [page.session], [a.status], queue=False, api_visibility="private") \
+    on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page, press_run, a.status)) \
         .then(api_name="run", **race)
     on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 

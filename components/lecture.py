@@ -97,24 +97,29 @@ def locks(page: Any, playing: bool, lecture: bool = True) -> dict:
             for comp in lockable(page)}
 
 
-def lock_step(page: Any) -> dict:
+def lock_step(page: Any, press: Any = None, pressed: Any = None) -> dict:
     """The first step of every play's chain (Run, Enter in the prompt, Replay, Paper scale; "Run it live" presses
     Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
-    separate event on the same click raced an instant replay and landed after it)."""
+    separate event on the same click raced an instant replay and landed after it). ``press(session, request)``,
+    when given, runs in the same step and its value goes to ``pressed`` (Run: the press that stops what plays, and
+    the status saying the race is starting): one round trip fewer between a click and its play."""
     import gradio as gr
 
-    def lock(on, session):
+    def lock(on, session, request: gr.Request):
         if hasattr(session, "pressing"):
             session.pressing()   # a play is on its way: an older play's end lifts no lock meanwhile
         out = locks(page, True, on is True)
         if on is True:   # the page's layout says lecture (a link's ?lecture=1) before the link's load has ticked the box
             out[page.controls.lecture] = gr.update(value=True, interactive=False)
+        if press is not None:
+            out[pressed] = press(session, request)
         return out
 
     # the lecture layout is the page's class, set before the app draws (``HEAD_JS``): a press that comes before
     # the link's settings have landed on the toggle is still a lecture-mode press, and the play after it reads
     # the ticked toggle
-    return dict(fn=lock, inputs=[page.controls.lecture, page.session], outputs=lockable(page), queue=False,
+    outputs = lockable(page) + ([pressed] if press is not None else [])
+    return dict(fn=lock, inputs=[page.controls.lecture, page.session], outputs=outputs, queue=False,
                 js=IN_LECTURE_JS, api_visibility="private")
 
 

@@ -114,7 +114,7 @@ def test_a_live_race_that_falls_behind_switches_to_the_recording_before_the_limi
 
 def test_a_lecture_race_that_runs_past_its_stated_time_switches_to_the_recording_then(recorded, machine, monkeypatch):
     """Lecture mode states a time and plays live when the profile says it fits; when other work takes the cores
-    after the profile, the live race plays its recording once past the stated time's tolerance, not at 85% of the
+    after the profile, the live race plays its recording once past the stated time's tolerance (and a few seconds' slack), not at 85% of the
     limit (the lecture benchmark: stated 24.8 s, ended at 113 s). The run's clock: 10 s an event."""
     from components.session import pace, planner
     from components.state.view import RunView
@@ -122,7 +122,7 @@ def test_a_lecture_race_that_runs_past_its_stated_time_switches_to_the_recording
     machine(1.0)
     plan = planner.plan(recorded, run_request(recorded, SETTINGS, lecture=True))
     assert plan.action == planner.LIVE and plan.recording is not None
-    assert 0 < plan.switch_s <= pace.TOLERANCE * plan.fit.estimate_s + 1e-9
+    assert 0 < plan.switch_s <= pace.TOLERANCE * plan.fit.estimate_s + pace.LATE_SLACK_S + 1e-9
     real = RunView.elapsed
     monkeypatch.setattr(RunView, "elapsed", lambda self: real(self) if self.recording else 10.0 * len(self.trace))
     out = race_frames(recorded, run_request(recorded, SETTINGS, lecture=True))

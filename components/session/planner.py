@@ -137,7 +137,8 @@ def plan(ctx: AppContext, request, profile: MachineProfile | None = None) -> Pla
             return done(REFUSE, **live, message=too_long(fitted, prep))
         # live, to end about when stated: a race that runs past its target (the load rose after the profile) plays
         # its recording from there, rather than keep the room waiting up to the limit
-        return done(LIVE, **live, recording=recording, switch_s=lp.target_s if recording is not None else 0.0)
+        switch = lp.target_s + pace.LATE_SLACK_S   # the slack: frames and scoring jitter (a race of a second)
+        return done(LIVE, **live, recording=recording, switch_s=switch if recording is not None else 0.0)
     if not fitted.fits:   # it would not end in time: its recording at its own pace, else what would fit
         if recording is None:
             return done(REFUSE, **live, message=too_long(fitted, prep))
