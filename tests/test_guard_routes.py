@@ -300,6 +300,36 @@ def test_job_cancel_mid_run_stops_the_race_within_a_step(served, steps_by_prompt
     assert steps_by_prompt["cancelled mid-run"] < 2 * 60
 
 
+def test_a_cancel_naming_another_sessions_event_ends_nothing(served, steps_by_prompt):
+    """Event ids are random and never shown to others, but one that leaks must not end another visitor's race:
+    a cancel naming an event another session queued is refused (404) and reaches neither Gradio nor the guard;
+    the owner's own cancel of it still stops the race within a step."""
+    from components.deploy import gradio_private
+
+    demo, ctx, url, gate = served
+    mine = client(url, "10.0.0.35")
+    job = mine.submit(**kwargs(ctx, LONG, prompt="someone else's cancel"), api_name="/run")
+    assert wait_for(lambda: steps_by_prompt.get("someone else's cancel", 0) >= 2)
+    held = getattr(demo._queue, "pending_event_ids_session", {}).get(mine.session_hash, set())
+    assert len(held) == 1
+    event = next(iter(held))
+    assert gradio_private.event_owner(demo, event) == mine.session_hash
+    base = url.rstrip("/") + "/gradio_api"
+    headers = {"X-Forwarded-For": "10.0.0.36", "content-type": "application/json"}
+    body = {"session_hash": "another-visitor", "fn_index": fn_index(demo, "run"), "event_id": event}
+    r = httpx.post(f"{base}/cancel", json=body, headers=headers, timeout=30)
+    assert r.status_code == 404 and "No such event in this session" in r.text
+    at_refusal = steps_by_prompt["someone else's cancel"]
+    assert wait_for(lambda: steps_by_prompt["someone else's cancel"] >= at_refusal + 3)   # it races on
+    r = httpx.post(f"{base}/cancel", json=dict(body, session_hash=mine.session_hash),
+                   headers=dict(headers, **{"X-Forwarded-For": "10.0.0.35"}), timeout=30)
+    assert r.status_code == 200
+    at_cancel = steps_by_prompt["someone else's cancel"]
+    assert wait_for(lambda: not ctx.active)
+    assert steps_by_prompt["someone else's cancel"] - at_cancel <= 2
+    job.cancel()
+
+
 # ---------------------------------------------------------------- one cap over every queued endpoint
 
 def test_one_cap_counts_races_replays_and_lab_runs_of_a_client_together(served):

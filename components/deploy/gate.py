@@ -18,7 +18,9 @@
   Gradio's ``error`` field (the page's own client shows it);
 - ``queue/join`` of the race when the queue is full and the race has a labelled recording: moved to the event
   that plays it at once (``Guard.move_when_full``, ``components/session/busy.py``);
-- ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too;
+- ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too; one naming an event
+  another session queued 404, passed to nobody (Gradio would drop that event from its queue and close its stream,
+  and the other visitor's race ended);
 - every body's ``session_hash`` (``queue/join``, ``cancel``, ``run/``, ``api/``, ``call/``) and the
   ``event_id`` of ``cancel`` and ``reset``: 400 unless 1 to 64 of ``[A-Za-z0-9_-]``;
 - ``GET heartbeat/<session_hash>``: 400 for a malformed session hash (Gradio's stream put it into a URL and
@@ -108,6 +110,10 @@ class ApiGate:
             if body.get(key) is not None and not (isinstance(body[key], str) and SESSION_ID.fullmatch(body[key])):
                 return await _json(send, 400, {"detail": BAD_ID.format(what=what)})
         if head == "cancel":
+            owner = gradio_private.event_owner(self.guard.blocks, body["event_id"]) \
+                if isinstance(body.get("event_id"), str) and self.guard.blocks is not None else None
+            if owner is not None and owner != body.get("session_hash"):   # another session's run: only it may end it
+                return await _json(send, 404, {"detail": "No such event in this session."})
             self.guard.note_cancel(body)
         if head in ("run", "api") or route == ["queue", "join"]:
             refused = self._refuse(head, route[1] if len(route) > 1 else "", body)

@@ -118,6 +118,17 @@ def event_has_stream(blocks, event_id: str) -> bool:
     return has_stream(blocks, session)
 
 
+def event_owner(blocks, event_id: str) -> str | None:
+    """The session that queued the event ``event_id`` while Gradio holds it (queued, running, or its messages
+    pending); None when no session holds it."""
+    queue = _queue(blocks)
+    event = getattr(queue, "event_ids_to_events", {}).get(event_id)
+    if event is not None and isinstance(getattr(event, "session_hash", None), str):
+        return event.session_hash
+    held = getattr(queue, "pending_event_ids_session", {})
+    return next((s for s, ids in list(held.items()) if event_id in ids), None)
+
+
 def waiting(blocks) -> int:
     """How many events wait in Gradio's queue (every concurrency group; not those running): what its
     ``max_size`` counts."""
