@@ -26,7 +26,7 @@ FIELDS = {
     "fit": "bool", "step": "bool", "deepconf": "bool", "stbon": "bool", "lecture": "bool",
 }
 MAX_TEXT = 2000
-MAX_DIGITS = 19   # a whole number's digits a link may carry: the largest seed, 2**63 - 1, has 19
+MAX_DIGITS = 19   # a whole number's digits a link may carry (the largest seed the page takes, 2**53 - 1, has 16)
 
 
 

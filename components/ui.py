@@ -20,7 +20,7 @@ from specrej.core.rules import RULES
 from components import charts
 from components.frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
-from components.state.request import MAX_ARMS, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
+from components.state.request import MAX_ARMS, MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
 from components.state.play import LABELS, PLAY_BUTTONS, PLAYING, Button, Phase, Session, rule, step_rule
 from components.state.view import RunView
@@ -792,7 +792,7 @@ def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     ranges = {"n": (1, ctx.limits.max_n), "alpha": (0, 0.95), "second_alpha": (0, 0.95),
               "max_new_tokens": (1, ctx.limits.max_new_tokens), "temperature": (0.05, 2.0), "top_p": (0.05, 1.0),
               "budget": (0, ctx.limits.max_budget), "interval": (1, 256), "first_decision": (1, 128),
-              "seed": (0, 2**63 - 1)}
+              "seed": (0, MAX_SEED)}
     got = settings(params, choices, ranges)
     out = {named[k]: got[k] if k in got else gr.skip() for k in FIELDS}
     if "prompt" in got:

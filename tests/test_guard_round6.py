@@ -393,3 +393,19 @@ def test_deploying_says_the_codes_per_address_cap_and_household_prefix():
     assert f"// 2: {cap})" in row and f"/{DEFAULT_IPV6_PREFIX}" in row and "counts as its /64" not in row
     said = {int(n) for n in re.findall(r"SPECREJ_MAX_RUNS_PER_ADDRESS`[^.|]*?(\d+) runs", docs)}
     assert said <= {cap}, said
+
+
+def test_the_page_takes_only_seeds_a_browser_keeps_exactly_and_says_the_range():
+    """Issue 50 (6): a seed past 2**53 came back from a link as another (the page's number box is a float): the
+    page's range ends at 2**53 - 1, a larger seed is refused naming the range in full, and a link carrying one is
+    dropped rather than raced as another seed; one at the top of the range comes back exact."""
+    from components import links
+    from components.state.request import MAX_SEED, SPECS, RunRequest
+
+    assert MAX_SEED == 2**53 - 1 == SPECS["seed"].hi
+    with pytest.raises(ValueError, match=r"from 0 to 9007199254740991, got 9007199254740993"):
+        RunRequest(prompt="Name three rivers.", seed=9007199254740993)
+    assert RunRequest(prompt="Name three rivers.", seed=MAX_SEED).seed == MAX_SEED
+    ranges = {"seed": (0, MAX_SEED)}
+    assert links.settings({"seed": "9007199254740993"}, None, ranges) == {}
+    assert links.settings({"seed": str(MAX_SEED)}, None, ranges) == {"seed": MAX_SEED}

@@ -55,6 +55,11 @@ def excerpt(value: Any) -> str:
     return repr(text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else ""))
 
 
+def _bound(value: float) -> str:
+    """A range's end in words: a whole number in full (9007199254740991, not 9.0072e+15)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _number_words(value: float) -> str:
     """A number for a message: as sent when short, else an excerpt."""
     if isinstance(value, float):
@@ -96,7 +101,8 @@ def check_number(label: str, value: Any, lo: float | None = None, hi: float | No
     with ``lo`` and ``hi``, a finite one in [lo, hi] (a whole number when ``whole``). FieldError
     naming ``label`` otherwise."""
     kind = "a whole number" if whole else "a number"
-    span = "" if lo is None or hi is None else f" from {lo:g} to {hi:g}" if hi < MAX_WHOLE else f" of at least {lo:g}"
+    span = "" if lo is None or hi is None else f" from {_bound(lo)} to {_bound(hi)}" if hi < MAX_WHOLE \
+        else f" of at least {_bound(lo)}"
     if isinstance(value, str):
         check_text_field(label, value, EXCERPT_CHARS)
         try:
@@ -183,5 +189,5 @@ class Spec:
             return "one of " + ", ".join(f"`{c}`" for c in self.choices)
         kind = "a whole number" if self.kind == "whole" else "a number"
         hi = self.upper(limits)
-        top = "2**63 - 1" if hi is None or hi >= MAX_WHOLE else f"{hi:g}"
+        top = "2**63 - 1" if hi is None or hi >= MAX_WHOLE else _bound(hi)
         return f"{kind} from {self.lo:g} to {top}{where}" + (" or null" if self.none else "")

@@ -26,7 +26,7 @@ from specrej.core.rules import RULES
 
 from components.state.fields import EXCERPT_CHARS, MAX_WHOLE, FieldError, Spec
 
-MAX_SEED = MAX_WHOLE
+MAX_SEED = 2**53 - 1   # the largest whole number a browser's number keeps exactly (a larger seed came back another)
 MAX_ARMS = 5   # arm slots on the page: Best-of-N, two Speculative Rejection settings, the two rivals
 # the request's checkboxes: each races that rival (its library defaults, Best-of-N's N): every method that decides
 # on its own signal (``About.rival``)
