@@ -25,6 +25,7 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
     **dict.fromkeys(["DeepConfSettings", "STBoNSettings"], ".core.settings"),
     **dict.fromkeys(["Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict"], ".core.events"),
     **dict.fromkeys(["METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection"], ".methods"),
+    "warm_up": ".methods.run",
     **dict.fromkeys(["LM", "load_generator"], ".backends.hf"),
     "ModelSpecError": ".engine.models",
     **dict.fromkeys(["race_many", "read_prompts", "read_rows"], ".many"),
@@ -40,7 +41,7 @@ __all__ = [
     "Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict",
     "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelSpecError",
     "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward",
-    "unload", "provenance", "__version__", "race_many", "read_prompts", "read_rows", "candidate_rows",
+    "unload", "provenance", "warm_up", "__version__", "race_many", "read_prompts", "read_rows", "candidate_rows",
 ]
 
 

@@ -387,6 +387,13 @@ class Engine:
         # the compiled step (``compiled.py``) where the prompt is stored once and the model allows it
         self.step = compiled.step_for(lm.model) if self.share_prefix else None
 
+    @classmethod
+    def warm_up(cls, lm) -> None:
+        """Build ``lm``'s decoding step now (compiled where it can be: tens of seconds the first time on a CPU),
+        the one-off cost its first engine paid inside that arm's clock."""
+        if cls.allow_sharing and getattr(lm, "shares_prefix", False):
+            compiled.step_for(lm.model)
+
     @property
     def step_kind(self) -> str:
         """How the rows decode: "compiled" (``compiled.Step``) or "eager" (transformers' forward)."""
