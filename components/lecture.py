@@ -115,6 +115,7 @@ def lock_step(page: Any, press: Any = None, pressed: Any = None) -> dict:
             out[pressed] = press(session, request)
         return out
 
+    lock.__annotations__ = {"request": gr.Request}   # Gradio hands the request in (this module imports no Gradio)
     # the lecture layout is the page's class, set before the app draws (``HEAD_JS``): a press that comes before
     # the link's settings have landed on the toggle is still a lecture-mode press, and the play after it reads
     # the ticked toggle

@@ -330,10 +330,33 @@ def test_a_cancel_naming_another_sessions_event_ends_nothing(served, steps_by_pr
     job.cancel()
 
 
+def test_one_address_holds_one_lab_place_at_a_time_and_others_are_not_held_up(served):
+    """Issue 50 (2): two sessions of one address each queued two long lab samples and a visitor elsewhere waited
+    124 s for a 1.4 s one. Now one lab run per address at a time (any session there), said plainly; a race from
+    that address still joins, and a lab run from another address runs at once."""
+    demo, ctx, url, gate = served
+    gate["open"].clear()
+    gate["started"] = 0
+    home, housemate, elsewhere = client(url, "10.0.0.51"), client(url, "10.0.0.51"), client(url, "10.0.0.52")
+    held = home.submit(**LAB, api_name="/autospec_sample")
+    assert wait_for(lambda: gate["started"] == 1)
+    for who in (home, housemate):
+        with pytest.raises(Exception, match="A lab run from your network address is already queued or running"):
+            who.predict(**dict(LAB, seed=1), api_name="/autospec_sample")
+    assert "Done" in text(housemate.predict(**kwargs(ctx), api_name="/run")[0])   # a race is not a lab place
+    theirs = elsewhere.submit(**dict(LAB, seed=2), api_name="/autospec_sample")
+    assert wait_for(lambda: gate["started"] == 2)                  # the other address's run started beside it
+    gate["open"].set()
+    for job in (held, theirs):
+        assert "exactly as random" in text(job.result(timeout=HANG_GUARD_S)[0])
+    assert "exactly as random" in text(housemate.predict(**dict(LAB, seed=3), api_name="/autospec_sample")[0])
+
+
 # ---------------------------------------------------------------- one cap over every queued endpoint
 
-def test_one_cap_counts_races_replays_and_lab_runs_of_a_client_together(served):
+def test_one_cap_counts_races_replays_and_lab_runs_of_a_client_together(served, monkeypatch):
     demo, ctx, url, gate = served
+    monkeypatch.setattr(demo.specrej_guard, "one_per_address", frozenset())   # here: the per-client cap alone
     gate["open"].clear()
     gate["started"] = 0
     a, b = client(url, "10.0.0.41"), client(url, "10.0.0.42")

@@ -214,6 +214,9 @@ class Guard:
     trusted_proxy: bool = False   # one proxy in front: the address is the right-most X-Forwarded-For entry
     ipv6_prefix: int = DEFAULT_IPV6_PREFIX   # IPv6 addresses are capped together per network of this prefix
     monitoring: bool = False      # Gradio's /monitoring routes answer (SPECREJ_MONITORING=1)
+    # concurrency groups whose few places one address may hold one of at a time (the lab's 4: two sessions of one
+    # address each queued two 2-minute samples and a visitor elsewhere waited 124 s for a 1.4 s one)
+    one_per_address: frozenset[str] = frozenset({"autospec"})
     blocks: Any = None                         # the gr.Blocks, once bound
     queued_fns: frozenset[int] = frozenset()   # every queued event: all count towards the per-client cap
     stop_fns: frozenset[int] = frozenset()     # the events the Stop button cancels (the race, the replay)
@@ -353,6 +356,11 @@ class Guard:
             if mine >= self.max_runs_per_client:
                 return (f"You already have {self.max_runs_per_client} runs queued or running (races, replays and "
                         f"lab runs together), the most per client here ({MAX_RUNS_ENV}): wait for one to end or stop it.")
+            group = self.events[fn].group if fn in self.events else ""
+            if address is not None and group in self.one_per_address and any(
+                    r.address == address and r.fn in self.events and self.events[r.fn].group == group for r in runs):
+                return ("A lab run from your network address is already queued or running, and the lab's few places "
+                        "are shared by every visitor: one run per address at a time. Wait for it to end, or stop it.")
             here = sum(r.address == address for r in runs)
             cap = self.max_runs_per_address or address_cap(None)
             if address is not None and here >= cap:

@@ -44,6 +44,7 @@ class EventInfo:
     components: tuple = ()     # its input components, in order (their kinds and choices: ``inputs.py``)
     shown_components: tuple = ()   # of them, those the API shows (a call may send only their values)
     preprocess: bool = True    # Gradio runs each input component's own check (``preprocess``) before the handler
+    group: str = ""            # its concurrency group (``concurrency_id``): the places it shares with other events
 
 
 def events(blocks) -> dict[int, EventInfo]:
@@ -51,7 +52,8 @@ def events(blocks) -> dict[int, EventInfo]:
     return {i: EventInfo(i, str(fn.name), fn.api_name, bool(fn.queue), fn.fn, fn.api_visibility == "public",
                          len(fn.inputs), sum(not getattr(b, "skip_api", False) for b in fn.inputs), fn.targets,
                          tuple(fn.cancels or ()), fn.validator is not None, tuple(fn.inputs),
-                         tuple(b for b in fn.inputs if not getattr(b, "skip_api", False)), bool(fn.preprocess))
+                         tuple(b for b in fn.inputs if not getattr(b, "skip_api", False)), bool(fn.preprocess),
+                         str(getattr(fn, "concurrency_id", "") or ""))
             for i, fn in blocks.fns.items()}
 
 
