@@ -197,7 +197,8 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
         moves such a join here, components/session/busy.py)."""
         *values, request = values
         guard.on_start(request)
-        yield from page.stream(drawn(busy.recorded_race(ctx, values, waiting=guard.waiting())))
+        yield from page.stream(drawn(busy.recorded_race(ctx, values, waiting=guard.waiting(),
+                                                        capped=guard.capped(request))))
 
     recorded_race.__signature__ = request_signature()
     recorded_race.__annotations__ = {"request": gr.Request}

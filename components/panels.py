@@ -121,6 +121,9 @@ def fallback_words(view: RunView) -> str:
         return (f"**The queue is full** ({f.get('waiting', 0)} runs waiting), so rather than turn this Run away, "
                 f"this is the **recording of the same race** (the same settings and seed, {where}), at once. "
                 "Press **Run** again later to race it live.")
+    if f.get("reason") == "capped":
+        return (f"**{md_escape(str(f.get('why', '')).rstrip('.'))}.** So rather than turn this Run away, this is the "
+                f"**recording of the same race** (the same settings and seed, {where}), at once.")
     if f.get("reason") == "behind":
         measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
         bound = (f"lecture mode ends a race near the time it stated (at most {fmt_s(f['switch_s'])})"

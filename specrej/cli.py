@@ -45,10 +45,22 @@ def _n(text: str):
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'auto'") from None
 
 
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """"(default: X)" after an option's help where it says something: never "(default: None)" nor a flag's
+    "(default: False)", and not twice where the help already names its default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or isinstance(action.default, bool) or action.default is argparse.SUPPRESS \
+                or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser(record: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specrej" + (" record" if record else ""),
                                 description=RECORD_HELP if record else __doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_Defaults)
     if record:
         p.add_argument("--out", type=Path, required=True, help="the recording to write (gzip JSON, e.g. x.json.gz)")
     else:

@@ -87,3 +87,16 @@ def test_a_rivals_rounds_and_a_warm_up_traces_fate_are_named_by_what_they_did(ti
                            "filter"), fate
     later = dataclasses.replace(dropped, baseline_winner=cfg.n - 1)   # not a warm-up trace: not called one
     assert "warm-up" not in cli._fate(arms[1], arms[0], later, rounds, cfg)
+
+
+def test_help_never_prints_a_default_of_none_or_one_twice():
+    """Issue 51 (8): ``--help`` printed "(default: SPECREJ_DTYPE, else auto) (default: None)"."""
+    import re
+
+    from specrej.cli import build_parser
+
+    for record in (False, True):
+        text = " ".join(build_parser(record).format_help().split())
+        assert "(default: None)" not in text and "(default: False)" not in text
+        assert not re.search(r"\(default[^()]*\)\s*\(default", text)
+        assert "(default: 0.5)" in text or record   # a real default is still said

@@ -91,3 +91,47 @@ def test_a_full_queue_plays_the_recording_of_an_example_race_and_says_how_long_i
         for c in clients:
             c.close()
         demo.close()
+
+
+def test_a_run_a_cap_refuses_plays_the_recording_of_its_race_and_says_which_cap(recorded):
+    """Issue 50 (6): with a queue of 2 (so one run per address) four Runs from one address saw neither "Queue is
+    full" nor the recording of the race they asked for. Now a Run the address's cap refuses plays the recording of
+    that race at once, saying why; a race with no recording is refused with the cap's words; the recording's replay
+    is counted by no cap."""
+    import app
+    from gradio_client import Client
+    from components.deploy.clients import Guard
+
+    gate = {"open": threading.Event(), "started": []}
+
+    def gated(model_spec, reward_spec, cfg, **kw):
+        from components.session.stream import race_events
+
+        gate["started"].append(cfg.prompt)
+        gate["open"].wait(HANG_GUARD_S)
+        yield from race_events(model_spec, reward_spec, cfg, **kw)
+
+    demo = app.build_demo(recorded, events_fn=gated, guard=Guard(max_runs_per_client=2, trusted_proxy=True))
+    guard = demo.specrej_guard
+    assert guard.max_runs_per_address == 1   # half the queue of 2
+    url = launch_local(demo)
+    home = [Client(url, verbose=False, analytics_enabled=False, headers={"X-Forwarded-For": "203.0.113.20"})
+            for _ in range(2)]
+    jobs = []
+    try:
+        jobs.append(home[0].submit(**request_values(recorded, SETTINGS, prompt="one"), api_name="/run"))
+        assert wait_for(lambda: gate["started"] == ["one"])   # the address's one run, held at the gate
+        for c in home:   # the same session, and another session at the same address
+            shown = text(c.predict(**request_values(recorded, SETTINGS), api_name="/run")[0])
+            assert "runs from your network address are queued or running" in shown, shown
+            assert "recording of the same race" in shown and "The queue is full" not in shown, shown
+        assert gate["started"] == ["one"] and not guard._capped   # nothing raced; each move was used once
+        with pytest.raises(Exception, match="runs from your network address are queued or running"):
+            home[1].predict(**request_values(recorded, SETTINGS, seed=7), api_name="/run")   # no recording
+    finally:
+        gate["open"].set()
+        for job in jobs:
+            job.result(timeout=HANG_GUARD_S)
+        for c in home:
+            c.close()
+        demo.close()

@@ -230,6 +230,7 @@ class Guard:
     _lock: Any = field(default_factory=threading.Lock)
     _runs: dict = field(default_factory=dict)     # id(join request) -> _QueuedRun
     _early: dict = field(default_factory=dict)    # (session, fn) -> time of an id-less cancel that found no run
+    _capped: dict = field(default_factory=dict)   # session -> (time, the cap's words): a Run moved to its recording
 
     @classmethod
     def from_env(cls, env=None) -> Guard:
@@ -313,6 +314,39 @@ class Guard:
             return None
         return self.busy_fn if found else None
 
+    def move_when_capped(self, fn: Any, data: Any, request) -> int | None:
+        """The event a join of the race ``fn`` with ``data`` is moved to when this visitor or its address is at its
+        cap (``caps``) and the race has a labelled recording: the event that plays it at once, which then says
+        why (``capped``); else None (the validator refuses it with the cap's words)."""
+        if self.full is None or fn != self.race_fn or not isinstance(data, list) or request is None:
+            return None
+        with self._lock:
+            self._reconcile()
+            refused = self.caps(request, fn)
+        if refused is None:
+            return None
+        try:
+            found = self.full.recorded(data)
+        except Exception:
+            log.warning("could not look for the recording of a race a cap refuses", exc_info=True)
+            return None
+        if not found:
+            return None
+        session = getattr(request, "session_hash", None)
+        with self._lock:
+            now = time.monotonic()
+            for k, (t, _) in list(self._capped.items()):   # moves whose run never came: forgotten
+                if now - t > IN_FLIGHT_S:
+                    del self._capped[k]
+            self._capped[session] = (now, refused)
+        return self.busy_fn
+
+    def capped(self, request) -> str | None:
+        """The cap's words when this session's Run was moved to its recording by a cap (``move_when_capped``)."""
+        with self._lock:
+            got = self._capped.pop(getattr(request, "session_hash", None), None)
+        return got[1] if got else None
+
     # -- what is queued and running
     def _gradio_runs(self) -> list:
         """Queued events waiting in Gradio's queue or running now."""
@@ -351,26 +385,39 @@ class Guard:
                 waiting = self.waiting()
                 return (self.full.message(waiting) if self.full is not None else
                         f"The queue is full: {waiting} runs are waiting (SPECREJ_MAX_QUEUE). Try again in a few minutes.")
-            runs = list(self._runs.values())   # every admitted run on its way, queued or running
-            mine = sum(r.key == key for r in runs)
-            if mine >= self.max_runs_per_client:
-                return (f"You already have {self.max_runs_per_client} runs queued or running (races, replays and "
-                        f"lab runs together), the most per client here ({MAX_RUNS_ENV}): wait for one to end or stop it.")
-            group = self.events[fn].group if fn in self.events else ""
-            if address is not None and group in self.one_per_address and any(
-                    r.address == address and r.fn in self.events and self.events[r.fn].group == group for r in runs):
-                return ("A lab run from your network address is already queued or running, and the lab's few places "
-                        "are shared by every visitor: one run per address at a time. Wait for it to end, or stop it.")
-            here = sum(r.address == address for r in runs)
-            cap = self.max_runs_per_address or address_cap(None)
-            if address is not None and here >= cap:
-                return (f"{here} runs from your network address are queued or running, the most per address here "
-                        f"({MAX_ADDRESS_RUNS_ENV}, at most half the queue): wait for one to end and try again.")
+            # a Run a cap moved to its recording (``move_when_capped``) plays it: no cap counts that replay
+            moved = fn == self.busy_fn and session in self._capped
+            refused = None if moved else self.caps(request, fn)
+            if refused is not None:
+                return refused
             raw = gradio_private.raw_request(request)
             if raw is not None:
                 self._runs[id(raw)] = run = _QueuedRun(key=key, address=address, session=session, fn=fn,
                                                  since=time.monotonic())
                 raw.state.specrej_run = run
+        return None
+
+    def caps(self, request, fn: int) -> str | None:
+        """The words of the cap this run of event ``fn`` would pass (None: none): the visitor's (its session, else its
+        address), one lab place per address, and its address's, over every run the guard admitted that is on its
+        way, queued or running. Call with the lock held."""
+        address = address_group(client_address(request, self.trusted_proxy), self.ipv6_prefix)
+        key = client_key(request, address)
+        runs = list(self._runs.values())
+        mine = sum(r.key == key for r in runs)
+        if mine >= self.max_runs_per_client:
+            return (f"You already have {self.max_runs_per_client} runs queued or running (races, replays and "
+                    f"lab runs together), the most per client here ({MAX_RUNS_ENV}): wait for one to end or stop it.")
+        group = self.events[fn].group if fn in self.events else ""
+        if address is not None and group in self.one_per_address and any(
+                r.address == address and r.fn in self.events and self.events[r.fn].group == group for r in runs):
+            return ("A lab run from your network address is already queued or running, and the lab's few places "
+                    "are shared by every visitor: one run per address at a time. Wait for it to end, or stop it.")
+        here = sum(r.address == address for r in runs)
+        cap = self.max_runs_per_address or address_cap(None)
+        if address is not None and here >= cap:
+            return (f"{here} runs from your network address are queued or running, the most per address here "
+                    f"({MAX_ADDRESS_RUNS_ENV}, at most half the queue): wait for one to end and try again.")
         return None
 
     def validator(self, fn: int, names: Sequence[str]) -> Callable:

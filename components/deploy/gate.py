@@ -16,8 +16,9 @@
   other 400 or 422 of Gradio's there becomes a short message (Gradio's and FastAPI's text can name a handler
   and echo the whole body), and on ``run/`` and ``api/`` a handler's error (Gradio's 500) a 400 that keeps
   Gradio's ``error`` field (the page's own client shows it);
-- ``queue/join`` of the race when the queue is full and the race has a labelled recording: moved to the event
-  that plays it at once (``Guard.move_when_full``, ``components/session/busy.py``);
+- ``queue/join`` of the race when the queue is full, or the visitor or its address is at its cap, and the race
+  has a labelled recording: moved to the event that plays it at once, which says why (``Guard.move_when_full``,
+  ``Guard.move_when_capped``, ``components/session/busy.py``);
 - ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too; one naming an event
   another session queued 404, passed to nobody (Gradio would drop that event from its queue and close its stream,
   and the other visitor's race ended);
@@ -43,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import gradio as gr
+from starlette.requests import Request
 
 from components.state.fields import excerpt, short
 from components.deploy import gradio_private
@@ -129,8 +131,12 @@ class ApiGate:
             if wrong:
                 return await _json(send, 400, {"detail": wrong})
 
-        if route == ["queue", "join"]:   # a full queue: the race's recording, at once, where there is one
+        if route == ["queue", "join"]:   # a full queue or a cap: the race's recording, at once, where there is one
             moved = await asyncio.to_thread(self.guard.move_when_full, body.get("fn_index"), body.get("data"))
+            if moved is None:
+                seen = Request(scope)
+                who = _Joiner(seen.headers, seen.client, body.get("session_hash"))
+                moved = await asyncio.to_thread(self.guard.move_when_capped, body.get("fn_index"), body.get("data"), who)
             if moved is not None:
                 raw = json.dumps(dict(body, fn_index=moved)).encode()
                 read = [{"type": "http.request", "body": raw, "more_body": False}]
@@ -223,6 +229,15 @@ class ApiGate:
         if missing:
             return f"/{name} needs a value for {', '.join(missing)}."
         return None
+
+
+class _Joiner:
+    """A queue join as the guard's caps read a request (``clients.client_address``, ``client_key``): its headers,
+    its TCP peer and the session it names, before Gradio has made a ``gr.Request`` of it."""
+
+    def __init__(self, headers, client, session_hash):
+        self.headers, self.client = headers, client
+        self.session_hash = session_hash if isinstance(session_hash, str) else None
 
 
 def parse_body(raw: bytes) -> tuple[Any, str | None]:

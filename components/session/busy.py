@@ -55,12 +55,14 @@ def full_message(waiting: int, *, run_s: float, at_once: int) -> str:
             "Meanwhile an example prompt's Replay plays its recorded race at once.")
 
 
-def recorded_race(ctx: AppContext, values, *, waiting: int) -> Iterator[Update]:
-    """The recording of the race ``values`` ask for, instantly, with the reason (the queue was full); an error
-    update with ``full_message`` when there is none (the guard moves a run here only when there is one)."""
+def recorded_race(ctx: AppContext, values, *, waiting: int, capped: str | None = None) -> Iterator[Update]:
+    """The recording of the race ``values`` ask for, instantly, with the reason: the queue was full, or (``capped``:
+    the cap's words) this visitor or its address is at its cap; an error update with those words when there is no
+    recording (the guard moves a run here only when there is one)."""
     path = recording(ctx, values)
     if path is None:
-        yield Update(Kind.ERROR, message=full_message(waiting, run_s=ctx.limits.max_run_seconds, at_once=ctx.concurrency))
+        yield Update(Kind.ERROR, message=capped or full_message(waiting, run_s=ctx.limits.max_run_seconds,
+                                                                at_once=ctx.concurrency))
         return
-    yield from recordings.play(path, math.inf, min_frame_interval=ctx.min_frame_interval,
-                           fallback={"reason": "queue_full", "waiting": waiting})
+    why = {"reason": "capped", "why": capped} if capped else {"reason": "queue_full", "waiting": waiting}
+    yield from recordings.play(path, math.inf, min_frame_interval=ctx.min_frame_interval, fallback=why)

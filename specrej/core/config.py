@@ -33,6 +33,11 @@ def _f(default, help, **kw):
 
 @dataclass
 class RunConfig:
+    """One race's settings, shared by every arm (an arm spec overrides its own: ``specrej.arms``): the prompt, the
+    candidates N, Speculative Rejection's rejection rate and decision points, sampling, the seed and the memory
+    budget. Every field says what it takes (``dataclasses.fields(RunConfig)[i].metadata["help"]``, the CLI's
+    ``--help``); a value out of range raises ``ValueError`` naming the field."""
+
     prompt: str = _f("", "The user's message; it goes through the model's chat template.")
     n: int | str = _f(16, "Number of candidates (N). Speculative Rejection also takes 'auto': as many as fill "
                       "the memory budget at first_decision generated tokens (the paper's first batch).")

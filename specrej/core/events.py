@@ -123,6 +123,11 @@ class Match:
 
 @dataclass(frozen=True)
 class Finished:
+    """An arm's last event: its ``winner`` (the candidate it returns), every candidate with its final status,
+    ``rounds`` (how many decisions or passes it took: a count), its ``ledger`` (tokens, FLOPs, wall time, steps,
+    memory), ``rows_per_step`` (what the verdict prices), ``picked_by`` (the race's reward, or a rival's own rule)
+    and, on a baseline the race stopped once it matched, its ``match``. ``to_rows()``: one flat row a candidate."""
+
     arm: Arm
     winner: Candidate
     candidates: tuple[Candidate, ...]  # every candidate with its final status
