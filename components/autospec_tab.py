@@ -10,8 +10,9 @@ from __future__ import annotations
 import html
 import json
 import math
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gradio as gr
 
@@ -21,7 +22,7 @@ from specrej.autospec.report import scaling_figure
 from specrej.autospec.scaling import curve
 from specrej.autospec.targets import all_states
 
-from components.deploy import memory
+from components.deploy import gradio_private, memory
 from components.state.shared import ASSETS
 from components.deploy.clients import started
 from components.state.fields import FieldError, check_choice, check_number
@@ -35,6 +36,8 @@ MEASURE_NS = (32, 64, 128, 256)
 MEASURE_CHAINS = 4
 MAX_DELAY = 1.5        # seconds per frame of the animation (the slider's range)
 MAX_FRAMES = 80        # a sequential run is shown in at most this many frames
+GROUP = "autospec"     # the lab's concurrency group: its places are shared by every visitor
+PLACES = 4             # lab runs at once on the server
 # Plain names on the page; the values (what the handlers and the API receive) are the library's names.
 # The technical name of each is in the "Details for specialists" accordion (GLOSSARY).
 TARGET_CHOICES = [("One of a few hidden patterns", "mixture"), ("Every cell leans toward the majority", "curie-weiss"),
@@ -117,6 +120,105 @@ class AutospecTab:
 
     def target_inputs(self) -> list:
         return [self.target, self.beta, self.components, self.lam, self.q]
+
+
+# ---------------------------------------------------------------- the lab's places
+
+@dataclass
+class LabClock:
+    """When each lab run now running is expected to end, for the place line a waiting visitor reads
+    (``wait_words``): a sample knows its own length once its frames are drawn (frames x seconds per frame);
+    a measurement or an exactness check is expected to take what the last one of its kind took here."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ends: dict = field(default_factory=dict)     # token -> expected end (time.monotonic()), None: not known
+    _last: dict = field(default_factory=dict)     # kind -> seconds the last run of that kind took
+
+    def begin(self, kind: str, seconds: float | None = None) -> object:
+        token = object()
+        seconds = self._last.get(kind) if seconds is None else seconds
+        with self._lock:
+            self._ends[token] = None if seconds is None else time.monotonic() + seconds
+        return token
+
+    def end(self, token: object, kind: str, since: float) -> None:
+        with self._lock:
+            self._ends.pop(token, None)
+            self._last[kind] = time.monotonic() - since
+
+    def remaining(self) -> list[float | None]:
+        now = time.monotonic()
+        with self._lock:
+            return [None if e is None else max(e - now, 0.0) for e in self._ends.values()]
+
+
+_CLOCK_LOCK = threading.Lock()
+
+
+def lab_clock(request) -> LabClock | None:
+    """The lab clock of the server a request came to (one per app; None for a direct call)."""
+    blocks = gradio_private.blocks_of(request)
+    if blocks is None:
+        return None
+    with _CLOCK_LOCK:
+        if getattr(blocks, "specrej_lab", None) is None:
+            blocks.specrej_lab = LabClock()
+        return blocks.specrej_lab
+
+
+class _Timed:
+    """``with _Timed(request, kind, seconds):`` a lab run on the clock while it runs."""
+
+    def __init__(self, request, kind: str, seconds: float | None = None):
+        self.clock, self.kind, self.seconds = lab_clock(request), kind, seconds
+
+    def __enter__(self):
+        self.since = time.monotonic()
+        self.token = self.clock.begin(self.kind, self.seconds) if self.clock is not None else None
+        return self
+
+    def __exit__(self, *exc):
+        if self.clock is not None:
+            self.clock.end(self.token, self.kind, self.since)
+
+
+def wait_words(remaining: list[float | None], running: int, waiting: int, places: int) -> str | None:
+    """The place line of a lab run about to join the queue: None when a place is free for it now; else its place
+    (how many runs wait ahead of it) and when a place frees for it, from the running runs' expected ends
+    (``remaining``, seconds each, None where not known; Gradio may count more running than have reported)."""
+    free = max(places - running, 0)
+    k = waiting - free          # yours takes the (k+1)-th place the running runs free
+    if k < 0:
+        return None
+    remaining = list(remaining) + [None] * max(running - len(remaining), 0)
+    known = sorted(r for r in remaining if r is not None)
+    ahead = ("no other run waits ahead of yours" if waiting == 0 else
+             f"{waiting} run{'s' * (waiting != 1)} wait{'s' * (waiting == 1)} ahead of yours")
+    head = (f"**Waiting for a lab place:** the lab's {places} places are shared by every visitor and all are taken; "
+            f"{ahead}.")
+    if k >= len(known):   # it waits for a run whose length is not known here, or for a run that waits too
+        return head + (" How long that takes depends on the settings of the runs ahead; yours starts on its own "
+                       "when a place frees.")
+    when = "in about" if len(known) == len(remaining) else "at most"   # a run of unknown length may end sooner
+    return head + (f" A place for yours frees {when} {max(known[k], 1):.0f} s from now (the running runs' own "
+                   "lengths: a sample's frames x seconds per frame); it starts on its own then.")
+
+
+def lab_place(request: gr.Request = None):
+    """What a lab button says the moment it is pressed, before its run joins the queue: why it is refused (the
+    guard's cap, which refuses it as it joins), or its place and when a place frees (``wait_words``); nothing when
+    a place is free (the run's own first line follows at once). Nothing is measured here."""
+    blocks = gradio_private.blocks_of(request)
+    if blocks is None:
+        return gr.skip()
+    guard = getattr(blocks, "specrej_guard", None)
+    refused = guard.refusal(request, GROUP) if guard is not None else None
+    if refused:
+        return f"**Can't start:** {html.escape(refused)}"
+    running, waiting, places = gradio_private.group_load(blocks, GROUP)
+    clock = lab_clock(request)
+    words = wait_words(clock.remaining() if clock else [], running, waiting, places or PLACES)
+    return gr.skip() if words is None else words
 
 
 # ---------------------------------------------------------------- validation
@@ -255,11 +357,13 @@ def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay, re
         return
     yield f"Sampling {html.escape(plain_describe(t))}…", gr.skip(), grid_html(["open"] * t.n, [-1] * t.n)
     last = None
-    for status, values, rounds, queries, fixed in _frames(t, sampler, seed):
-        last = (rounds, queries, grid_html(status, values))
-        yield gr.skip(), counter_markdown(sampler, rounds, queries, fixed, t.n, False), last[2]
-        if delay:
-            time.sleep(delay)
+    frames = list(_frames(t, sampler, seed))
+    with _Timed(request, "sample", len(frames) * delay):
+        for status, values, rounds, queries, fixed in frames:
+            last = (rounds, queries, grid_html(status, values))
+            yield gr.skip(), counter_markdown(sampler, rounds, queries, fixed, t.n, False), last[2]
+            if delay:
+                time.sleep(delay)
     memory.release()
     rounds, queries, grid = last
     # The last frame repeats the grid, so that an API caller's result is complete.
@@ -337,8 +441,9 @@ def measure_handler(target, beta, components, lam, q, request: gr.Request = None
     except ValueError as e:
         return gr.skip(), _error(e)
     try:
-        curves = [curve(target, s, list(MEASURE_NS), chains=MEASURE_CHAINS, params=params).as_dict()
-                  for _, s in SAMPLER_CHOICES]
+        with _Timed(request, "measure"):
+            curves = [curve(target, s, list(MEASURE_NS), chains=MEASURE_CHAINS, params=params).as_dict()
+                      for _, s in SAMPLER_CHOICES]
     finally:
         memory.release()
     growth = "; ".join(f"{PLAIN_SAMPLERS[c['sampler']]} {per_doubling(c['slope'])}" for c in curves)
@@ -386,7 +491,8 @@ def exactness_handler(target, n, beta, components, lam, q, sampler, samples, req
     except ValueError as e:
         return gr.skip(), _error(e)
     try:
-        counts, exact = chunked_counts(t, sampler, samples)
+        with _Timed(request, "exactness"):
+            counts, exact = chunked_counts(t, sampler, samples)
     finally:
         memory.release()
     f = score(t, sampler, counts, exact)
@@ -477,14 +583,22 @@ def show_parameters(target):
 def _wire(tab: AutospecTab) -> None:
     # preprocess=False: the handlers check the raw values (messages that name the field); the app's
     # guard gives every queued event the per-client cap as its validator.
-    opts = dict(concurrency_id="autospec", concurrency_limit=4, preprocess=False)
+    # Each button first says, unqueued, whether its run waits for one of the lab's places and how long
+    # (``lab_place``), then the run joins the queue.
+    opts = dict(concurrency_id=GROUP, concurrency_limit=PLACES, preprocess=False)
     tab.target.change(show_parameters, tab.target, [tab.beta, tab.components, tab.lam, tab.q], queue=False,
                       api_visibility="private")
-    tab.sample.click(sample_handler, [tab.target, tab.n, tab.beta, tab.components, tab.lam, tab.q, tab.sampler,
-                                      tab.seed, tab.delay], [tab.status, tab.counter, tab.grid],
-                     api_name="autospec_sample", show_progress="hidden", **opts)
-    tab.measure.click(measure_handler, tab.target_inputs(), [tab.scaling_plot, tab.scaling_note],
-                      api_visibility="private", show_progress="minimal", **opts)
-    tab.exact_run.click(exactness_handler, [tab.target, tab.exact_n, tab.beta, tab.components, tab.lam, tab.q,
-                                            tab.sampler, tab.exact_samples], [tab.exact_plot, tab.exact_note],
-                        api_visibility="private", show_progress="minimal", **opts)
+
+    def placed(button, line):
+        return button.click(lab_place, None, line, queue=False, api_visibility="private", show_progress="hidden")
+
+    placed(tab.sample, tab.status).then(
+        sample_handler, [tab.target, tab.n, tab.beta, tab.components, tab.lam, tab.q, tab.sampler, tab.seed, tab.delay],
+        [tab.status, tab.counter, tab.grid], api_name="autospec_sample", show_progress="hidden", **opts)
+    placed(tab.measure, tab.scaling_note).then(
+        measure_handler, tab.target_inputs(), [tab.scaling_plot, tab.scaling_note], api_visibility="private",
+        show_progress="minimal", **opts)
+    placed(tab.exact_run, tab.exact_note).then(
+        exactness_handler, [tab.target, tab.exact_n, tab.beta, tab.components, tab.lam, tab.q, tab.sampler,
+                            tab.exact_samples], [tab.exact_plot, tab.exact_note], api_visibility="private",
+        show_progress="minimal", **opts)

@@ -210,3 +210,29 @@ def test_tab_in_a_dark_browser_mid_animation(served, new_page):
     page.wait_for_selector("#as-grid-cells .as-discarded, #as-grid-cells .as-corrected")
     page.screenshot(path=str(ARTIFACTS / "autospec_tab_dark.png"), full_page=True)
     assert "Cannot run" not in page.locator("#as-status").text_content()
+
+
+def test_the_lab_place_line_says_when_a_place_frees_from_the_running_runs_lengths():
+    """Issue 50 (2): a waiting visitor's place and estimate. The k-th place to free is the k-th running run to end
+    (the runs ahead of it take the earlier ones); a run whose length is not known makes the estimate a bound or
+    leaves it unsaid, never a made-up time."""
+    from components.autospec_tab import LabClock, wait_words
+
+    assert wait_words([], 3, 0, 4) is None                          # a place is free
+    assert wait_words([10.0], 3, 0, 4) is None
+    w = wait_words([30.0, 12.0, 50.0, 20.0], 4, 0, 4)
+    assert "no other run waits ahead of yours" in w and "about 12 s" in w and "at most" not in w, w
+    w = wait_words([30.0, 12.0, 50.0, 20.0], 4, 2, 4)
+    assert "2 runs wait ahead of yours" in w and "about 30 s" in w, w
+    w = wait_words([30.0, 12.0], 4, 1, 4)                           # two running runs have not said their length
+    assert "1 run waits ahead of yours" in w and "about at most 30 s" not in w and "at most 30 s" in w, w
+    w = wait_words([30.0, 12.0], 4, 2, 4)                           # the third to free: not known
+    assert "depends on the settings" in w and " s " not in w.split("ahead of yours")[1], w
+    assert "depends on the settings" in wait_words([5.0] * 4, 4, 4, 4)   # it waits for a run that waits too
+    clock = LabClock()
+    token = clock.begin("sample", 40.0)
+    assert "about 40 s" in wait_words(clock.remaining(), 1, 0, 1)
+    clock.end(token, "sample", since=0.0)
+    assert clock.remaining() == []
+    clock.begin("measure")                                          # a kind never run here: length unknown
+    assert clock.remaining() == [None]

@@ -507,3 +507,37 @@ def test_the_exactness_check_samples_in_bounded_chunks(monkeypatch):
     monkeypatch.setattr(autospec_tab, "empirical", counting)
     counts, exact = autospec_tab.chunked_counts(make_target("curie-weiss", 4, beta=0.5), "block", 5000, chunk=2000)
     assert sizes == [2000, 2000, 1000] and int(counts.sum()) == 5000 and len(exact) == 16
+
+
+def lab_place(url, address, session="s-place"):
+    """What a lab button's first, unqueued event says to a visitor at ``address`` (its place line; None: nothing)."""
+    r = httpx.post(f"{url.rstrip('/')}/gradio_api/run/lab_place", json={"data": [], "session_hash": session},
+                   headers={"X-Forwarded-For": address}, timeout=30)
+    assert r.status_code == 200, r.text
+    out = r.json()["data"][0]
+    return out if isinstance(out, str) else None
+
+
+def test_a_visitor_waiting_for_a_lab_place_reads_its_place_and_the_cap_words_before_it_joins(served):
+    """Issue 50 (2): a visitor waiting for the lab was shown "rank 0, eta None" throughout. Now pressing a lab
+    button first says (unqueued, nothing measured) how many runs wait ahead of it, or the cap that will refuse it."""
+    demo, ctx, url, gate = served
+    gate["open"].clear()
+    gate["started"] = 0
+    assert lab_place(url, "10.0.1.9") is None                       # a place is free: nothing to say
+    held = [client(url, f"10.0.1.{i}").submit(**dict(LAB, seed=i), api_name="/autospec_sample") for i in range(4)]
+    try:
+        assert wait_for(lambda: gate["started"] == 4)               # the lab's four places, one per address
+        words = lab_place(url, "10.0.1.9")
+        assert "Waiting for a lab place" in words and "all are taken" in words, words
+        assert "no other run waits ahead of yours" in words, words
+        assert "depends on the settings" in words, words            # the held runs have not said their length
+        assert "A lab run from your network address" in lab_place(url, "10.0.1.2")
+        fifth = client(url, "10.0.1.9").submit(**dict(LAB, seed=9), api_name="/autospec_sample")
+        held.append(fifth)
+        assert wait_for(lambda: "1 run waits ahead of yours" in (lab_place(url, "10.0.1.10") or ""))
+    finally:
+        gate["open"].set()
+        for job in held:
+            assert "exactly as random" in text(job.result(timeout=HANG_GUARD_S)[0])
+    assert lab_place(url, "10.0.1.9") is None

@@ -397,6 +397,16 @@ class Guard:
                 raw.state.specrej_run = run
         return None
 
+    def refusal(self, request, group: str) -> str | None:
+        """The words a run of the queued events of concurrency group ``group`` would be refused with now by a cap
+        (``caps``), for a page that says so before it joins (the lab's place line); None: it would be admitted."""
+        fn = next((i for i, e in self.events.items() if e.group == group and e.queued), None)
+        if fn is None:
+            return None
+        with self._lock:
+            self._reconcile()
+            return self.caps(request, fn)
+
     def caps(self, request, fn: int) -> str | None:
         """The words of the cap this run of event ``fn`` would pass (None: none): the visitor's (its session, else its
         address), one lab place per address, and its address's, over every run the guard admitted that is on its

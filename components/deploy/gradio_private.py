@@ -137,6 +137,24 @@ def waiting(blocks) -> int:
     return sum(len(getattr(q, "queue", [])) for q in getattr(_queue(blocks), "event_queue_per_concurrency_id", {}).values())
 
 
+def group_load(blocks, group: str) -> tuple[int, int, int | None]:
+    """(running, waiting, places) of the concurrency group ``group`` in Gradio's queue now (places: its
+    ``concurrency_limit``; None where it has none or the group has not been used yet)."""
+    q = getattr(_queue(blocks), "event_queue_per_concurrency_id", {}).get(group)
+    if q is None:
+        return 0, 0, None
+    return int(getattr(q, "current_concurrency", 0)), len(getattr(q, "queue", [])), getattr(q, "concurrency_limit", None)
+
+
+def blocks_of(request) -> Any:
+    """The Blocks a ``gr.Request`` was made by (None when it was made by none: a direct call)."""
+    app = getattr(raw_request(request), "app", None)
+    try:
+        return app.get_blocks() if app is not None else None
+    except Exception:
+        return None
+
+
 def slow_queue_polling(blocks, seconds: float) -> None:
     """Make Gradio's queue loop sleep at least ``seconds`` between looks while no slot is free (its
     progress loop twice that): see ``app.quiet_queue``."""
