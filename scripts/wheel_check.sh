@@ -44,7 +44,13 @@ assert not absent, f"installed beside the library: {absent}"
 print("installed:", specrej.__file__, "rules:", sorted(RULES))
 PY
 "$WORK/venv/bin/specrej" --prompt "Name three rivers and one fact about each." --arms bon:n=4 sr:n=auto,rule=calibrated \
-  --max-new-tokens 16 --json race.json --quiet > summary.txt
+  --max-new-tokens 16 --json race.json --quiet > summary.txt 2> race.err
+# warning-free on the newest transformers and accelerate the ranges admit (what pip resolves here; the lock's
+# are older): a FutureWarning or a deprecation printed on every run fails the check, with its lines
+if grep -E "Warning|deprecated" race.err; then
+  echo "the race above printed warnings on $("$PY" -c 'import transformers as t, accelerate as a; print("transformers", t.__version__, "accelerate", a.__version__)')" >&2
+  exit 1
+fi
 "$PY" - <<'PY'
 import json
 trace = json.load(open("race.json"))
@@ -53,5 +59,7 @@ assert arms["sr"]["config"]["rule"] == "calibrated", arms["sr"]
 rounds = [e for e in trace["events"] if e["event"] == "round" and e["arm"] == "sr"]
 finished = {e["arm"] for e in trace["events"] if e["event"] == "finished"}
 assert rounds and finished == {"bon", "sr"}, (len(rounds), finished)
-print(f"race from outside the checkout: sr:rule=calibrated took {len(rounds)} decision(s); both arms finished")
+import transformers
+print(f"race from outside the checkout: sr:rule=calibrated took {len(rounds)} decision(s); both arms finished; "
+      f"no warning on transformers {transformers.__version__}")
 PY

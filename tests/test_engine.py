@@ -209,3 +209,37 @@ def test_on_cuda_the_engine_runs_bf16_with_the_prompt_shared(tiny_lm):
     assert tiny_lm.device.type == "cuda" and tiny_lm.dtype == torch.bfloat16 and tiny_lm.shares_prefix
     out = decode(tiny_lm, PROMPTS[0], [0, 1, 2, 3], SAMPLED, share=True, n_total=4, max_new=8, prune_at=3, keep=[1, 2])
     assert sorted(out) == [1, 2] and all(0 < len(t) <= 8 for t in out.values())
+
+
+def test_the_kv_cache_goes_by_the_name_the_installed_transformers_takes():
+    """Issue 51 (6): transformers 5.24 renamed a model's KV-cache argument and output field from past_key_values to
+    cache, and warned on every run that the engine used the old name. The engine passes and reads whichever name the
+    model's forward takes (the lock's 5.19 the old, 5.25 the new: scripts/wheel_check.sh races on the newest)."""
+    from dataclasses import dataclass
+
+    from specrej.engine.kvcache import cache_arg, cache_of, with_cache
+
+    class New:
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            pass
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            pass
+
+    assert with_cache(New(), "kv") == {"cache": "kv"} and with_cache(Old(), "kv") == {"past_key_values": "kv"}
+    assert cache_arg(New) == "cache"
+
+    @dataclass
+    class OutNew:
+        cache: object = None
+
+        @property
+        def past_key_values(self):
+            raise AssertionError("the deprecated alias was read")
+
+    @dataclass
+    class OutOld:
+        past_key_values: object = None
+
+    assert cache_of(OutNew(cache="kv")) == "kv" and cache_of(OutOld(past_key_values="kv")) == "kv"

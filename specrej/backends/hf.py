@@ -36,7 +36,7 @@ import torch
 from ..core.budget import cpu_budget
 from ..core.config import RunConfig
 from ..engine import compiled, precision
-from ..engine.kvcache import grow_in_place
+from ..engine.kvcache import cache_of, grow_in_place, with_cache
 from ..engine import shared_prefix
 from ..engine.models import (EMBEDDED, ModelSpecError, default_device, generator_refusal, load_weights,
                              render_chat, resolve_spec, source_key)
@@ -267,13 +267,13 @@ def next_logits(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, o
     extra = {"shared_prefix": cache} if isinstance(cache, SharedPrefixCache) else {}
     if (lm.device.type == "cpu" and type(model).__name__ in _PLAIN_HEAD
             and isinstance(head, (torch.nn.Linear, PackedLinear)) and head.bias is None):
-        out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True, **extra)
+        out = (dec := model.get_decoder())(input_ids=input_ids, **with_cache(dec, cache), use_cache=True, **extra)
         h = out.last_hidden_state[:, -1]                          # [rows, hidden]
         if isinstance(head, PackedLinear):                        # prepacked (packed.py): its own kernel
-            return head(h).float(), out.past_key_values
-        return torch.mm(head.weight, h.t()).t().float(), out.past_key_values
-    out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
-    return out.logits[:, -1].float(), out.past_key_values
+            return head(h).float(), cache_of(out)
+        return torch.mm(head.weight, h.t()).t().float(), cache_of(out)
+    out = model(input_ids=input_ids, **with_cache(model, cache), use_cache=True, logits_to_keep=1, **extra)
+    return out.logits[:, -1].float(), cache_of(out)
 
 
 def next_logits_hidden(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, object, torch.Tensor]:
@@ -287,16 +287,16 @@ def next_logits_hidden(lm: LM, input_ids: torch.Tensor, cache) -> tuple[torch.Te
     extra = {"shared_prefix": cache} if isinstance(cache, SharedPrefixCache) else {}
     if (lm.device.type == "cpu" and type(model).__name__ in _PLAIN_HEAD
             and isinstance(head, (torch.nn.Linear, PackedLinear)) and head.bias is None):
-        out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True,
+        out = (dec := model.get_decoder())(input_ids=input_ids, **with_cache(dec, cache), use_cache=True,
                                   output_hidden_states=True, **extra)
         h = out.last_hidden_state[:, -1]                          # [rows, hidden]
         logits = head(h).float() if isinstance(head, PackedLinear) else torch.mm(head.weight, h.t()).t().float()
     else:
-        out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
+        out = model(input_ids=input_ids, **with_cache(model, cache), use_cache=True, logits_to_keep=1,
                     output_hidden_states=True, **extra)
         logits = out.logits[:, -1].float()
     layers = torch.stack([x[:, -1] for x in out.hidden_states], dim=1).float()   # [rows, layers + 1, hidden]
-    return logits, out.past_key_values, layers
+    return logits, cache_of(out), layers
 
 
 def coe_features(mean_states: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ from ..backends.hf import Engine, Sampling
 from ..core.budget import KVBudget
 from ..core.cost import flops
 from ..core.events import Finished
+from ..engine.kvcache import with_cache
 from ..methods import speculative_rejection
 from ..backends.steptime import _sync, time_steps
 from .reference import speculative_rejection_reference_style
@@ -188,7 +189,7 @@ def run_generate(lm, prompt_ids: list[int], rows: int, length: int, sampling: Sa
         input_ids=torch.tensor([prompt_ids], device=device), attention_mask=torch.ones(1, len(prompt_ids),
                                                                                       dtype=torch.long, device=device),
         do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-        max_new_tokens=length, num_return_sequences=rows, past_key_values=cache, use_cache=True,
+        max_new_tokens=length, num_return_sequences=rows, **with_cache(lm.model, cache), use_cache=True,
         eos_token_id=eos, pad_token_id=eos[0], stopping_criteria=StoppingCriteriaList([Watch()]))
     _sync(device)
     wall = time.perf_counter() - t

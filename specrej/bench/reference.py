@@ -24,7 +24,7 @@ import torch
 
 from ..core.config import RunConfig
 from ..backends.hf import Engine, Rows
-from ..engine.kvcache import grow_in_place
+from ..engine.kvcache import cache_of, grow_in_place, with_cache
 from ..core.events import Event
 from ..methods import speculative_rejection
 from ..backends.hf import LM
@@ -75,8 +75,8 @@ class RefRows:
         mask = self._mask(tok.device)
         pos = mask.sum(-1, keepdim=True) - 1                                           # [rows, 1]
         out = self.engine.lm.model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
-                                   past_key_values=rows.cache, use_cache=True)
-        return out.logits[:, -1].float(), out.past_key_values
+                                   **with_cache(self.engine.lm.model, rows.cache), use_cache=True)
+        return out.logits[:, -1].float(), cache_of(out)
 
     @torch.inference_mode()
     def keep(self, indices: list[int]) -> None:
@@ -97,7 +97,7 @@ class RefRows:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         rows.cache = None
         out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        rows.cache, rows.logits = out.past_key_values, out.logits[:, -1].float()
+        rows.cache, rows.logits = cache_of(out), out.logits[:, -1].float()
         grow_in_place(rows.cache)               # the same cache growth as the engine's own rows
         e.extra_prefill_tokens += ids.numel()    # re-prefilled tokens, padding included
 

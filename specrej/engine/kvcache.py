@@ -1,8 +1,32 @@
 """KV-cache layers that grow in place instead of by ``torch.cat``."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers.cache_utils import DynamicLayer
+
+
+@functools.lru_cache(maxsize=None)
+def cache_arg(cls: type) -> str:
+    """The name a model class's ``forward`` takes its KV cache by: ``cache`` from transformers 5.24 on (where
+    ``past_key_values``, in and out, warns on every run that it goes in 5.40), ``past_key_values`` before."""
+    try:
+        return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+    except (TypeError, ValueError):
+        return "past_key_values"
+
+
+def with_cache(model, cache) -> dict:
+    """``{name: cache}`` for a call of ``model`` (or its ``generate``), by the name its transformers takes."""
+    return {cache_arg(type(model)): cache}
+
+
+def cache_of(out):
+    """The KV cache a model's output carries (``out.cache``, or ``out.past_key_values`` before transformers 5.24),
+    read without the deprecated alias's warning."""
+    return out.cache if "cache" in getattr(out, "__dataclass_fields__", {}) else out.past_key_values
 
 
 class GrowingLayer(DynamicLayer):
