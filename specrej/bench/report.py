@@ -219,6 +219,7 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    from matplotlib.colors import to_rgba
     from matplotlib.lines import Line2D
 
     measures = [(m, label) for m, label in PAPER_MEASURES if agg["bon"][0].get(f"rel_{m}") is not None]
@@ -231,6 +232,17 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
     colour = {r: c for r, c in zip(rules, ("#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"))}
     settings = list(dict.fromkeys((s["alpha"], s["first_decision"]) for s in agg["sr"]))
     marker = {k: m for k, m in zip(settings, "*DP^vsXpho<>")}
+    def points(ax, m):
+        for s in agg["sr"]:
+            x = s.get(f"rel_{m}")
+            if x is None:
+                continue
+            rule = s.get("rule") or s["method"]
+            # the paper's filled markers a little see-through (their edge solid): one on another shows both
+            ax.plot([x], [s["improvement"]], linestyle="none", marker=marker[(s["alpha"], s["first_decision"])],
+                    markersize=13 if rule == "paper" else 10, color=colour[rule],
+                    markerfacecolor=to_rgba(colour[rule], 0.6) if rule == "paper" else "none", markeredgewidth=1.6)
+
     for ax, (m, label) in zip(axes.flat, measures):
         xs, ys = [b[f"rel_{m}"] for b in agg["bon"]], [b["improvement"] for b in agg["bon"]]
         ax.plot(xs, ys, "-", color="#0072B2")
@@ -239,20 +251,28 @@ def paper_png(agg: dict, title: str, path: Path) -> bool:
         for b in marks:
             ax.annotate(f"{b['k']}", (b[f"rel_{m}"], b["improvement"]), textcoords="offset points",
                         xytext=(-4, 5), ha="right", fontsize=8, color="#0072B2")
-        for s in agg["sr"]:
-            x = s.get(f"rel_{m}")
-            if x is None:
-                continue
-            rule = s.get("rule") or s["method"]
-            ax.plot([x], [s["improvement"]], linestyle="none", marker=marker[(s["alpha"], s["first_decision"])],
-                    markersize=13 if rule == "paper" else 10, color=colour[rule],
-                    markerfacecolor=colour[rule] if rule == "paper" else "none", markeredgewidth=1.6)
+        points(ax, m)
         ax.set_xscale("log")
         ax.set_title(f"{label}" + (" (Best-of-N modelled)" if m == "wall" else ""), fontsize=10)
         ax.set_xlabel(f"relative to Best-of-{agg['n_ref']} (log)")
         ax.set_ylabel("improvement score")
         ax.grid(True, which="both", alpha=0.3)
-    for ax in list(axes.flat)[len(measures):]:
+    spare = list(axes.flat)[len(measures):]
+    near = [s for s in agg["sr"] if s.get(f"rel_{measures[0][0]}") is not None]
+    xs = [s[f"rel_{measures[0][0]}"] for s in near]
+    if spare and near and max(xs) < 1.5 * min(xs):
+        # the first panel's points up close: within a factor 1.5 on its log axis they sit on each other
+        ax, m = spare.pop(0), measures[0][0]
+        ys = [s["improvement"] for s in near]
+        dx, dy = (max(xs) - min(xs)) or max(xs) * 0.05, (max(ys) - min(ys)) or 1.0
+        points(ax, m)
+        ax.set_xlim(min(xs) - 0.15 * dx, max(xs) + 0.15 * dx)
+        ax.set_ylim(min(ys) - 0.15 * dy, max(ys) + 0.15 * dy)
+        ax.set_title(f"{measures[0][1]}: the Speculative Rejection points up close (linear x)", fontsize=10)
+        ax.set_xlabel(f"relative to Best-of-{agg['n_ref']}")
+        ax.set_ylabel("improvement score")
+        ax.grid(True, alpha=0.3)
+    for ax in spare:
         ax.axis("off")
     handles = [Line2D([], [], color="#0072B2", marker="o", markersize=4, label="Best-of-k, k = 1 ... "
                       f"{agg['n_ref']} (order statistics)")]
