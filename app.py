@@ -260,8 +260,7 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         own(sessions, session, request).press(Button.PAPER)
         return ui.paper_measuring(ctx)
 
-    on_paper = c.paper.click(**lecture.lock_step(page)) \
-        .then(press_paper, [page.session], [a.status], queue=False, api_visibility="private") \
+    on_paper = c.paper.click(**lecture.lock_step(page, press_paper, a.status)) \
         .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture], ui.paper_outputs(page), concurrency_id="replay",
               concurrency_limit=4, api_visibility="private", preprocess=False, trigger_mode=PRESSED_AGAIN)
 

@@ -101,8 +101,8 @@ def lock_step(page: Any, press: Any = None, pressed: Any = None) -> dict:
     """The first step of every play's chain (Run, Enter in the prompt, Replay, Paper scale; "Run it live" presses
     Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
     separate event on the same click raced an instant replay and landed after it). ``press(session, request)``,
-    when given, runs in the same step and its value goes to ``pressed`` (Run: the press that stops what plays, and
-    the status saying the race is starting): one round trip fewer between a click and its play."""
+    when given, runs in the same step and its value goes to ``pressed`` (Run and Paper scale: the press that stops
+    what plays, and the status saying what starts): one round trip fewer between a click and its play."""
     import gradio as gr
 
     def lock(on, session, request: gr.Request):
