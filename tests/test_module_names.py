@@ -81,3 +81,44 @@ def test_the_check_finds_a_name_a_move_left_behind(tmp_path):
     bad = tmp_path / "moved.py"
     bad.write_text("from components import lecture\n\n\ndef f(x):\n    return lecture.for_room(lecture.frame_for_room(x))\n")
     assert missing_names(bad, "components.moved") == (["moved.py:5: lecture.frame_for_room"], 2)
+
+
+def test_the_core_imports_no_module_in_a_circle():
+    """Issue 48 (6): core/about.py, core/settings.py and core/config.py imported each other in a circle (config
+    reached about inside two methods to get round it). Every import in specrej/core, at the top or inside a function,
+    now runs one way: the field checks they share are core/checks.py."""
+    import ast
+    from pathlib import Path
+
+    core = Path(__file__).resolve().parents[1] / "specrej" / "core"
+    names = {p: ".".join(p.relative_to(core.parents[1]).with_suffix("").parts) for p in core.rglob("*.py")}
+    names = {p: n[:-len(".__init__")] if n.endswith(".__init__") else n for p, n in names.items()}
+    graph = {}
+    for path, name in names.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                out.add(target)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specrej.core"):
+                out.add(node.module)
+        graph[name] = {t for t in out if t in graph or t in names.values()} - {name}
+
+    seen, path_ = {}, []
+
+    def visit(n):   # depth first: a module met again while on the path closes a circle
+        seen[n] = "open"
+        path_.append(n)
+        for t in sorted(graph.get(n, ())):
+            assert seen.get(t) != "open", " -> ".join(path_[path_.index(t):] + [t])
+            if t not in seen:
+                visit(t)
+        path_.pop()
+        seen[n] = "done"
+
+    for n in sorted(graph):
+        if n not in seen:
+            visit(n)
+    assert "specrej.core.checks" in graph and not graph["specrej.core.checks"]

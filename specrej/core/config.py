@@ -13,22 +13,18 @@ one dict, the shape recordings and run metadata have always had.
 """
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Mapping
 
+from .about import settings_fields, settings_from_flat
+from .checks import described as _f, check_int as _int, is_number as _is_num
 from .rules import RULES
 
 DECISIONS = ("budget", "interval")
-PICKS = ("reward", "paper")   # who names a rival arm's winner (its settings' pick): the race's reward or the paper's rule
 AUTO = "auto"
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
 DEFAULT_CPU_BUDGET = 448   # KV slots a run gets on a CPU: 8 full-length rows of 48 tokens, or ~50 rows at token 8
-
-
-def _f(default, help, **kw):
-    return field(default=default, metadata={"help": help, **kw})
 
 
 @dataclass
@@ -113,8 +109,6 @@ class RunConfig:
         fields, less ``settings``, plus every registered method's settings under their own names (``warmup``,
         ``window``, ``buffer``, ``pick`` ...), this config's ``settings`` over the defaults. JSON-ready; the race
         key, run metadata and ``from_flat`` read this shape."""
-        from .about import settings_fields   # the core's descriptors' table (it imports this module)
-
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "settings"}
         flat = settings_fields()
         if self.settings is not None:
@@ -127,8 +121,6 @@ class RunConfig:
         the methods' settings back into the one method's settings object whose fields hold every setting away
         from its default (None when all are defaults; a ``settings`` dict, as ``dataclasses.asdict`` writes it, counts
         as settings by name); unknown keys are ignored; ``kw`` over ``flat``."""
-        from .about import settings_from_flat
-
         mine = {f.name for f in fields(cls)} - {"settings"}
         given = {**flat, **kw}
         own = given.get("settings")
@@ -148,20 +140,6 @@ def check_text(name: str, value: str) -> None:
     except UnicodeEncodeError as e:
         raise ValueError(f"{name} contains a character that is not valid text (U+{ord(value[e.start]):04X}, "
                          f"a lone UTF-16 surrogate, at position {e.start}): remove it and try again.") from None
-
-
-def _is_num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _int(cfg, name: str, lo: int, hint: str) -> None:
-    v = getattr(cfg, name)
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-        object.__setattr__(cfg, name, v)   # frozen settings too
-    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-        raise ValueError(f"{name}={shown} is not allowed: {hint}.")
 
 
 def env_int(name: str, default: int, *, env: Mapping[str, str] | None = None, lo: int = 1,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .config import PICKS, _f, _int, _is_num
+from .checks import PICKS, described as _f, check_int as _int, is_number as _is_num
 
 
 @dataclass(frozen=True)
