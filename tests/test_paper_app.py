@@ -131,3 +131,26 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     assert plan.settings["sr_start"] == "auto" and plan.settings["stop_when_matched"] is False
     assert plan.replay_prompt in ctx.examples and find(plan.replay_prompt) is not None
     assert paper.plan(slow, PROMPT).replay_prompt == PROMPT   # its own recording when it has one
+
+
+def test_the_recordings_index_reads_each_file_once_per_version(tmp_path, monkeypatch):
+    """Issue 47: Paper scale and "Run it live" looked up their recording by decompressing every paper-scale
+    recording at each click (0.3 s quiet, most of a 3-4 s click with three processes spinning). The index reads a
+    file's header once per version of the file: a click reads it from memory, a re-recorded file is read again."""
+    import os
+    import shutil
+
+    from components.session import recordings
+
+    for path in sorted(recordings.RECORDINGS.glob("*.json.gz"))[:2]:
+        shutil.copy(path, tmp_path / path.name)
+    loads = []
+    real = recordings.load
+    monkeypatch.setattr(recordings, "load", lambda p: loads.append(p) or real(p))
+    first = recordings.index(tmp_path)
+    assert len(first) == 2 and len(loads) == 2
+    assert recordings.index(tmp_path) == first and len(loads) == 2          # from memory
+    changed = sorted(tmp_path.glob("*.json.gz"))[0]
+    st = changed.stat()
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))           # a new version of one file
+    assert recordings.index(tmp_path) == first and len(loads) == 3 and loads[-1] == changed

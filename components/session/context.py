@@ -345,6 +345,14 @@ class AppContext:
         # never waits for them) and a probe of the load and threads; a click never measures (``planner.plan``)
         self.quiet_step(self.default_model, lm, RIVAL_READS)
         pace.refresh(self, self.default_model, lm)
+        # the recordings' headers and the reference step Paper scale prices with, read now: a click reads them
+        # from memory (``recordings.meta_of``)
+        from components.session import paper, recordings
+
+        recordings.index()
+        if self.page_races is not None:
+            recordings.find_race({}, self.page_races)   # an empty key matches none: every header read
+        paper.reference_step()
 
     @property
     def warming(self) -> bool:
