@@ -242,6 +242,12 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
             if session.end(play):
                 yield {**page.updates(error_frame(str(e))), **page.button_updates(session.phase)}
             return
+        # the settings, the note and the prompt at once: no frame of a play touches them (``page.outputs``), so they
+        # need not wait for an older play's last frame (a race stops at its next decoding step: a second and more
+        # under load, when Paper scale during a race took 2.2-2.7 s to say what it set)
+        race_owned = {id(comp) for comp in page.outputs()}
+        if session.current(play) and not stop_requested():
+            yield {k: v for k, v in ui.paper_scale_updates(ctx, page, plan, prompt).items() if id(k) not in race_owned}
         session.settle(play)   # an older play's last frame first
         if not session.current(play) or stop_requested():
             return   # another play started (or Stop) while this machine was measured: it draws nothing
