@@ -12,6 +12,7 @@ from components.session import gpu  # noqa: I001  first: on ZeroGPU `spaces` mus
 
 import dataclasses
 import inspect
+import logging
 import threading
 
 import gradio as gr
@@ -34,6 +35,7 @@ from components.state.shared import PREFERENCE
 from specrej.core.config import env_int
 
 TITLE = "Speculative Rejection vs Best-of-N"
+log = logging.getLogger("specrej.app")
 # A play button pressed while its own play runs (Run during a race): the page's default, "once", drops the new
 # trigger while the old one is pending, so the old race stopped and nothing started (issue 47). The old play's
 # handler ends at once (``Session.on_stale``), and the newest press runs right after it.
@@ -302,11 +304,15 @@ def wire_stop(page: ui.Page, guard: Guard, events: list, sessions: Sessions) -> 
         """Stop this session's race or replay: at its next decoding step (the page also cancels it); while
         stepping through a finished race's decisions, end stepping."""
         found = guard.stop_session(getattr(request, "session_hash", None))
-        effect = sessions.get(getattr(request, "session_hash", None)).press(Button.STOP).effect
+        session = sessions.get(getattr(request, "session_hash", None))
+        effect = session.press(Button.STOP).effect
         if effect is Effect.CLOSE_STEPS:
             return gr.Markdown(STEPS_CLOSED, elem_classes=["status-done"])
-        return stopped() if found or effect is Effect.STOP else gr.Markdown(NOTHING_TO_STOP,
-                                                                           elem_classes=["status-stopped"])
+        if found or effect is Effect.STOP:
+            return stopped()
+        # where the page still showed a play, this line says where the server's session was instead
+        log.info("Stop found nothing to stop: %r, resting %s", session, session.resting)
+        return gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
 
     def after_stop(shown, session, view, request: gr.Request):
         """The page as Stop leaves it: "Stopped" said again (a frame already in flight may have landed after it),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import logging
 import time
 from pathlib import Path
 
@@ -252,9 +253,11 @@ def contrast(fg: str, layers: list[str]) -> float:
     return (hi + 0.05) / (lo + 0.05)
 
 
-def test_stop_in_a_real_browser_and_run_again(browser, app_url):
+def test_stop_in_a_real_browser_and_run_again(browser, app_url, caplog):
+    caplog.set_level(logging.INFO, logger="specrej.app")   # a Stop that finds nothing says where the session was
     url, ctx = app_url
     page = open_page(browser, url)
+    page.evaluate(WATCH_STATUS)
     page.click("#run")
     page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Racing')")
     page.click("#stop")
@@ -264,7 +267,9 @@ def test_stop_in_a_real_browser_and_run_again(browser, app_url):
         shown = page.evaluate("[document.querySelector('#status [data-testid=markdown]').innerText, "
                               "document.querySelector('#status [data-testid=markdown]').textContent]")
         page.screenshot(path=str(ARTIFACTS / "stop-failed.png"), full_page=True)
-        raise AssertionError(f"no 'Stopped' after Stop; status shows {shown!r} (screenshot stop-failed.png)")
+        seen = [t[:120] for t in page.evaluate("window.__statuses")]
+        raise AssertionError(f"no 'Stopped' after Stop; status shows {shown!r}; it showed, in order: {seen!r} "
+                             "(screenshot stop-failed.png)")
     t0 = time.monotonic()
     while ctx.active and time.monotonic() - t0 < 60:   # a hang guard, not a speed limit
         time.sleep(0.05)
