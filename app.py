@@ -476,6 +476,7 @@ if gpu.ZERO_GPU:  # ZeroGPU wants the models loaded at import
     _context = AppContext.from_env()
     _context.warm()
     demo = build_demo(_context)
+    memory.freeze_startup()
 
 
 def main() -> None:

@@ -41,6 +41,9 @@ def serve():
     ctx.warm()
     print(f"warmed in {time.perf_counter() - t0:.1f} s", flush=True)
     demo = app.build_demo(ctx)
+    from components.deploy import memory
+
+    memory.freeze_startup()   # as the served app does once warm (``AppContext.warm_in_background``)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

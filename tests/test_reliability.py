@@ -665,7 +665,12 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
 
     from components.session.context import AppContext, Models
 
-    release, said = threading.Event(), []
+    from components.deploy import memory
+
+    release, said, frozen = threading.Event(), [], []
+    # once warm, the served app freezes its start-up heap (``memory.freeze_startup``: no later collection walks
+    # it); recorded here, not done: the test process's heap stays collectable
+    monkeypatch.setattr(memory, "freeze_startup", lambda: frozen.append(True) or 0)
     warm = dataclasses.replace(ctx, machine=ctx.machine.copy(), loaded=Models())   # a server that just started
     warmed = AppContext.warm   # the context is frozen (its settings): its warm-up is patched on the class
     monkeypatch.setattr(AppContext, "warm", lambda self: release.wait(HANG_GUARD_S) and warmed(ctx))
@@ -682,7 +687,7 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     assert waiter.is_alive() and not got and not warm.active   # waiting: nothing measured, nothing started
     release.set()
     waiter.join(HANG_GUARD_S)
-    assert not warm.warming and "ready to race" in said[-1]
+    assert not warm.warming and "ready to race" in said[-1] and frozen == [True]
     assert ui.paper_measuring(warm).value == ui.PAPER_MEASURING
     assert got[-1].view.state == "done"
 
@@ -701,4 +706,32 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     monkeypatch.setattr(AppContext, "warm", broken)
     warm.warm_in_background(log=said.append).join(HANG_GUARD_S)
     assert "no such file" in warm.warm_error and "could not load the default models" in said[-1]
+    assert frozen == [True, True]   # the second warm-up froze; the failed one did not
     assert race_frames(warm, request(warm, **DECIDING))[-1].view.state == "done"   # a Run loads them itself
+
+
+def test_the_start_up_heap_is_frozen_and_a_plays_garbage_is_still_collected():
+    """``memory.freeze_startup``: what is alive once the app has warmed moves to the permanent generation (no later
+    collection walks it: a full collection of the warmed app held the GIL for a second under load, after every
+    play); a cycle made later is still collected by ``release()``."""
+    import gc
+    import weakref
+
+    from components.deploy import memory
+
+    class Node:
+        pass
+
+    old = Node()
+    old.self = old   # a cycle alive at start-up
+    try:
+        assert memory.freeze_startup() >= 1 and gc.get_freeze_count() >= 1
+        new = Node()
+        new.self = new   # a play's cycle, made after the freeze
+        gone = weakref.ref(new)
+        del new
+        memory.release()
+        assert gone() is None
+    finally:
+        gc.unfreeze()   # the test process's heap stays collectable
+    assert gc.get_freeze_count() == 0

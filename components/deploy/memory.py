@@ -26,6 +26,20 @@ if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
 TRIMS = {"count": 0}   # how many times memory was returned (the tests read it)
 
 
+def freeze_startup() -> int:
+    """Once the served app has warmed (models loaded, step compiled, modules imported): every object alive now
+    moves to the collector's permanent generation (``gc.freeze``), so no later collection walks them. A full
+    collection of the warmed app walked about 780,000 objects: 0.35 s quiet on a 2-core EPYC, over a second
+    with other processes spinning, and the GIL held throughout: ``release()`` after each play, and Python's own
+    full collections, froze every click for that long (traced: a Paper scale pressed during a race waited 1.45 s
+    for the stopped race's ``release()``). After it the same collection walks only what came later (under a
+    millisecond there). Only what is alive at start-up is frozen; a play's objects are collected as before.
+    Returns how many objects were frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def release() -> bool:
     """Collect garbage and return the allocator's free memory to the system; True if trimmed."""
     gc.collect()

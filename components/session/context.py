@@ -379,6 +379,9 @@ class AppContext:
             self.loaded.warm_error = ""
             try:
                 self.warm()
+                from components.deploy import memory
+
+                memory.freeze_startup()   # no later collection walks what start-up made (a click never waits on it)
                 log(f"specrej: ready to race in {time.perf_counter() - t0:.1f} s (models loaded, decoding step "
                     f"compiled, this machine profiled: {self.machine.profile().when()})")
                 from components.session import pace
