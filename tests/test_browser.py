@@ -256,10 +256,16 @@ def contrast(fg: str, layers: list[str]) -> float:
 def test_stop_in_a_real_browser_and_run_again(browser, app_url, caplog):
     caplog.set_level(logging.INFO, logger="specrej.app")   # a Stop that finds nothing says where the session was
     url, ctx = app_url
-    page = open_page(browser, url)
+    # a long race (a link's settings: the most new tokens the page allows): at the defaults the tiny race shows
+    # "Racing" for about 3 s, and on a loaded CI machine the page drew it late enough that the race had ended when
+    # Stop reached the server, which then rightly said "Nothing to stop"; this one races for about 10 s quiet
+    page = open_page(browser, url + "?max_new_tokens=256&budget=4096")
     page.evaluate(WATCH_STATUS)
     page.click("#run")
-    page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Racing')")
+    try:
+        page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Racing')")
+    except Exception:
+        raise AssertionError(f"no 'Racing'; it showed {page.evaluate('window.__statuses')!r}") from None
     page.click("#stop")
     try:
         page.wait_for_function("document.querySelector('#status [data-testid=markdown]').textContent.includes('Stopped')", timeout=30_000)
