@@ -162,7 +162,7 @@ def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32):
     from specrej.engine.shared_prefix import SharedPrefixCache
 
     ids = lm32.render("Write a haiku about the sea.")
-    eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=8, hidden=True)
+    eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=8, reads=("hidden",))
     assert eng.step_kind == "compiled"
     rows = eng.start([0, 1, 2])
     shared = SharedPrefixCache(eng.prompt_cache, 3)

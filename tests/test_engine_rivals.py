@@ -38,7 +38,7 @@ def test_the_hidden_path_gives_the_plain_paths_logits_and_every_layer(lm32):
 
 
 def test_token_confidence_is_minus_the_mean_top_k_log_probability(lm32):
-    eng = Engine(lm32, lm32.render(PROMPT), sampling=Sampling(), seed=0, n_total=2, max_new_tokens=3, conf_topk=5)
+    eng = Engine(lm32, lm32.render(PROMPT), sampling=Sampling(), seed=0, n_total=2, max_new_tokens=3, reads=("top-5",))
     rows = eng.start([0, 1])
     logits = rows.logits.clone()
     rows.step()

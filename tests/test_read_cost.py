@@ -12,7 +12,7 @@ from specrej.core.settings import DeepConfSettings
 
 from specrej import Candidate, Finished, Ledger, Round
 from specrej.analysis.verdict import from_race
-from specrej.core.cost import StepCost, read_key, read_kwargs, read_words
+from specrej.core.cost import StepCost, read_key, read_kwargs, read_words, reads_of
 
 
 def step(rows: int) -> float:
@@ -27,9 +27,11 @@ READS = StepCost((1, 4), (1.1, 1.4), (("top-20", (1.5, 1.5)), ("hidden", (2.0, 1
 
 
 def test_read_keys_and_words():
-    assert read_key() == "" and read_key(conf_topk=20) == "top-20" and read_key(hidden=True) == "hidden"
-    assert read_kwargs("top-20") == {"conf_topk": 20} and read_kwargs("hidden") == {"hidden": True}
-    assert read_kwargs("") == {} and read_kwargs(read_key(5, True)) == {"conf_topk": 5, "hidden": True}
+    assert read_key() == "" and read_key(("top-20",)) == "top-20" and read_key(("hidden",)) == "hidden"
+    assert read_key(("hidden", "top-5")) == read_key(("top-5", "hidden")) == "top-5+hidden"   # the order never matters
+    assert read_kwargs("top-20") == {"conf_topk": 20} and read_kwargs(("hidden",)) == {"hidden": True}
+    assert read_kwargs("") == {} and read_kwargs(read_key(("top-5", "hidden"))) == {"conf_topk": 5, "hidden": True}
+    assert reads_of("top-5+hidden") == ("top-5", "hidden") and reads_of("") == ()
     assert read_words("top-20") == "the top-20 log-probabilities" and "hidden states" in read_words("hidden")
     with pytest.raises(ValueError):
         read_kwargs("top-0")
@@ -133,7 +135,7 @@ def test_rival_reads_default_to_deepconfs_k():
     from specrej.backends.steptime import RIVAL_READS
     from specrej.core.config import RunConfig
 
-    assert RIVAL_READS[0] == read_key(conf_topk=DeepConfSettings().conf_topk)
+    assert RIVAL_READS[0] == read_key((f"top-{DeepConfSettings().conf_topk}",))
 
 
 def test_the_page_says_a_rivals_steps_include_its_reads(tiny_lm_dir, length_reward):
@@ -237,3 +239,22 @@ def test_a_recording_keeps_the_rivals_reads_and_its_replay_prices_them(tiny_lm_d
                                                     scoring=True).seconds)
         text = "\n".join(verdict_lines(view, arm, v))
         assert f"Its steps include {read_words(v.reads)} it reads (measured on the recording's machine: " in text
+
+
+def test_every_backend_takes_the_reads_as_one_option_and_no_read_of_its_own():
+    """A method names what its steps read (``run.prefill(reads=("top-20",))``); every backend takes that one option,
+    so a new read changes no backend's signature (issue 48: they took ``conf_topk`` and ``hidden`` each)."""
+    import inspect
+
+    from specrej.backends.hf import Engine
+    from specrej.backends.replay import Replay
+    from specrej.backends.vllm import VllmEngine
+    from specrej.bench.reference import RefEngine
+    from specrej.methods.run import _Run
+
+    for fn in (Engine.__init__, Engine.from_config, Replay.__call__, Replay.from_config,
+               VllmEngine.from_config, RefEngine.from_config, _Run.prefill):
+        params = inspect.signature(fn).parameters
+        assert "reads" in params and not {"conf_topk", "hidden"} & set(params), fn.__qualname__
+    with pytest.raises(ValueError, match="unknown extra read 'logits-of-layer-3'"):
+        read_key(("logits-of-layer-3",))

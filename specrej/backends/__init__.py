@@ -45,7 +45,7 @@ class Done:
     reason: str  # "eos" | "stop" | "length"
     mean_logprob: float
     mean_self_certainty: float
-    confidences: tuple[float, ...] = ()   # its token confidences, one per token (an engine built with conf_topk)
+    confidences: tuple[float, ...] = ()   # its token confidences, one per token (an engine built with a "top-<k>" read)
     coe: tuple[float, ...] = ()           # its hidden-state chain's feature after each token (built with hidden)
 
 
@@ -83,13 +83,13 @@ class Batch(Protocol):
     def confidences(self, i: int) -> Sequence[float]:
         """Row i's token confidence for every token it wrote (DeepConf's): minus the mean of the k highest
         log-probabilities of the untempered distribution it sampled that token from, k = the factory's
-        ``conf_topk``. Only from a backend built with ``conf_topk`` > 0 (else empty)."""
+        ``"top-<k>"`` read. Only from a backend built with ``reads=("top-<k>",)`` (else empty)."""
 
     def coe(self, i: int) -> Sequence[float]:
         """Row i's Chain-of-Embedding feature after every token it wrote (ST-BoN's consistency reads it): after
         t tokens, the hidden states of every layer averaged over the t positions fed so far (the prompt's last
         and the row's first t - 1 tokens), then the mean over layers l of |h_l - h_l+1| / |h_0 - h_L| minus
-        angle(h_l, h_l+1) / angle(h_0, h_L). Only from a backend built with ``hidden=True`` (else empty)."""
+        angle(h_l, h_l+1) / angle(h_0, h_L). Only from a backend built with ``reads=("hidden",)`` (else empty)."""
 
 
 class Backend(Protocol):
@@ -120,14 +120,14 @@ class BackendFactory(Protocol):
 
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling, seed: int, n_total: int,
                  max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
-                 stats: bool = True, conf_topk: int = 0, hidden: bool = False) -> Backend: ...
+                 stats: bool = True, reads: tuple[str, ...] = ()) -> Backend: ...
 
     def from_config(self, lm, prompt_ids: list[int], cfg, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0,
-                    hidden: bool = False) -> Backend:
-        """The backend for a ``RunConfig``'s sampling, seed, length and stop strings. ``conf_topk`` > 0: its
-        rows report token confidences (``Batch.confidences``, DeepConf); ``hidden``: their hidden-state
-        chain's feature (``Batch.coe``, ST-BoN). A backend that cannot raises ValueError saying so."""
+                    share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()) -> Backend:
+        """The backend for a ``RunConfig``'s sampling, seed, length and stop strings. ``reads``: what its steps
+        read beyond the logits, by name (``core.cost.read_kwargs``): ``"top-<k>"``, its rows report token
+        confidences (``Batch.confidences``, DeepConf); ``"hidden"``, their hidden-state chain's feature
+        (``Batch.coe``, ST-BoN). A backend that cannot raises ValueError saying so."""
 
     def default_budget(self, lm) -> int:
         """KV slots a run gets when its config names no budget."""

@@ -35,6 +35,7 @@ import torch
 
 from ..core.budget import cpu_budget
 from ..core.config import RunConfig
+from ..core.cost import read_kwargs
 from ..engine import compiled, precision
 from ..engine.kvcache import cache_of, grow_in_place, with_cache
 from ..engine import shared_prefix
@@ -334,11 +335,10 @@ class Engine:
 
     @classmethod
     def from_config(cls, lm: LM, prompt_ids: list[int], cfg: RunConfig, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0,
-                    hidden: bool = False) -> "Engine":
+                    share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()) -> "Engine":
         """The engine for ``cfg``'s sampling, seed, length and stop strings."""
         return cls(lm, prompt_ids, **cls.settings(cfg, n_total=n_total), share_prefix=share_prefix, stats=stats,
-                   conf_topk=conf_topk, hidden=hidden)
+                   reads=reads)
 
     @staticmethod
     def settings(cfg: RunConfig, *, n_total: int | None = None) -> dict:
@@ -362,12 +362,14 @@ class Engine:
     @torch.inference_mode()
     def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
                  n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (),
-                 share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0, hidden: bool = False):
+                 share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()):
         """``share_prefix``: store the prompt's cache once (default: whenever ``lm.shares_prefix``).
         ``stats``: keep the per-row token statistics (mean log-probability, self-certainty) that
-        the confidence rewards read; off, ``Done`` and ``Rows.stats`` report NaN. ``conf_topk`` > 0: keep
-        every row's token confidences (DeepConf's, ``Rows.confidences``); ``hidden``: keep every row's
+        the confidence rewards read; off, ``Done`` and ``Rows.stats`` report NaN. ``reads``: ``"top-<k>"`` keeps
+        every row's token confidences at k (DeepConf's, ``Rows.confidences``); ``"hidden"`` every row's
         hidden-state chain feature (ST-BoN's, ``Rows.coe``; the forward then runs ``next_logits_hidden``)."""
+        kw = read_kwargs(reads)
+        conf_topk, hidden = kw.get("conf_topk", 0), kw.get("hidden", False)
         self.lm, self.sampling, self.seed = lm, sampling, seed
         self.n_total, self.max_new_tokens, self.stop = n_total, max_new_tokens, stop
         self.share_prefix = lm.shares_prefix if share_prefix is None else bool(share_prefix)
@@ -438,14 +440,14 @@ def feed_static(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
 
 
 def feed_static_hidden(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
-    """``feed_static`` for an engine built with ``hidden=True`` (as ``feed_hidden``)."""
+    """``feed_static`` for an engine built with ``reads=("hidden",)`` (as ``feed_hidden``)."""
     logits, layers = rows.cache.feed(tok, hidden=True)
     rows.hidden_sum += layers.double()
     return logits, rows.cache
 
 
 def feed_hidden(rows: "Rows", tok: torch.Tensor) -> tuple[torch.Tensor, object]:
-    """``feed_tokens`` for an engine built with ``hidden=True``: the fed tokens' hidden states of every layer
+    """``feed_tokens`` for an engine built with ``reads=("hidden",)``: the fed tokens' hidden states of every layer
     join the rows' running sum (``Rows.coe`` reads its mean)."""
     logits, cache, layers = next_logits_hidden(rows.engine.lm, tok[:, None], rows.cache)
     rows.hidden_sum += layers.double()

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
+from ..core.cost import read_kwargs
 from ..core.scoring import Reward, Scored, TokenStats, as_reward, checked
 from . import Done, Sampling
 
@@ -103,25 +104,25 @@ class Replay:
 
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling = Sampling(), seed: int = 0,
                  n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
-                 stats: bool = True, conf_topk: int = 0, hidden: bool = False) -> "ReplayEngine":
+                 stats: bool = True, reads: tuple[str, ...] = ()) -> "ReplayEngine":
+        kw = read_kwargs(reads)
+        conf_topk, hidden = kw.get("conf_topk", 0), kw.get("hidden", False)
         rec = self.recording
         if conf_topk and (getattr(rec, "conf", None) is None or getattr(rec, "conf_topk", 0) != conf_topk):
             held = getattr(rec, "conf_topk", 0) if getattr(rec, "conf", None) is not None else 0
             raise ValueError(f"this recording holds no token confidences at top-{conf_topk}"
                              + (f" (it holds them at top-{held})" if held else "") + ": record it with "
-                             f"conf_topk={conf_topk} (bench.coupled.collect) to replay DeepConf.")
+                             f"reads=('top-{conf_topk}',) (bench.coupled.collect) to replay DeepConf.")
         if hidden and getattr(rec, "coe", None) is None:
-            raise ValueError("this recording holds no hidden-state chain features: record it with hidden=True "
+            raise ValueError("this recording holds no hidden-state chain features: record it with reads=('hidden',) "
                              "(bench.coupled.collect) to replay ST-BoN.")
         return ReplayEngine(rec, lm, prompt_ids, n_total=n_total, max_new_tokens=max_new_tokens, stats=stats,
                             conf=bool(conf_topk), hidden=hidden)
 
     def from_config(self, lm, prompt_ids: list[int], cfg, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True, conf_topk: int = 0,
-                    hidden: bool = False) -> "ReplayEngine":
+                    share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()) -> "ReplayEngine":
         return self(lm, prompt_ids, n_total=cfg.n if n_total is None else n_total,
-                    max_new_tokens=cfg.max_new_tokens, share_prefix=share_prefix, stats=stats,
-                    conf_topk=conf_topk, hidden=hidden)
+                    max_new_tokens=cfg.max_new_tokens, share_prefix=share_prefix, stats=stats, reads=reads)
 
     def default_budget(self, lm) -> int:
         if self.budget is None:

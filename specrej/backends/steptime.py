@@ -15,7 +15,7 @@ import torch
 
 from . import Sampling
 from ..core.budget import KVBudget, sharing
-from ..core.cost import RIVAL_READS, StepCost, read_kwargs
+from ..core.cost import RIVAL_READS, StepCost, reads_of
 
 CALIBRATION_ROWS = (1, 8, 32, 128)
 __all__ = ["CALIBRATION_ROWS", "READ_STEPS", "RIVAL_READS", "measure", "time_paired", "time_steps"]
@@ -59,7 +59,7 @@ def time_paired(lm, ids: list[int], rows: int, steps: int, reads: tuple[str, ...
     backend, engines, batches = lm.backend, {}, {}
     for key in keys:
         engines[key] = backend(lm, ids, sampling=sampling, seed=0, n_total=rows, max_new_tokens=steps + 3,
-                               stats=False, **read_kwargs(key))
+                               stats=False, reads=reads_of(key))
         batches[key] = engines[key].start(list(range(rows)))
         batches[key].step()
     times: dict[str, list[float]] = {k: [] for k in keys}

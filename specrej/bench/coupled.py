@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..core.config import RunConfig
+from ..core.cost import read_kwargs
 from ..backends.replay import MemoReward, recorded_stats
 from ..backends.hf import LM
 from ..rewards import Reward, TokenStats, checked
@@ -71,12 +72,14 @@ class CoupledRun:
 
 
 @torch.inference_mode()
-def collect(lm: LM, cfg: RunConfig, *, conf_topk: int = 0, hidden: bool = False) -> CoupledRun:
+def collect(lm: LM, cfg: RunConfig, *, reads: tuple[str, ...] = ()) -> CoupledRun:
     """Decode candidates 0..cfg.n-1 of cfg.prompt to the end, in one batch, keeping the statistics; with
-    ``conf_topk`` > 0 every token's confidence too, with ``hidden`` every token's chain feature (what DeepConf
-    and ST-BoN read, so the simulator can replay them)."""
+    ``reads`` ``"top-<k>"`` every token's confidence too, with ``"hidden"`` every token's chain feature (what
+    DeepConf and ST-BoN read, so the simulator can replay them)."""
     ids = lm.render(cfg.prompt)
-    engine = lm.backend.from_config(lm, ids, cfg, conf_topk=conf_topk, hidden=hidden)
+    kw = read_kwargs(reads)
+    conf_topk, hidden = kw.get("conf_topk", 0), kw.get("hidden", False)
+    engine = lm.backend.from_config(lm, ids, cfg, reads=tuple(reads))
     n = cfg.n
     tokens: list[list[int]] = [[] for _ in range(n)]
     cum_lp: list[list[float]] = [[] for _ in range(n)]

@@ -97,8 +97,8 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
     P = len(lm.render(row["prompt"]))
     shared = sharing(lm, lm.backend)
     t0 = time.perf_counter()
-    reads = dict(conf_topk=DEEPCONF.settings_for(base).conf_topk, hidden=True) if rivals else {}
-    run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0), **reads)
+    reads = (f"top-{DEEPCONF.settings_for(base).conf_topk}", "hidden") if rivals else ()
+    run = coupled or collect(lm, replace(base, prompt=row["prompt"], n=n_ref, progress_every=0), reads=reads)
     if run.n < n_ref:
         raise ValueError(f"the coupled run holds {run.n} candidates, fewer than n_ref={n_ref}.")
     wall = None if coupled else time.perf_counter() - t0

@@ -119,7 +119,10 @@ class RefEngine:
 
     @classmethod
     def from_config(cls, lm: LM, prompt_ids: list[int], cfg: RunConfig, *, n_total: int | None = None,
-                    share_prefix: bool | None = None, stats: bool = True) -> "RefEngine":
+                    share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()) -> "RefEngine":
+        if reads:
+            raise ValueError(f"the reference engine reads only the logits, not {', '.join(reads)}: race the rivals "
+                             "on the transformers backend.")
         return cls(lm, prompt_ids, **Engine.settings(cfg, n_total=n_total), share_prefix=share_prefix, stats=stats)
 
     @property

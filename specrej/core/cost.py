@@ -147,32 +147,40 @@ def race_rows(budget: KVBudget, cfg: RunConfig, *, sr_auto: bool,
     return out
 
 
-def read_key(conf_topk: int = 0, hidden: bool = False) -> str:
-    """The name of what a decoding step reads beyond the next token's logits (``Ledger.reads``, ``StepCost.reads``):
-    ``"top-20"`` for DeepConf's token confidence (its k highest log-probabilities, ``conf_topk``), ``"hidden"``
-    for ST-BoN's chain feature (every layer's hidden state), ``""`` for nothing extra (Best-of-N, Speculative
-    Rejection)."""
-    if conf_topk and hidden:
-        return f"top-{int(conf_topk)}+hidden"
-    return f"top-{int(conf_topk)}" if conf_topk else "hidden" if hidden else ""
+# What a decoding step reads beyond the next token's logits, named as a method asks its engine for it (one
+# per-request option, ``reads=``, that every backend takes): ``"top-20"`` its 20 highest log-probabilities
+# (DeepConf's token confidence), ``"hidden"`` every layer's hidden state (ST-BoN's chain feature).
 
 
-# what the rivals read each step at their defaults: DeepConf its top-k log-probabilities, ST-BoN every layer's
-# hidden states (another k than the default is not measured: the page says its reads are not priced)
-RIVAL_READS = (read_key(conf_topk=DeepConfSettings.conf_topk), read_key(hidden=True))
-
-
-def read_kwargs(key: str) -> dict:
-    """The engine's keyword arguments for a ``read_key`` (``{"conf_topk": 20}``, ``{"hidden": True}``, ``{}``)."""
+def read_kwargs(reads) -> dict:
+    """What ``reads`` (a tuple of read names, or a ``read_key``) asks an engine to keep: ``{"conf_topk": 20}``,
+    ``{"hidden": True}``, ``{}``; a ValueError names an unknown read."""
     out: dict = {}
-    for part in filter(None, key.split("+")):
+    for part in filter(None, reads.split("+") if isinstance(reads, str) else reads):
         if part == "hidden":
             out["hidden"] = True
-        elif part.startswith("top-") and part[4:].isdigit() and int(part[4:]) > 0:
+        elif isinstance(part, str) and part.startswith("top-") and part[4:].isdigit() and int(part[4:]) > 0:
             out["conf_topk"] = int(part[4:])
         else:
             raise ValueError(f"unknown extra read {part!r}: 'top-<k>' or 'hidden'")
     return out
+
+
+def read_key(reads=()) -> str:
+    """The one name of ``reads`` (``Ledger.reads``, ``StepCost.reads``): ``"top-20"``, ``"hidden"``,
+    ``"top-20+hidden"``, ``""`` for nothing extra (Best-of-N, Speculative Rejection); the order never matters."""
+    kw = read_kwargs(reads)
+    return "+".join(([f"top-{kw['conf_topk']}"] if "conf_topk" in kw else []) + (["hidden"] if kw.get("hidden") else []))
+
+
+def reads_of(key: str) -> tuple[str, ...]:
+    """A ``read_key`` back as the reads an engine is asked for: ``"top-20+hidden"`` -> ``("top-20", "hidden")``."""
+    return tuple(filter(None, read_key(key).split("+")))
+
+
+# what the rivals read each step at their defaults: DeepConf its top-k log-probabilities, ST-BoN every layer's
+# hidden states (another k than the default is not measured: the page says its reads are not priced)
+RIVAL_READS = (read_key((f"top-{DeepConfSettings.conf_topk}",)), read_key(("hidden",)))
 
 
 def read_words(key: str) -> str:

@@ -136,7 +136,7 @@ def _deepconf_body(run: _Run) -> Iterator[Event]:
     if own.warmup >= cfg.n:
         raise ValueError(f"deepconf: warmup={own.warmup} leaves none of N={cfg.n} traces to stop: give it more "
                          f"candidates (deepconf:n={own.warmup * 4}) or fewer warm-up traces (deepconf:warmup=...).")
-    run.prefill(conf_topk=own.conf_topk)
+    run.prefill(reads=(f"top-{own.conf_topk}",))
     width = run.kv.rows_per_pass(cfg.n, cfg.max_new_tokens)   # rows that fit at full length: no stop is forced
     every, window = signal_every(cfg.max_new_tokens), own.window
     warm = list(range(own.warmup))

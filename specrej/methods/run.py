@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Sequence
 from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
 from ..core.budget import Admission, admit, sharing
-from ..core.cost import flops, read_key
+from ..core.cost import flops, read_key, reads_of
 from ..core.decisions import Moment
 from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress, Round, Status
@@ -142,19 +142,19 @@ class _Run:
         return tuple(r.view() for r in self.recs)
 
     # -- engine
-    def prefill(self, stats: bool = False, *, conf_topk: int = 0, hidden: bool = False) -> None:
+    def prefill(self, stats: bool = False, *, reads: tuple[str, ...] = ()) -> None:
         """Prefill the prompt. ``stats``: keep the token statistics even if the reward does not read
-        them (a rejection rule does). ``conf_topk``, ``hidden``: the rows report token confidences
-        (DeepConf) or hidden-state chain features (ST-BoN) (``backends.Batch``)."""
+        them (a rejection rule does). ``reads``: what the method's steps read beyond the logits, by name
+        (``("top-20",)``: token confidences, DeepConf; ``("hidden",)``: hidden-state chain features, ST-BoN;
+        ``backends.Batch``)."""
         cfg = self.cfg
         self.stats = self.stats or stats
-        extra = {k: v for k, v in (("conf_topk", conf_topk), ("hidden", hidden)) if v}   # only what is asked for
-        self.reads = read_key(conf_topk, hidden)
+        self.reads = read_key(reads)
         self.pause()
         warm_up(self.lm, self.engine_factory)   # a one-off build per model: outside every arm's clock
         self.resume()
         self.engine = self.engine_factory.from_config(self.lm, self.prompt_ids, cfg, share_prefix=self.shared,
-                                                      stats=self.stats, **extra)
+                                                      stats=self.stats, reads=reads_of(self.reads))
         self.prompt_tokens += len(self.prompt_ids)
 
     def start(self, ids: list[int]) -> Batch:

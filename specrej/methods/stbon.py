@@ -95,7 +95,7 @@ def _note(run: _Run, s: Mapping[int, float], t: int, ended: set[int]) -> None:
 def _stbon_body(run: _Run) -> Iterator[Event]:
     cfg = run.cfg
     own = ABOUT.settings_for(cfg)   # its own settings (STBoNSettings): cfg.settings, or the defaults
-    run.prefill(hidden=True)
+    run.prefill(reads=("hidden",))
     rows = run.start(list(range(cfg.n)))
     every = signal_every(cfg.max_new_tokens)
     diverged = truncate_at = kept = None
