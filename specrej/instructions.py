@@ -1,6 +1,6 @@
 """Verifiable instruction following: a judge no rival decides with (issue 40).
 
-The prompts (``specrej/data/prompts/instructions.jsonl``, written for this project, 24 of them) each carry
+The prompts (``specrej/data/prompts/instructions.jsonl``, written for this project, 39 of them, 24 with two or three instructions: the bench set ``instructions-graded``) each carry
 IFEval instructions by id with their arguments ("answer in lowercase", "no commas", "include the keyword
 magma", "fewer than 40 words" ...). An answer's score is the fraction of its prompt's instructions it
 follows, checked by IFEval's own checkers as the maintained PyPI package ``if-verifiable`` ships them

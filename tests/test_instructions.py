@@ -7,7 +7,7 @@ from specrej.rewards import RewardError, load_reward, own_prompt
 
 def test_the_prompt_set_loads_and_uses_only_checks_that_run_here():
     tasks = I.bundled()
-    assert len(tasks) == 24
+    assert len(tasks) == 39
     assert len(I.offline_ids()) == 23      # IFEval's 25 less the two that need NLTK's punkt data
     used = {iid for t in tasks.values() for iid in t.instruction_ids}
     assert not used & set(I.NEEDS_DOWNLOAD) and used <= set(I.offline_ids())
@@ -48,3 +48,14 @@ def test_the_cli_refuses_a_prompt_the_instructions_reward_cannot_score_before_an
     assert cli.main(["--arms", "bon", "sr", "deepconf", "stbon", "--reward", "instructions",
                      "--prompt", "Write a poem."]) != 0
     assert "own prompt set only" in capsys.readouterr().err
+
+
+def test_the_graded_set_holds_24_prompts_each_with_two_or_three_instructions():
+    """``--prompts instructions-graded`` (issue 48): a score is a fraction of 2 or 3 checks, never only 0 or 1."""
+    from specrej.bench.prompts import bundled_sets, load_prompts
+
+    rows = load_prompts("instructions-graded")
+    assert "instructions-graded" in bundled_sets() and len(rows) == 24
+    tasks = {t.id: t for t in I.bundled().values()}
+    assert all(len(tasks[r["id"]].instruction_ids) in (2, 3) for r in rows)
+    assert all(I.task_for(r["prompt"]).id == r["id"] for r in rows)   # the judge finds each by its text
