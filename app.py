@@ -171,7 +171,7 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
                 ctx, values, events_fn=events_fn, stop_requested=stop_requested))
         finally:
             session.leave(play)
-            memory.release()   # the allocator keeps freed KV caches otherwise
+            memory.release_soon()   # the allocator keeps freed KV caches otherwise; not in this play's slot
 
     run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
     run.__annotations__ = {"request": gr.Request}

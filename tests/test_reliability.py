@@ -735,3 +735,30 @@ def test_the_start_up_heap_is_frozen_and_a_plays_garbage_is_still_collected():
     finally:
         gc.unfreeze()   # the test process's heap stays collectable
     assert gc.get_freeze_count() == 0
+
+
+def test_release_soon_returns_memory_off_the_handler_and_coalesces(monkeypatch):
+    """A play's handler asks ``memory.release_soon()`` as it ends: the collection and the trim run on a thread of
+    their own (the handler, and the queue slot the next play waits for, free at once), one at a time."""
+    from components.deploy import memory
+
+    entered, go = threading.Event(), threading.Event()
+    calls = []
+
+    def slow_release():
+        calls.append(threading.current_thread().name)
+        entered.set()
+        go.wait(HANG_GUARD_S)
+        return True
+
+    monkeypatch.setattr(memory, "release", slow_release)
+    first = memory.release_soon()
+    assert first is not None and entered.wait(HANG_GUARD_S)   # it runs, on its own thread, while the caller goes on
+    assert memory.release_soon() is None                        # one already on its way covers this call
+    go.set()
+    first.join(HANG_GUARD_S)
+    assert calls == ["specrej-release"]
+    again = memory.release_soon()                               # the next play's end gets its own
+    assert again is not None
+    again.join(HANG_GUARD_S)
+    assert calls == ["specrej-release", "specrej-release"]

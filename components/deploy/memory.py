@@ -50,6 +50,27 @@ def release() -> bool:
     return True
 
 
+_SOON = threading.Lock()   # held while a ``release_soon`` is on its way: a second one then adds nothing
+
+
+def release_soon() -> threading.Thread | None:
+    """``release()`` on a daemon thread of its own, so the handler that asks for it ends now and its queue slot
+    frees for the next play (a play's end after a Stop: the next play's handler starts when this one has ended).
+    At most one on its way at a time (one that is coming covers this call too); returns its thread, or None."""
+    if not _SOON.acquire(blocking=False):
+        return None
+
+    def run() -> None:
+        try:
+            release()
+        finally:
+            _SOON.release()
+
+    t = threading.Thread(target=run, name="specrej-release", daemon=True)
+    t.start()
+    return t
+
+
 def rss_bytes() -> int | None:
     """This process's resident memory (Linux ``/proc``), else None."""
     try:
