@@ -16,23 +16,21 @@ Medians of 15 timed calls after one warm-up; run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_profile import _median_ms  # noqa: E402  (the step profile's own timer)
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # (out, in) of each fused linear of a layer
 LAYERS = 30
 
 
 def median_ms(f, n: int = 15) -> float:
-    f()
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return 1000 * statistics.median(ts)
+    f()   # one warm-up call
+    return _median_ms(f, n)
 
 
 def main(argv=None) -> int:

@@ -35,7 +35,7 @@ import torch
 
 from ..core.budget import cpu_budget
 from ..core.config import RunConfig
-from ..core.cost import read_kwargs
+from ..core.cost import read_options
 from ..engine import compiled, precision
 from ..engine.kvcache import cache_of, grow_in_place, with_cache
 from ..engine import shared_prefix
@@ -368,8 +368,7 @@ class Engine:
         the confidence rewards read; off, ``Done`` and ``Rows.stats`` report NaN. ``reads``: ``"top-<k>"`` keeps
         every row's token confidences at k (DeepConf's, ``Rows.confidences``); ``"hidden"`` every row's
         hidden-state chain feature (ST-BoN's, ``Rows.coe``; the forward then runs ``next_logits_hidden``)."""
-        kw = read_kwargs(reads)
-        conf_topk, hidden = kw.get("conf_topk", 0), kw.get("hidden", False)
+        conf_topk, hidden = read_options(reads)
         self.lm, self.sampling, self.seed = lm, sampling, seed
         self.n_total, self.max_new_tokens, self.stop = n_total, max_new_tokens, stop
         self.share_prefix = lm.shares_prefix if share_prefix is None else bool(share_prefix)

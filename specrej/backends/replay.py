@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ..core.cost import read_kwargs
+from ..core.cost import read_options
 from ..core.scoring import Reward, Scored, TokenStats, as_reward, checked
 from . import Done, Sampling
 
@@ -105,8 +105,7 @@ class Replay:
     def __call__(self, lm, prompt_ids: list[int], *, sampling: Sampling = Sampling(), seed: int = 0,
                  n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (), share_prefix: bool | None = None,
                  stats: bool = True, reads: tuple[str, ...] = ()) -> "ReplayEngine":
-        kw = read_kwargs(reads)
-        conf_topk, hidden = kw.get("conf_topk", 0), kw.get("hidden", False)
+        conf_topk, hidden = read_options(reads)
         rec = self.recording
         if conf_topk and (getattr(rec, "conf", None) is None or getattr(rec, "conf_topk", 0) != conf_topk):
             held = getattr(rec, "conf_topk", 0) if getattr(rec, "conf", None) is not None else 0

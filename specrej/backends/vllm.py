@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.budget import cpu_budget
-from ..core.cost import read_kwargs
+from ..core.cost import read_options
 from ..engine.models import ModelSpecError, _dequantised_copy, render_chat, resolve_spec
 from . import Done, Sampling
 
@@ -209,9 +209,8 @@ class VllmEngine:
     @classmethod
     def from_config(cls, lm: VllmLM, prompt_ids: list[int], cfg, *, n_total: int | None = None,
                     share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()) -> "VllmEngine":
-        asked = read_kwargs(reads)
-        hidden = asked.get("hidden", False)
-        if asked:
+        conf_topk, hidden = read_options(reads)
+        if conf_topk or hidden:
             raise ValueError("the vLLM backend does not report " + ("hidden states (ST-BoN's consistency reads every "
                              "layer's)" if hidden else "top-k log-probabilities per token to this loop (DeepConf's "
                              "token confidence)") + " here: race deepconf and stbon on the transformers backend "

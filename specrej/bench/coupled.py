@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ..core.config import RunConfig
-from ..core.cost import read_kwargs
+from ..core.cost import read_options
 from ..backends.replay import MemoReward, recorded_stats
 from ..backends.hf import LM
 from ..rewards import Reward, TokenStats, checked
@@ -77,8 +77,7 @@ def collect(lm: LM, cfg: RunConfig, *, reads: tuple[str, ...] = ()) -> CoupledRu
     ``reads`` ``"top-<k>"`` every token's confidence too, with ``"hidden"`` every token's chain feature (what
     DeepConf and ST-BoN read, so the simulator can replay them)."""
     ids = lm.render(cfg.prompt)
-    kw = read_kwargs(reads)
-    conf_topk, hidden = kw.get("conf_topk", 0), kw.get("hidden", False)
+    conf_topk, hidden = read_options(reads)
     engine = lm.backend.from_config(lm, ids, cfg, reads=tuple(reads))
     n = cfg.n
     tokens: list[list[int]] = [[] for _ in range(n)]

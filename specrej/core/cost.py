@@ -166,6 +166,13 @@ def read_kwargs(reads) -> dict:
     return out
 
 
+def read_options(reads) -> tuple[int, bool]:
+    """``reads`` as an engine keeps them: (the k of its top-k log-probabilities, 0 for none; whether it keeps the
+    hidden states)."""
+    kw = read_kwargs(reads)
+    return kw.get("conf_topk", 0), kw.get("hidden", False)
+
+
 def read_key(reads=()) -> str:
     """The one name of ``reads`` (``Ledger.reads``, ``StepCost.reads``): ``"top-20"``, ``"hidden"``,
     ``"top-20+hidden"``, ``""`` for nothing extra (Best-of-N, Speculative Rejection); the order never matters."""
