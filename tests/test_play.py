@@ -238,3 +238,17 @@ def test_an_older_plays_end_never_unlocks_a_page_whose_next_play_is_on_its_way()
     busy.pressing()
     assert all(v == gr.skip() for v in ended(busy).values())              # a newer play keeps its locks
     assert all(v.get("interactive") is not False for v in ended(Session()).values() if isinstance(v, dict))
+
+
+def test_stop_pressed_while_a_play_is_on_its_way_stops_it():
+    """Replay (or Run) pressed, then Stop before its queued handler began: the page's Stop cancels the queued event,
+    so the press stopped something and says so (it said "Nothing to stop" under a "Replaying…" status, seen in
+    Chromium after a Replay); with nothing pressed, Stop still finds nothing."""
+    from components.state.play import Button, Effect, Phase, Session
+
+    s = Session()
+    assert s.press(Button.STOP).effect is Effect.IGNORED          # nothing plays, nothing on its way
+    s.pressing()                                                  # a play's lock step ran; its handler has not
+    assert s.press(Button.STOP).effect is Effect.STOP
+    assert s.phase is Phase.STOPPED and not s.busy()              # the page rests stopped, its locks may lift
+    assert s.press(Button.STOP).effect is Effect.IGNORED          # a second Stop: nothing left to stop

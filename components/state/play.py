@@ -216,8 +216,15 @@ class Session:
         """A button pressed (the page's instant step, before anything queued): its rule in this phase, applied.
         A play button (Run ...) stops what plays at once, so the race in progress frees the machine for the new
         one; Stop stops it, or ends stepping."""
+        import time
+
         with self._lock:
             r = TABLE[self.phase, button]
+            if (button is Button.STOP and r.effect is Effect.IGNORED and self._pressed > 0
+                    and time.monotonic() - self._pressed < self.PRESS_S):
+                # a play pressed for and not begun yet (queued: the page cancels its event with this Stop) is
+                # stopped as a playing one is; it said "Nothing to stop" while its "Replaying…" was on the page
+                r, self._pressed = TABLE[Phase.WARMING, Button.STOP], 0.0
             if r.effect in (Effect.RESTART, Effect.STOP):
                 self.play += 1
                 self.phase = self.resting = Phase.STOPPED
