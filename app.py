@@ -126,6 +126,16 @@ def playing(page: ui.Page, session, play: int, stop_requested, updates):
     cancels its task before Gradio holds the generator: it is left suspended until a garbage collection)."""
     stream = page.stream(drawn(session.follow(play, updates)))
     turn = threading.Lock()   # one step of the stream at a time: its next() here, or its close() on a stop
+    asked = threading.Lock()  # guards ``in_step``
+    in_step = [False]   # inside next(): Gradio asked for the next frame, so it holds every frame yielded so far
+
+    def stopped() -> None:
+        with asked:
+            if in_step[0]:
+                # stale while a decoding step runs: it yields nothing more (it returns once the step ends), and its
+                # last frame is with Gradio, so a newer play draws now, not after the step (``Session.settle``)
+                session.leave(play)
+        threading.Thread(target=end, name=f"end-play-{play}", daemon=True).start()
 
     def end() -> None:
         with turn:
@@ -134,11 +144,19 @@ def playing(page: ui.Page, session, play: int, stop_requested, updates):
 
     on_set = getattr(stop_requested, "on_set", None)
     if on_set is not None:
-        on_set(lambda: threading.Thread(target=end, name=f"end-play-{play}", daemon=True).start())
+        on_set(stopped)
     try:
-        while not stop_requested():
-            with turn:
-                update = next(stream, None)
+        while True:
+            with asked:
+                if stop_requested():
+                    return
+                in_step[0] = True
+            try:
+                with turn:
+                    update = next(stream, None)
+            finally:
+                with asked:
+                    in_step[0] = False
             if update is None:
                 yield from quiet_end(page, session, play)
                 return

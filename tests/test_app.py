@@ -197,6 +197,54 @@ def test_a_play_handler_left_suspended_ends_its_race_when_stopped(ctx):
     assert list(handler) == []
 
 
+def test_a_newer_play_draws_while_the_stale_one_is_inside_a_decoding_step(ctx):
+    """Paper scale (or Replay) pressed while the race is inside a decoding step: the race's last frame is with
+    Gradio already and it yields nothing more, so the new play settles at once, not once the step ends (under
+    load a step took more than a second, and the page showed the stopped race's "Racing" meanwhile)."""
+    import itertools
+    import threading
+
+    import gradio as gr
+
+    import app
+    from components import ui
+    from components.session.stream import updates as race
+    from components.state.play import Phase, Session
+
+    with gr.Blocks():
+        page = ui.build_page(ctx)
+    values = list(request_values(ctx, dict(prompt=PROMPT, **SMALL)).values())
+    first, second = list(itertools.islice(race(ctx, values, stop_requested=lambda: False), 2))
+    in_step, step_ends = threading.Event(), threading.Event()
+
+    def updates():
+        yield first
+        in_step.set()
+        step_ends.wait(HANG_GUARD_S)   # a decoding step, held
+        yield second
+
+    session = Session()
+    old = session.begin(Phase.RACING)
+
+    def stop_requested() -> bool:
+        return not session.current(old)
+
+    stop_requested.on_set = lambda wake: session.on_stale(old, wake)
+    handler = app.playing(page, session, old, stop_requested, updates())
+    assert next(handler)                     # the first frame drawn
+    later: list = []
+    asking = threading.Thread(target=lambda: later.extend(handler), daemon=True)
+    asking.start()                           # Gradio asks for the next frame: the handler is inside the step
+    assert in_step.wait(HANG_GUARD_S)
+    new = session.begin(Phase.REPLAYING)     # a newer play begins
+    session.settle(new, timeout=HANG_GUARD_S)
+    assert old not in session._alive and not step_ends.is_set() and asking.is_alive()   # settled, the step still on
+    step_ends.set()
+    asking.join(HANG_GUARD_S)
+    assert not asking.is_alive()
+    assert all(v == gr.skip() for frame in later for v in frame.values())   # the stale play drew nothing more
+
+
 def test_switching_the_compute_axis_rerenders_from_the_session_view(raced):
     import app
 

@@ -205,6 +205,7 @@ def test_racing_and_replaying_one_play_at_a_time(browser, served):
         page.click("#paper-scale")                   # stops the race, measures, sets the protocol (it fits here)
         page.wait_for_function("/Paper scale set|Paper scale live would take/.test("
                                "document.querySelector('#paper-note').innerText)", timeout=HANG_MS)
+        wait_status(page, "Paper scale set|Paper scale live would take")   # the stopped race's frames are over
         time.sleep(1.0)
         assert "Racing" not in status(page), status(page)
         page.click("#stop")
