@@ -389,7 +389,8 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
     def make_link(view, *values):
         """The short query string of the race on screen (``links.race_query``; the boxes' settings before any
         race): raw values (preprocess=False), so only plain scalars are kept."""
-        plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))}
+        plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))
+                 or (isinstance(v, list) and all(isinstance(x, str) for x in v))}
         return gr.Textbox(value=links.race_query(view, plain, defaults, plain.get("lecture") is True), visible=True)
 
     def draw_qr(url):

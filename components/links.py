@@ -23,7 +23,7 @@ FIELDS = {
     "max_new_tokens": "int", "temperature": "float", "top_p": "float", "seed": "int", "budget": "int",
     "decision": "choice", "interval": "int", "first_decision": "int", "sr_start": "choice", "rule": "choice",
     "stop_when_matched": "bool", "second": "bool", "second_alpha": "float", "second_decision": "choice",
-    "fit": "bool", "step": "bool", "deepconf": "bool", "stbon": "bool", "lecture": "bool",
+    "fit": "bool", "step": "bool", "rivals": "list", "lecture": "bool",
 }
 MAX_TEXT = 2000
 MAX_DIGITS = 19   # a whole number's digits a link may carry (the largest seed the page takes, 2**53 - 1, has 16)
@@ -35,6 +35,8 @@ def _show(v) -> str:
         return "1" if v else "0"
     if isinstance(v, float):
         return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))   # a list of choices: rivals=deepconf,stbon
     return str(v)
 
 
@@ -46,7 +48,7 @@ def query(values: Mapping[str, object], defaults: Mapping[str, object] | None = 
             return False
         return defaults is None or k == "prompt" or k not in defaults or _show(values[k]) != _show(defaults[k])
 
-    return urlencode({k: _show(values[k]) for k in FIELDS if kept(k)})
+    return urlencode({k: _show(values[k]) for k in FIELDS if kept(k)}, safe=",")
 
 
 REPLAY = "replay"   # a link's parameter: open the recorded (paper-scale) race of its prompt, as Replay plays it
@@ -107,6 +109,8 @@ def _parse(kind: str, raw: str, choices=None):
         return {"1": True, "true": True, "0": False, "false": False}.get(raw.lower())
     if kind == "choice":
         return raw if choices is None or raw in choices else None
+    if kind == "list":   # known choices, each once, in the order given; unknown ones dropped
+        return list(dict.fromkeys(w for w in (x.strip() for x in raw.split(",")) if w and (choices is None or w in choices)))
     if kind == "int":   # read as an integer, never through float (a seed past 2**53 stays exact)
         if not raw.isascii() or not raw.isdigit() or len(raw) > MAX_DIGITS:
             return None
@@ -123,6 +127,9 @@ def settings(params: Mapping[str, str], choices: Mapping[str, list] | None = Non
     """Control values from a link's query parameters: known fields, valid values, within ``ranges``
     (``choices``: the allowed values of each choice field)."""
     out = {}
+    legacy = [k for k in (choices or {}).get("rivals", ()) if _parse("bool", str(params.get(k, ""))) is True]
+    if legacy and "rivals" not in params:   # a link from before ``rivals``: one flag per rival (deepconf=1)
+        params = {**params, "rivals": ",".join(legacy)}
     for k, kind in FIELDS.items():
         if k not in params:
             continue

@@ -843,10 +843,16 @@ def _rival_happened(r, about, label: str, cfg, rounds=()) -> str:
         return (f"**What happened:** {why}, so {label} keeps the answer whose hidden-state chain was most "
                 f"consistent with the others' most often and truncates the other {r.n_pruned} (no reward read)."
                 + (" Memory forced this truncation before the buffer ended." if r.forced else ""))
-    return (f"**What happened:** {label} read the {sig} of {_count(len(r.signals), 'trace', 'traces')} writing "
-            f"(over each one's last {own.window} tokens): {_count(r.n_pruned, 'trace', 'traces')} fell below the "
-            f"threshold {bar}{source} and {'stops' if r.n_pruned == 1 else 'stop'} here (no reward read); "
-            f"{_count(r.n_kept, 'goes', 'go')} on.")
+    if "stopped" in what:
+        return (f"**What happened:** {label} read the {sig} of {_count(len(r.signals), 'trace', 'traces')} writing "
+                f"(over each one's last {own.window} tokens): {_count(r.n_pruned, 'trace', 'traces')} fell below the "
+                f"threshold {bar}{source} and {'stops' if r.n_pruned == 1 else 'stop'} here (no reward read); "
+                f"{_count(r.n_kept, 'goes', 'go')} on.")
+    # any other rival's move, in its About's words (a method registered later: its signal, what it cuts)
+    under = f" (its threshold {bar})" if r.signal_threshold is not None else ""
+    return (f"**What happened:** {label} read its own {sig} of {_count(len(r.signals), 'answer', 'answers')} "
+            f"writing{under}: {_count(r.n_pruned, 'answer is', 'answers are')} {about.cut_word} here (no reward "
+            f"read); {_count(r.n_kept, 'goes', 'go')} on.")
 
 
 def _ordinal(x: float) -> str:

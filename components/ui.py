@@ -1,8 +1,9 @@
 """UI builders: each ``build_*()`` returns a small dataclass of named Gradio components, and
 ``Page.updates(frame)`` maps a ``Frame`` onto them (by name, never by position).
 
-Gradio components are static, so the arena has ``MAX_SLOTS`` (3) arm slots, a chart and a
-leader each; a run shows one slot per arm, in ``RunView.display_order``, and hides the rest."""
+Gradio components are static, so the arena has ``request.max_arms()`` arm slots (Best-of-N, two Speculative
+Rejection settings, each registered rival), a chart and a leader each; a run shows one slot per arm, in
+``RunView.display_order``, and hides the rest."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +21,7 @@ from specrej.core.rules import RULES
 from components import charts
 from components.frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
-from components.state.request import MAX_ARMS, MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS
+from components.state.request import MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS, max_arms, rivals
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
 from components.state.play import LABELS, PLAY_BUTTONS, PLAYING, Button, Phase, Session, rule, step_rule
 from components.state.view import RunView
@@ -134,8 +135,7 @@ class Controls:
     link: gr.Button
     link_box: gr.Textbox
     link_qr: gr.HTML
-    deepconf: gr.Checkbox
-    stbon: gr.Checkbox
+    rivals: gr.CheckboxGroup
     lecture: gr.Checkbox
 
     def by_name(self) -> dict[str, gr.components.Component]:
@@ -233,15 +233,8 @@ def build_controls(ctx: AppContext) -> Controls:
                 second_decision = gr.Radio(DECISIONS, value=DEFAULTS["decision"], label="second setting decides",
                                            elem_id="second_decision")
         with gr.Row(elem_id="rivals-row"):
-            deepconf = gr.Checkbox(value=False, label="Also race DeepConf",
-                                   info="A rival that needs no reward model while writing: it stops a trace when the "
-                                        "model's own confidence drops below a threshold set by a few warm-up traces. "
-                                        "Same engine, memory and coupled answers; its winner is picked by the reward.",
-                                   elem_id="deepconf")
-            stbon = gr.Checkbox(value=False, label="Also race ST-BoN",
-                                info="A rival that needs no reward model while writing: all answers run until they "
-                                     "differ, then it keeps the one whose hidden states agree most with the others'. "
-                                     "Its winner is picked by the reward among what it finished.", elem_id="stbon")
+            rival_group = gr.CheckboxGroup(choices=rival_choices(), value=[], label="Also race",
+                                           info=rivals_info(), elem_id="rivals", visible=bool(rivals()))
         with gr.Row():
             max_new_tokens = gr.Slider(*_span("max_new_tokens", ctx), step=1, label="Max new tokens",
                                        value=min(DEFAULTS["max_new_tokens"], ctx.limits.max_new_tokens),
@@ -260,8 +253,25 @@ def build_controls(ctx: AppContext) -> Controls:
                     second_decision=second_decision, second_group=second_group, sr_start=sr_start,
                     first_decision=first_decision, stop_when_matched=stop_when_matched, paper=paper, replay=replay,
                     pace=pace, settings=settings, paper_note=paper_note, rule=rule, fit=fit, step=step,
-                    classroom=classroom, link=link, link_box=link_box, link_qr=link_qr, deepconf=deepconf,
-                    stbon=stbon, lecture=lecture)
+                    classroom=classroom, link=link, link_box=link_box, link_qr=link_qr, rivals=rival_group,
+                    lecture=lecture)
+
+
+def rival_choices() -> list[tuple[str, str]]:
+    """The "Also race" options: every registered rival (``request.rivals``) by its name and citation."""
+    from specrej.arms import REGISTRY
+
+    return [(REGISTRY[k].name, k) for k in rivals()]
+
+
+def rivals_info() -> str:
+    """What the rivals are, from each one's ``About.blurb``: the "Also race" options' help."""
+    from specrej.arms import REGISTRY
+
+    said = " ".join(f"{REGISTRY[k].short or REGISTRY[k].name}: {REGISTRY[k].about.blurb or REGISTRY[k].about.decides_by}."
+                    for k in rivals())
+    return ("Methods that need no reward model while writing, on the same engine, memory and coupled answers; the "
+            f"reward picks each one's winner. {said}")
 
 
 def paper_outputs(page: "Page") -> list:
@@ -335,8 +345,6 @@ def waiting_status(ctx: AppContext):
 
 
 # ---------------------------------------------------------------- the race
-
-MAX_SLOTS = MAX_ARMS
 
 
 @dataclass
@@ -494,7 +502,7 @@ def build_arena() -> Arena:
     order = slots(view)
     out = []
     with gr.Row(equal_height=True, elem_id="arms"):
-        for i in range(MAX_SLOTS):
+        for i in range(max_arms()):
             arm_id, label, colour = order[i] if i < len(order) else ("", "", "")
             with gr.Column(visible=i < len(order), elem_classes=["arm"], elem_id=f"slot-{i}", min_width=300) as column:
                 plot = gr.Plot(label=label, elem_id=f"plot-{i}")
@@ -788,7 +796,7 @@ def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     named = page.controls.by_name()
     choices = {"reward": [k for _, k in ctx.rewards], "decision": [v for _, v in DECISIONS],
                "second_decision": [v for _, v in DECISIONS], "sr_start": [v for _, v in SR_STARTS],
-               "rule": list(RULES)}
+               "rule": list(RULES), "rivals": list(rivals())}
     ranges = {"n": (1, ctx.limits.max_n), "alpha": (0, 0.95), "second_alpha": (0, 0.95),
               "max_new_tokens": (1, ctx.limits.max_new_tokens), "temperature": (0.05, 2.0), "top_p": (0.05, 1.0),
               "budget": (0, ctx.limits.max_budget), "interval": (1, 256), "first_decision": (1, 128),

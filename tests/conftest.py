@@ -201,9 +201,9 @@ def serve(ctx, **build):
 
 
 def _api_outputs() -> list[str]:
-    from components.state.request import MAX_ARMS
+    from components.state.request import max_arms
 
-    slots = [name for i in range(MAX_ARMS) for name in (f"plot{i}", f"leader{i}")]
+    slots = [name for i in range(max_arms()) for name in (f"plot{i}", f"leader{i}")]
     return ["status", *slots, "race", "summary", "table", "trace", "summary_json", "badge", "step_plot", "step_text"]
 
 

@@ -459,7 +459,7 @@ def test_a_registered_third_method_appears_in_the_app(ctx, third_method):
     data = json.loads(open(last.trace_path, encoding="utf-8").read())
     assert {e["arm"] for e in data["events"] if e["event"] == "finished"} == {"bon", "sr", "first"}
     # and a second Speculative Rejection setting and both rivals would make six: refused with a message
-    out = race_frames(three, request(three, second=True, deepconf=True, stbon=True))
+    out = race_frames(three, request(three, second=True, rivals=("deepconf", "stbon")))
     assert len(out) == 1 and "at most 5" in out[0].status
 
 

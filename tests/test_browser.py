@@ -391,9 +391,9 @@ def test_step_through_with_both_rivals_shows_each_rivals_own_decisions_in_its_ow
     page = open_page(browser, url)
     page.fill("#prompt textarea", "Name two seas.")
     page.click("#settings")   # the rivals' ticks are under Settings
-    page.wait_for_selector("#deepconf input", state="visible")
-    page.check("#deepconf input")
-    page.check("#stbon input")
+    page.wait_for_selector("#rivals input", state="visible")
+    page.locator("#rivals label", has_text="DeepConf").locator("input").check()
+    page.locator("#rivals label", has_text="ST-BoN").locator("input").check()
     page.check("#step input")
     page.click("#run")
     page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Stepping')", timeout=300_000)

@@ -197,16 +197,20 @@ def test_a_link_reproduces_the_settings(browser, default_url):
     other.wait_for_function("document.querySelector('#prompt textarea').value === 'Name three rivers.'")
     assert other.input_value("#seed input") == "7"
     page.close(), other.close()
-    # a link with a rival ticks it, and that page's own link carries it on
-    rivals = ready_page(browser, url + "?prompt=Name+two+seas.&seed=3&deepconf=1")
-    rivals.wait_for_function("document.querySelector('#prompt textarea').value === 'Name two seas.'")
-    assert rivals.is_checked("#deepconf input") and not rivals.is_checked("#stbon input")
-    rivals.click("#link")
-    rivals.wait_for_function("(document.querySelector('#link-box textarea, #link-box input') || {}).value"
-                             "?.includes('seed=3')")
-    again = rivals.input_value("#link-box textarea, #link-box input")
-    assert "deepconf=1" in again and "stbon" not in again, again   # a setting at its default is left out
-    rivals.close()
+    # a link with a rival ticks it (a link from before ``rivals``, deepconf=1, too), and that page's own link
+    # carries it on
+    for query in ("rivals=deepconf", "deepconf=1"):
+        rivals = ready_page(browser, url + f"?prompt=Name+two+seas.&seed=3&{query}")
+        rivals.wait_for_function("document.querySelector('#prompt textarea').value === 'Name two seas.'")
+        tick = lambda name: rivals.locator("#rivals label", has_text=name).locator("input")
+        rivals.wait_for_function("document.querySelectorAll('#rivals input:checked').length === 1")
+        assert tick("DeepConf").is_checked() and not tick("ST-BoN").is_checked()
+        rivals.click("#link")
+        rivals.wait_for_function("(document.querySelector('#link-box textarea, #link-box input') || {}).value"
+                                 "?.includes('seed=3')")
+        again = rivals.input_value("#link-box textarea, #link-box input")
+        assert "rivals=deepconf" in again and "stbon" not in again, again   # a setting at its default is left out
+        rivals.close()
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])

@@ -414,7 +414,7 @@ def test_a_five_arm_race_at_the_limits_is_refused_for_the_memory_all_its_arms_ho
     from components.session.stream import prepare
 
     top = ctx.limits.max_budget
-    five = dict(second=True, deepconf=True, stbon=True)
+    five = dict(second=True, rivals=["deepconf", "stbon"])
     with pytest.raises(LimitError, match="SPECREJ_MAX_BUDGET") as e:
         prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32)), **five), fits=False)
     assert f"5 arms would hold {' + '.join([str(top)] * 5)} = {5 * top} KV slots" in str(e.value)

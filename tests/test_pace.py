@@ -55,15 +55,20 @@ def test_links_round_trip_and_drop_what_they_do_not_know():
     from components import links
 
     values = dict(prompt="Name three rivers.", n=16, alpha=0.5, seed=7, fit=True, step=False, decision="budget",
-                  deepconf=True, stbon=False)
+                  rivals=["deepconf"])
     q = links.query(values)
     assert "seed=7" in q and "fit=1" in q and "prompt=Name+three+rivers." in q
     parsed = dict(p.split("=", 1) for p in q.split("&"))
     from urllib.parse import unquote_plus
 
-    back = links.settings({k: unquote_plus(v) for k, v in parsed.items()}, {"decision": ["budget", "interval"]},
-                          {"n": (1, 32)})
+    assert "rivals=deepconf" in q
+    back = links.settings({k: unquote_plus(v) for k, v in parsed.items()},
+                          {"decision": ["budget", "interval"], "rivals": ["deepconf", "stbon"]}, {"n": (1, 32)})
     assert back == values
+    # a link from before ``rivals`` (one flag per rival) ticks the same; unknown rivals and repeats are dropped
+    rivals = {"rivals": ["deepconf", "stbon"]}
+    assert links.settings({"deepconf": "1", "stbon": "0"}, rivals)["rivals"] == ["deepconf"]
+    assert links.settings({"rivals": "stbon,evil,stbon, deepconf"}, rivals)["rivals"] == ["stbon", "deepconf"]
     junk = links.settings({"n": "999", "alpha": "nan", "seed": "-3", "decision": "sometimes", "model": "evil",
                            "fit": "maybe", "budget": "1e3", "interval": "16.0"}, {"decision": ["budget"]}, {"n": (1, 32)})
     assert junk == {}   # a whole number is written as one (issue 42: never read through float)

@@ -11,7 +11,7 @@ Imports only ``specrej``; nothing here knows Gradio.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,18 @@ def check_choice(label: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
+def check_subset(label: str, value: Any, choices: Sequence[str]) -> tuple[str, ...]:
+    """``value`` as a tuple of distinct ``choices`` (a list; empty: none); FieldError naming ``label``."""
+    if not isinstance(value, (list, tuple)):
+        raise FieldError(f"{label} must be a list of any of: {', '.join(choices)}; not {kind_of(value)}.")
+    if len(value) > len(choices):
+        raise FieldError(f"{label} has {len(value)} items; there are {len(choices)} choices: {', '.join(choices)}.")
+    out = tuple(check_choice(label, v, choices) for v in value)
+    if len(set(out)) != len(out):
+        raise FieldError(f"{label} names {excerpt(next(v for v in out if out.count(v) > 1))} twice.")
+    return out
+
+
 def check_flag(label: str, value: Any) -> bool:
     """``value`` if it is true or false (a JSON boolean: "yes", 1 or null are not); FieldError otherwise."""
     if not isinstance(value, bool):
@@ -125,19 +137,24 @@ def check_number(label: str, value: Any, lo: float | None = None, hi: float | No
 @dataclass(frozen=True)
 class Spec:
     """A field's kind and range, as a dataclass field's ``metadata["spec"]``: ``kind`` is "text", "whole",
-    "number", "flag" or "choice"; ``lo``/``hi`` the range of a number; ``limit`` the deployment limit
-    (an attribute of ``components.deploy.limits.Limits``) that caps ``hi`` or a text's length; ``choices``
-    the words a choice takes; ``max_chars`` a text's length; ``empty`` whether a text may be blank;
+    "number", "flag", "choice" or "subset" (a list of distinct choices, possibly empty); ``lo``/``hi`` the range
+    of a number; ``limit`` the deployment limit (an attribute of ``components.deploy.limits.Limits``) that caps
+    ``hi`` or a text's length; ``choices`` the words a choice takes (or a function that says them when asked:
+    a registry that may grow after import); ``max_chars`` a text's length; ``empty`` whether a text may be blank;
     ``none`` whether null is taken (and means ``none_means``)."""
 
     kind: str
     lo: float | None = None
     hi: float | None = None
     limit: str | None = None
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()
     max_chars: int = MAX_NAME_CHARS
     empty: bool = True
     none: bool = False
+
+    def options(self) -> tuple[str, ...]:
+        """The words a choice (or a subset) takes now."""
+        return tuple(self.choices()) if callable(self.choices) else self.choices
 
     def upper(self, limits: Any = None) -> float | int | None:
         """The largest value this deployment takes: ``hi``, or the deployment's limit where lower."""
@@ -165,7 +182,9 @@ class Spec:
         if self.kind == "flag":
             return check_flag(name, value)
         if self.kind == "choice":
-            return check_choice(name, value, self.choices)
+            return check_choice(name, value, self.options())
+        if self.kind == "subset":
+            return check_subset(name, value, self.options())
         whole = self.kind == "whole"
         try:
             number = check_number(name, value, self.lo, self.hi if self.hi is not None else MAX_WHOLE, whole=whole)
@@ -186,7 +205,9 @@ class Spec:
         if self.kind == "flag":
             return "true or false"
         if self.kind == "choice":
-            return "one of " + ", ".join(f"`{c}`" for c in self.choices)
+            return "one of " + ", ".join(f"`{c}`" for c in self.options())
+        if self.kind == "subset":
+            return "a list of any of " + ", ".join(f"`{c}`" for c in self.options()) + " (each at most once)"
         kind = "a whole number" if self.kind == "whole" else "a number"
         hi = self.upper(limits)
         top = "2**63 - 1" if hi is None or hi >= MAX_WHOLE else _bound(hi)

@@ -12,6 +12,7 @@ a refusal is a ``FieldError`` naming the field. The settings the page offers com
 from __future__ import annotations
 
 import dataclasses
+import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +28,19 @@ from specrej.core.rules import RULES
 from components.state.fields import EXCERPT_CHARS, MAX_WHOLE, FieldError, Spec
 
 MAX_SEED = 2**53 - 1   # the largest whole number a browser's number keeps exactly (a larger seed came back another)
-MAX_ARMS = 5   # arm slots on the page: Best-of-N, two Speculative Rejection settings, the two rivals
-# the request's checkboxes: each races that rival (its library defaults, Best-of-N's N): every method that decides
-# on its own signal (``About.rival``)
-RIVALS = tuple(k for k, kind in REGISTRY.items() if kind.about.rival)
+
+
+def rivals() -> tuple[str, ...]:
+    """The rivals a race may add (the request's ``rivals``, the page's "Also race" options), each at its library
+    defaults and Best-of-N's N: every registered method that decides on its own signal (``About.rival``), read
+    from the registry when asked, so a method registered after import (``specrej.arms.register``) is offered."""
+    return tuple(k for k, kind in REGISTRY.items() if kind.about.rival)
+
+
+def max_arms() -> int:
+    """Arm slots on the page: Best-of-N, two Speculative Rejection settings, and every rival."""
+    return 3 + len(rivals())
+
 X_AXIS_CHOICES = ("time", "flops")   # the verdict chart's x axis
 SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
 CONFIG_FIELDS = ("n", "alpha", "max_new_tokens", "temperature", "top_p", "seed", "budget", "decision", "interval",
@@ -106,7 +116,7 @@ class RunRequest:
     axis, how Speculative Rejection starts, whether Best-of-N stops once it matches, the rule a decision keeps
     by, whether a race too long for this machine now plays the labelled recording of the same race (``fit``;
     load never changes the settings), whether the page steps through the decisions at the end, and which rivals
-    race too (``deepconf``, ``stbon``)."""
+    race too (``rivals``)."""
 
     prompt: str = _f("", RequestSpec("text", limit="max_prompt_chars", max_chars=20_000, empty=False, plain=True),
                      "The message the model answers (through its chat template).")
@@ -144,10 +154,10 @@ class RunRequest:
     fit: bool = _f(True, RequestSpec("flag"), "When this machine is too busy for the race to end in time, play the "
                    "labelled recording of the same race instead (the race itself is never changed).")
     step: bool = _f(False, RequestSpec("flag"), "Step through the decisions at the end.")
-    deepconf: bool = _f(False, RequestSpec("flag"), "Race DeepConf too (confidence-based early stopping; the reward picks "
-                        "its winner).")
-    stbon: bool = _f(False, RequestSpec("flag"), "Race ST-BoN too (hidden-state consistency truncation; the reward picks "
-                     "its winner).")
+    rivals: tuple[str, ...] = _f((), RequestSpec("subset", choices=rivals),
+                                 "Rivals to race too (methods that decide on their own signal, not the reward), "
+                                 "each at its library defaults with Best-of-N's N; the reward picks each one's "
+                                 "winner.")
     lecture: bool = _f(False, RequestSpec("flag"), "Lecture mode: the race plays the same way every time, live when this "
                        "machine's measurement says it ends within its target, else its labelled recording paced to the "
                        "live race's time (``components/session/pace.py``). Never changes the race's settings.")
@@ -169,6 +179,8 @@ class RunRequest:
                                  f"the request has {len(values)}.")
             values = dict(zip(REQUEST_FIELDS, values))
         unknown = [k for k in values if k not in REQUEST_FIELDS]
+        if unknown and unknown[0] in rivals():   # the field of each rival before ``rivals`` named them all
+            raise FieldError(f"A run has no field {unknown[0]!r}: race it with rivals=[{unknown[0]!r}].")
         if unknown:
             raise FieldError(f"A run has no field {str(unknown[0])[:40]!r}.")
         specs = {f.name: f.metadata["spec"] for f in dataclasses.fields(cls)}
@@ -203,13 +215,13 @@ class RunRequest:
             else:
                 arms[k] = first
             arms.append(other)
-        arms += [ArmSpec(r) for r in RIVALS if getattr(self, r) and not any(a.method == r for a in arms)]
+        arms += [ArmSpec(r) for r in rivals() if r in self.rivals and not any(a.method == r for a in arms)]
         if self.sr_start == "auto":   # the paper's first batch: every SR arm without its own N fills memory
             arms = [dataclasses.replace(a, overrides=a.overrides + (("n", AUTO),))
                     if a.kind.about.auto_n and "n" not in dict(a.overrides) else a for a in arms]
         arms = parse_arms([dataclasses.replace(a, id="") for a in arms])
-        if len(arms) > MAX_ARMS:
-            raise FieldError(f"second: {len(arms)} arms do not fit the page (at most {MAX_ARMS}): turn off the "
+        if len(arms) > max_arms():
+            raise FieldError(f"second: {len(arms)} arms do not fit the page (at most {max_arms()}): turn off the "
                              "second setting or a rival.")
         return arms
 
@@ -223,6 +235,7 @@ def field_table(limits: Any = None) -> str:
     """The race's fields as a markdown table (name, what it takes, default): ``docs/deploying.md`` holds it."""
     rows = ["| Field | Takes | Default |", "|---|---|---|"]
     for f in dataclasses.fields(RunRequest):
-        default = "`\"\"`" if f.default == "" else f"`{str(f.default).lower() if isinstance(f.default, bool) else f.default}`"
+        default = ("`\"\"`" if f.default == "" else f"`{json.dumps(list(f.default))}`" if isinstance(f.default, tuple)
+                   else f"`{str(f.default).lower() if isinstance(f.default, bool) else f.default}`")
         rows.append(f"| `{f.name}` | {f.metadata['spec'].words(limits)} | {default} |")
     return "\n".join(rows)

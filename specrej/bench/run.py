@@ -84,9 +84,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
                                   "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
                                   "coupled run")
-    p.add_argument("--rivals", help="rival arms on Best-of-N_ref's candidates, space-separated arm specs (deepconf, "
-                                    "stbon, e.g. 'deepconf deepconf:conf_percentile=10 stbon'; 'none' for none): "
-                                    "replayed from the coupled run, DeepConf refilled and in passes")
+    from ..arms import REGISTRY
+
+    rivals = [k for k, kind in REGISTRY.items() if kind.about.rival]
+    p.add_argument("--rivals", help="rival arms on Best-of-N_ref's candidates, space-separated arm specs of the "
+                                    f"registered rivals ({', '.join(rivals)}; e.g. 'deepconf deepconf:conf_percentile=10 "
+                                    "stbon'; 'none' for none): replayed from the coupled run, each in its own schedule "
+                                    "(DeepConf refilled and in passes)")
     p.add_argument("--rivals-live", help="rival specs that also run for real (space-separated; 'none')")
     p.add_argument("--backend", choices=list(BACKENDS), default=None,
                    help="inference engine: transformers (default) or vllm (default: SPECREJ_BACKEND)")

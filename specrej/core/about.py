@@ -32,6 +32,7 @@ class About:
     alpha_applies: bool = False    # its decisions keep round((1 - alpha) x n)
     auto_n: bool = False           # n='auto' (the first batch fills memory) is its own
     citation: str = ""             # "Fu et al., 2025": the paper it follows
+    blurb: str = ""                # what it does, in one plain sentence (the page's option for it says this)
     paper: str = ""                # the paper's title and identifier
     adaptations: tuple[str, ...] = ()   # every way this project's version differs from the paper's
     own_signal_rewards: tuple[tuple[str, str], ...] = ()   # (reward kind, why): rewards that read its own signal,
@@ -75,6 +76,7 @@ DEEPCONF = About(
     PASSES, "stop", "stopped", decides_by="group confidence", signal="group confidence",
     signal_axis="group confidence: the mean over the window of minus the mean top-k log-probability; higher = surer",
     citation="Fu et al., 2025", paper="Deep Think with Confidence, arXiv 2508.15260",
+    blurb="stops a trace when the model's own confidence drops below a threshold set by a few warm-up traces",
     adaptations=(
         "the window is 8 tokens (the page) or 1/8 of the length (the bench), not 2048",
         "the warm-up is a few traces (4 on the page, 1/16 of N in the bench), not 16 of 256",
@@ -95,6 +97,8 @@ STBON = About(
     signal_axis="consistency: minus the mean squared distance of its hidden-state chain to the others'; "
                 "higher = more consistent",
     citation="Wang et al., 2025",
+    blurb="all answers run until they differ, then it keeps the one whose hidden states agree most with the "
+          "others'",
     paper="Sampling-efficient test-time scaling: self-estimating the Best-of-N sampling in early decoding, "
           "NeurIPS 2025, arXiv 2503.01422",
     adaptations=(
