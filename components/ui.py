@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 import gradio as gr
 
 from specrej import RunConfig
+from specrej.arms import REGISTRY, rival_keys
 from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
 from components import charts
 from components.frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
-from components.state.request import MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS, max_arms, rivals
+from components.state.request import MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS, max_arms
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
 from components.state.play import LABELS, PLAY_BUTTONS, PLAYING, Button, Phase, Session, rule, step_rule
 from components.state.view import RunView
@@ -234,7 +235,7 @@ def build_controls(ctx: AppContext) -> Controls:
                                            elem_id="second_decision")
         with gr.Row(elem_id="rivals-row"):
             rival_group = gr.CheckboxGroup(choices=rival_choices(), value=[], label="Also race",
-                                           info=rivals_info(), elem_id="rivals", visible=bool(rivals()))
+                                           info=rivals_info(), elem_id="rivals", visible=bool(rival_keys()))
         with gr.Row():
             max_new_tokens = gr.Slider(*_span("max_new_tokens", ctx), step=1, label="Max new tokens",
                                        value=min(DEFAULTS["max_new_tokens"], ctx.limits.max_new_tokens),
@@ -258,18 +259,14 @@ def build_controls(ctx: AppContext) -> Controls:
 
 
 def rival_choices() -> list[tuple[str, str]]:
-    """The "Also race" options: every registered rival (``request.rivals``) by its name and citation."""
-    from specrej.arms import REGISTRY
-
-    return [(REGISTRY[k].name, k) for k in rivals()]
+    """The "Also race" options: every registered rival (``specrej.arms.rival_keys``) by its name and citation."""
+    return [(REGISTRY[k].name, k) for k in rival_keys()]
 
 
 def rivals_info() -> str:
     """What the rivals are, from each one's ``About.blurb``: the "Also race" options' help."""
-    from specrej.arms import REGISTRY
-
     said = " ".join(f"{REGISTRY[k].short or REGISTRY[k].name}: {REGISTRY[k].about.blurb or REGISTRY[k].about.decides_by}."
-                    for k in rivals())
+                    for k in rival_keys())
     return ("Methods that need no reward model while writing, on the same engine, memory and coupled answers; the "
             f"reward picks each one's winner. {said}")
 
@@ -796,7 +793,7 @@ def link_updates(ctx: AppContext, page: "Page", params: dict) -> dict:
     named = page.controls.by_name()
     choices = {"reward": [k for _, k in ctx.rewards], "decision": [v for _, v in DECISIONS],
                "second_decision": [v for _, v in DECISIONS], "sr_start": [v for _, v in SR_STARTS],
-               "rule": list(RULES), "rivals": list(rivals())}
+               "rule": list(RULES), "rivals": list(rival_keys())}
     ranges = {"n": (1, ctx.limits.max_n), "alpha": (0, 0.95), "second_alpha": (0, 0.95),
               "max_new_tokens": (1, ctx.limits.max_new_tokens), "temperature": (0.05, 2.0), "top_p": (0.05, 1.0),
               "budget": (0, ctx.limits.max_budget), "interval": (1, 256), "first_decision": (1, 128),

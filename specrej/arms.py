@@ -93,6 +93,12 @@ register(ArmKind("deepconf", ABOUTS["deepconf"].label("DeepConf-style"),
 register(ArmKind("stbon", ABOUTS["stbon"].label("ST-BoN-style"), ("n", "buffer", "pick"), "ST-BoN-style",
                  prunes=True))
 
+def rival_keys() -> tuple[str, ...]:
+    """Every registered method that decides on its own signal, not the reward (``About.rival``), in registry order:
+    the bench's ``--rivals``, the page's "Also race". Read when asked: a method registered later is among them."""
+    return tuple(k for k, kind in REGISTRY.items() if kind.about.rival)
+
+
 DEFAULT_ARMS = ("bon", "sr")   # Best-of-N (the baseline) and Speculative Rejection at the config's alpha
 
 

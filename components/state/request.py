@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specrej import RunConfig
-from specrej.arms import DEFAULT_ARMS, REGISTRY, ArmSpec, parse_arms
+from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, rival_keys
 from specrej.core.config import AUTO, DECISIONS
 from specrej.core.budget import opening_rows
 from specrej.core.config import DEFAULT_CPU_BUDGET
@@ -30,16 +30,9 @@ from components.state.fields import EXCERPT_CHARS, MAX_WHOLE, FieldError, Spec
 MAX_SEED = 2**53 - 1   # the largest whole number a browser's number keeps exactly (a larger seed came back another)
 
 
-def rivals() -> tuple[str, ...]:
-    """The rivals a race may add (the request's ``rivals``, the page's "Also race" options), each at its library
-    defaults and Best-of-N's N: every registered method that decides on its own signal (``About.rival``), read
-    from the registry when asked, so a method registered after import (``specrej.arms.register``) is offered."""
-    return tuple(k for k, kind in REGISTRY.items() if kind.about.rival)
-
-
 def max_arms() -> int:
     """Arm slots on the page: Best-of-N, two Speculative Rejection settings, and every rival."""
-    return 3 + len(rivals())
+    return 3 + len(rival_keys())
 
 X_AXIS_CHOICES = ("time", "flops")   # the verdict chart's x axis
 SR_STARTS = ("same", "auto")   # Speculative Rejection starts with Best-of-N's N, or fills memory at first_decision
@@ -154,7 +147,7 @@ class RunRequest:
     fit: bool = _f(True, RequestSpec("flag"), "When this machine is too busy for the race to end in time, play the "
                    "labelled recording of the same race instead (the race itself is never changed).")
     step: bool = _f(False, RequestSpec("flag"), "Step through the decisions at the end.")
-    rivals: tuple[str, ...] = _f((), RequestSpec("subset", choices=rivals),
+    rivals: tuple[str, ...] = _f((), RequestSpec("subset", choices=rival_keys),
                                  "Rivals to race too (methods that decide on their own signal, not the reward), "
                                  "each at its library defaults with Best-of-N's N; the reward picks each one's "
                                  "winner.")
@@ -179,7 +172,7 @@ class RunRequest:
                                  f"the request has {len(values)}.")
             values = dict(zip(REQUEST_FIELDS, values))
         unknown = [k for k in values if k not in REQUEST_FIELDS]
-        if unknown and unknown[0] in rivals():   # the field of each rival before ``rivals`` named them all
+        if unknown and unknown[0] in rival_keys():   # the field of each rival before ``rivals`` named them all
             raise FieldError(f"A run has no field {unknown[0]!r}: race it with rivals=[{unknown[0]!r}].")
         if unknown:
             raise FieldError(f"A run has no field {str(unknown[0])[:40]!r}.")
@@ -215,7 +208,7 @@ class RunRequest:
             else:
                 arms[k] = first
             arms.append(other)
-        arms += [ArmSpec(r) for r in rivals() if r in self.rivals and not any(a.method == r for a in arms)]
+        arms += [ArmSpec(r) for r in rival_keys() if r in self.rivals and not any(a.method == r for a in arms)]
         if self.sr_start == "auto":   # the paper's first batch: every SR arm without its own N fills memory
             arms = [dataclasses.replace(a, overrides=a.overrides + (("n", AUTO),))
                     if a.kind.about.auto_n and "n" not in dict(a.overrides) else a for a in arms]

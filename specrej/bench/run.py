@@ -84,11 +84,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
                                   "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
                                   "coupled run")
-    from ..arms import REGISTRY
+    from ..arms import rival_keys
 
-    rivals = [k for k, kind in REGISTRY.items() if kind.about.rival]
     p.add_argument("--rivals", help="rival arms on Best-of-N_ref's candidates, space-separated arm specs of the "
-                                    f"registered rivals ({', '.join(rivals)}; e.g. 'deepconf deepconf:conf_percentile=10 "
+                                    f"registered rivals ({', '.join(rival_keys())}; e.g. 'deepconf deepconf:conf_percentile=10 "
                                     "stbon'; 'none' for none): replayed from the coupled run, each in its own schedule "
                                     "(DeepConf refilled and in passes)")
     p.add_argument("--rivals-live", help="rival specs that also run for real (space-separated; 'none')")
@@ -218,12 +217,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         raise SystemExit(f"--rules: {', '.join(unknown)} unknown; choose from {', '.join(RULES)}.")
     rivals = tuple(x for x in (args.rivals or "").split() if x.lower() != "none")
     rivals_live = tuple(x for x in (args.rivals_live or "").split() if x in rivals)
-    from ..arms import REGISTRY, ArmSpecError, parse_arm
+    from ..arms import ArmSpecError, parse_arm, rival_keys
     for spec in rivals:
         try:
             if not parse_arm(spec).kind.about.rival:
                 raise SystemExit(f"--rivals: {spec!r} is not a rival (a method that decides on its own signal: "
-                                 f"{', '.join(k for k, v in REGISTRY.items() if v.about.rival)}).")
+                                 f"{', '.join(rival_keys())}).")
         except ArmSpecError as e:
             raise SystemExit(f"--rivals: {e}")
     if args.n_ref < 2:
