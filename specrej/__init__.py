@@ -28,6 +28,7 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
     "warm_up": ".methods.run",
     **dict.fromkeys(["LM", "load_generator"], ".backends.hf"),
     "ModelSpecError": ".engine.models",
+    "ModelError": ".engine.models",
     **dict.fromkeys(["race_many", "read_prompts", "read_rows"], ".many"),
     "candidate_rows": ".core.events",
     **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward"],
@@ -39,7 +40,7 @@ __all__ = [
     "Comparison", "Ratio", "Tally", "compare", "compare_all",
     "BudgetError", "RunConfig", "DeepConfSettings", "STBoNSettings",
     "Candidate", "Event", "Finished", "Ledger", "Progress", "Round", "to_dict",
-    "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelSpecError",
+    "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelError", "ModelSpecError",
     "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward",
     "unload", "provenance", "warm_up", "__version__", "race_many", "read_prompts", "read_rows", "candidate_rows",
 ]

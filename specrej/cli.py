@@ -81,7 +81,17 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--reward", default="embedded",
                    help="reward: embedded | preference[:text] | sentiment | instructions (IFEval's checkers on its own "
                         "prompts) | confidence | self-certainty | "
-                        "hf:<hub id or folder>")
+                        "hf:<hub id or folder> | py:<module or file.py>:<function, reward object or class> "
+                        "(your own Python reward)")
+    p.add_argument("--reward-batch-size", type=int, default=None, metavar="N",
+                   help="a reward model's answers per forward pass (default: 16)")
+    p.add_argument("--reward-label", default=None, metavar="LABEL",
+                   help="which of a reward model's outputs is the score: an index or a label name of its id2label "
+                        "(default: 0)")
+    if not record:
+        p.add_argument("--repeat", type=int, default=1, metavar="K",
+                       help="race K times with the same settings and seed (the same tokens each time) and print "
+                            "each arm's wall-time ratio as the median and range over the K races (default: 1)")
     p.add_argument("--preference", default=None, help="preference text for the preference reward")
     p.add_argument("--relevance", type=float, default=0.5, help="weight of prompt relevance in the preference reward")
     p.add_argument("--trust-remote-code", action="store_true", help="allow models that ship their own code")
@@ -305,6 +315,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[specrej] the {args.reward} reward scores its own prompts only: racing {own!r}",
                       file=sys.stderr)
         cfg = RunConfig(**settings)
+        repeats = 1 if record else args.repeat
+        if isinstance(repeats, bool) or repeats < 1:
+            raise ValueError(f"--repeat must be a whole number of races >= 1, not {repeats}")
+        if repeats > 1 and args.stop_when_matched:
+            raise ValueError("--repeat times whole races: leave out --stop-when-matched")
         check_prompt(args.reward, cfg.prompt)   # a reward of its own prompts only refuses another before loading
         arms = with_settings(parse_arms(args.arms or METHOD_ARMS[args.method]),
                              {k: v for k in _setting_flags() if (v := getattr(args, k)) is not None})
@@ -313,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         lm = load_lm(args.model, backend=args.backend, trust_remote_code=args.trust_remote_code, dtype=args.dtype,
                      kv_slots=cfg.budget)
-        reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
-                             preference=args.preference, relevance=args.relevance)
+        reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code, preference=args.preference,
+                             relevance=args.relevance, batch_size=args.reward_batch_size, label=args.reward_label)
         # the decoding step is built (compiled, where it can be) by its first engine: timed here, before the
         # race, so that no arm's wall time pays for it; a recording measures this machine's step too, so that a
         # replay prices Best-of-N's curve in seconds here
@@ -337,10 +352,20 @@ def main(argv: list[str] | None = None) -> int:
             recorder.add(ev)
             if not args.quiet and isinstance(ev, (Round, Progress, Finished)):
                 print(_progress_line(ev, {a.id: a for a in arms}), file=sys.stderr)
+        walls = [repeat_walls(tally)]
+        for k in range(2, repeats + 1):   # the same race again: only its clocks are new
+            if not args.quiet:
+                print(f"[specrej] race {k} of {repeats}", file=sys.stderr)
+            again = Tally()
+            for ev in race_arms(lm, reward, cfg, arms):
+                again.add(ev)
+            walls.append(repeat_walls(again, tally))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary(arms, tally, cfg, cost))
+    if repeats > 1:
+        print("\n" + "\n".join(spread_lines(arms, walls)))
     if referee is not None and referee.match is not None:
         print(match_line(arms, referee.match))
     if record:
@@ -361,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             "arms": [{"id": a.id, "spec": a.spec, "method": a.method, "label": a.label,
                       "config": a.config(cfg).flat()} for a in arms],
             "comparison": {k: c.to_dict() for k, c in tally.compare_all(arms[0].id).items()},
+            "wall_s_per_race": walls,
             "provenance": provenance(dtype=lm.dtype, device=getattr(lm, "device", None),
                                      command=["python", "-m", "specrej", *argv]),
             "events": trace}, indent=1))
@@ -394,8 +420,8 @@ def many_main(args, argv: list[str]) -> int:
         t0 = time.perf_counter()
         lm = load_lm(args.model, backend=args.backend, trust_remote_code=args.trust_remote_code, dtype=args.dtype,
                      kv_slots=settings.get("budget"))
-        reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code,
-                             preference=args.preference, relevance=args.relevance)
+        reward = load_reward(args.reward, trust_remote_code=args.trust_remote_code, preference=args.preference,
+                             relevance=args.relevance, batch_size=args.reward_batch_size, label=args.reward_label)
         if not args.quiet:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}); "
                   f"racing {len(prompts)} prompts" + (f", results to {args.out}" if args.out else ""),
@@ -410,6 +436,39 @@ def many_main(args, argv: list[str]) -> int:
     if args.out:
         print(f"\n{len(rows)} result rows in {args.out}")
     return 0
+
+
+def repeat_walls(tally: Tally, first: Tally | None = None) -> dict[str, float]:
+    """Each arm's wall seconds in one race; ValueError where a repeat of ``first`` wrote other tokens (the
+    same settings and seed write the same ones: anything else is not the same race timed again)."""
+    if first is not None:
+        for arm_id, f in tally.finished.items():
+            f0 = first.finished[arm_id]
+            if (f.ledger.generated_tokens, f.winner.id) != (f0.ledger.generated_tokens, f0.winner.id):
+                raise ValueError(f"--repeat: arm {arm_id} wrote {f.ledger.generated_tokens} tokens (winner "
+                                 f"#{f.winner.id}) where the first race wrote {f0.ledger.generated_tokens} (winner "
+                                 f"#{f0.winner.id}): the races are not the same, so their clocks do not compare")
+    return {arm_id: f.ledger.wall_s for arm_id, f in tally.finished.items()}
+
+
+def spread_lines(arms: tuple[ArmSpec, ...], walls: list[dict[str, float]]) -> list[str]:
+    """Each challenger's wall-time ratio against the first arm (baseline / challenger, per race) over the
+    repeated races: the median, the range and each race's, and the median seconds of both."""
+    import statistics
+
+    base = arms[0]
+    lines = [f"== wall time over {len(walls)} races (the same settings and seed: each race wrote the same tokens)"]
+    for arm in arms[1:]:
+        pairs = [(w[base.id], w[arm.id]) for w in walls if base.id in w and arm.id in w]
+        ratios = [b / a for b, a in pairs if a > 0 and b > 0]
+        if not ratios:
+            continue
+        mid = statistics.median(ratios)
+        lines.append(f"   {arm.label} against {base.label}: wall ratio {base.id}/{arm.id} {mid:.2f} median, "
+                     f"{min(ratios):.2f} to {max(ratios):.2f} (races: {', '.join(f'{r:.2f}' for r in ratios)}); "
+                     f"median wall {statistics.median(a for _, a in pairs):.2f} s vs "
+                     f"{statistics.median(b for b, _ in pairs):.2f} s")
+    return lines
 
 
 def match_line(arms: tuple[ArmSpec, ...], m) -> str:

@@ -299,7 +299,7 @@ def row_table(rows: Iterable[dict]) -> str:
     for i, row in enumerate(rows, 1):
         arms = row["arms"]
         scores = "  ".join(f"{k} {v['score']:.4f}" for k, v in arms.items())
-        cmp = "; ".join(f"{k}: {c['tokens']['words']} tokens, {c['flops']['words']} FLOPs"
+        cmp = "; ".join(f"{k}: {c['tokens']['words'].replace('less', 'fewer')} tokens, {c['flops']['words']} FLOPs"
                         for k, c in row["comparison"].items())
         prompt = row["prompt"].replace("\n", " ")
         lines.append(f"{i:>3}. {prompt[:60]!r}{'...' if len(prompt) > 60 else ''}")

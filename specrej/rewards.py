@@ -59,12 +59,19 @@ def _device_kwargs() -> tuple[torch.device, dict]:
     return device, {"dtype": torch.float32}
 
 
+def _or(value, default):
+    """``value``, or ``default`` where it is None (a 0 stays 0, to be refused where it is wrong)."""
+    return default if value is None else value
+
+
 def _first_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
 class HFRewardModel:
-    """A Hugging Face sequence-classification reward model; score = logit 0."""
+    """A Hugging Face sequence-classification reward model; score = the logit of its ``label`` (0 unless told:
+    a reward model's one output; a classifier's class by index or by its name in the config's ``id2label``),
+    scored ``batch_size`` answers per forward pass."""
 
     kind, label, offered, requires = "hf", "Reward model", False, None  # offered only when a deployment names one
     scale = Scale("reward model", "logit · higher = preferred",
@@ -75,10 +82,11 @@ class HFRewardModel:
     def from_spec(cls, arg: str, **kw) -> "HFRewardModel":
         if not arg:
             raise RewardError("hf: needs a model, e.g. 'hf:Skywork/Skywork-Reward-V2-Qwen3-0.6B' or a folder.")
-        return cls(arg, trust_remote_code=kw.get("trust_remote_code", False))
+        return cls(arg, trust_remote_code=kw.get("trust_remote_code", False),
+                   batch_size=_or(kw.get("batch_size"), 16), label=_or(kw.get("label"), 0))
 
     def __init__(self, source: str, *, trust_remote_code: bool = False, batch_size: int = 16,
-                 max_length: int = 4096):
+                 max_length: int = 4096, label: int | str = 0):
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         _, kwargs = _device_kwargs()
@@ -96,11 +104,11 @@ class HFRewardModel:
                 where, trust_remote_code=trust_remote_code, **kwargs).eval()
         except OSError as e:
             raise RewardError(f"could not load reward model {source!r}: {e}") from e
-        self._ready(f"hf:{source}", batch_size, max_length)
+        self._ready(f"hf:{source}", batch_size, max_length, label)
 
     @classmethod
     def from_loaded(cls, model, tokenizer=None, *, name: str | None = None, batch_size: int = 16,
-                    max_length: int = 4096) -> "HFRewardModel":
+                    max_length: int = 4096, label: int | str = 0) -> "HFRewardModel":
         """A reward over a sequence-classification model the caller already loaded
         (``AutoModelForSequenceClassification``, ...) with its ``tokenizer``, or a text-classification
         ``pipeline`` (its model and tokenizer). Used as it is, on its own device and dtype (put in eval mode;
@@ -119,7 +127,7 @@ class HFRewardModel:
             raise RewardError(f"{type(model).__name__} is not a transformers model: give a sequence-classification "
                               "reward model loaded with from_pretrained and its tokenizer.")
         path = str(getattr(model.config, "name_or_path", "") or "")
-        label = name or path or type(model).__name__
+        shown = name or path or type(model).__name__
         arch = type(model).__name__
         if not arch.endswith("ForSequenceClassification"):
             if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
@@ -137,15 +145,18 @@ class HFRewardModel:
             raise RewardError(f"tokenizer= must be a transformers tokenizer, not {type(tokenizer).__name__}.")
         self = cls.__new__(cls)
         self.tokenizer, self.model = tokenizer, model.eval()
-        self._ready(f"hf:{label}", batch_size, max_length)
+        self._ready(f"hf:{shown}", batch_size, max_length, label)
         return self
 
-    def _ready(self, name: str, batch_size: int, max_length: int) -> None:
+    def _ready(self, name: str, batch_size: int, max_length: int, label: int | str = 0) -> None:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         if self.model.config.pad_token_id is None:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.name = name
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise RewardError(f"batch_size must be a whole number of answers >= 1, not {batch_size!r}.")
+        self.head = score_head(self.model.config, label, name)
+        self.name = name if self.head == 0 else f"{name}#{label}"
         self.n_params = sum(p.numel() for p in self.model.parameters())
         self.batch_size, self.max_length = batch_size, max_length
 
@@ -167,9 +178,26 @@ class HFRewardModel:
                                  max_length=self.max_length, add_special_tokens=add_special)
             enc = enc.to(_first_device(self.model))
             logits = self.model(**enc).logits  # [batch, num_labels]
-            scores.extend(logits[:, 0].float().cpu().tolist())
+            scores.extend(logits[:, self.head].float().cpu().tolist())
             read += int(enc["attention_mask"].sum())
         return Scored(scores, read)
+
+
+def score_head(config, label: int | str, name: str) -> int:
+    """The index of the logit a reward reads: ``label`` as an index of the model's ``num_labels`` outputs, or a
+    class name of its ``id2label``; RewardError naming the choices otherwise."""
+    n = int(getattr(config, "num_labels", 1) or 1)
+    names = {str(v): int(k) for k, v in (getattr(config, "id2label", None) or {}).items()}
+    if isinstance(label, str) and not label.strip().lstrip("-").isdigit():
+        if label in names:
+            return names[label]
+        raise RewardError(f"{name} has no label {label!r}: its labels are "
+                          + ", ".join(f"{i} ({v!r})" for v, i in sorted(names.items(), key=lambda x: x[1])) + ".")
+    index = int(label) if not isinstance(label, bool) else None
+    if index is None or not 0 <= index < n:
+        raise RewardError(f"{name} has {n} output{'s' if n != 1 else ''}: label must be 0"
+                          + (f" to {n - 1}" if n > 1 else "") + f" or a label name, not {label!r}.")
+    return index
 
 
 def reward_source(source: str) -> str:
@@ -450,17 +478,23 @@ def _remember(cache: OrderedDict, key, value, bound: int):
 
 
 def load_reward(spec: str | Callable = "embedded", *, tokenizer=None, trust_remote_code: bool = False,
-                preference: str | None = None, relevance: float = 0.5) -> Reward:
+                preference: str | None = None, relevance: float = 0.5, batch_size: int | None = None,
+                label: int | str | None = None) -> Reward:
     """Build (once per process for model-backed kinds) the reward named by ``spec``; a reward object or a
     plain function ``fn(prompt, responses) -> list[float]`` is returned as a full reward (``as_reward``); an
     already-loaded sequence-classification model with its ``tokenizer=`` (or a text-classification pipeline)
-    becomes the ``hf`` reward over it (``HFRewardModel.from_loaded``)."""
+    becomes the ``hf`` reward over it (``HFRewardModel.from_loaded``). ``py:module:name`` (or
+    ``py:path/file.py:name``) imports a function, a reward object or a reward class (built with no arguments).
+    A reward model (``hf:``, a folder, a loaded one) takes ``batch_size`` (answers a forward pass scores: 16) and
+    ``label`` (which output is the score: 0, or a class by index or by its name in the model's ``id2label``)."""
     from .backends.hf import is_loaded_model
 
     if spec is not None and is_loaded_model(spec):   # before the callable test: a model is callable
-        return HFRewardModel.from_loaded(spec, tokenizer)
+        return HFRewardModel.from_loaded(spec, tokenizer, batch_size=_or(batch_size, 16), label=_or(label, 0))
     if tokenizer is not None:
         raise RewardError(f"tokenizer= goes with a loaded reward model; the reward {spec!r} needs none.")
+    if isinstance(spec, str) and spec.strip().partition(":")[0] == PYTHON_KIND:
+        return python_reward(spec.strip().partition(":")[2])
     if isinstance(spec, os.PathLike):
         spec = os.fspath(spec)
     if not isinstance(spec, str) and spec is not None and (callable(spec) or hasattr(spec, "score")):
@@ -478,13 +512,16 @@ def load_reward(spec: str | Callable = "embedded", *, tokenizer=None, trust_remo
         else:
             raise RewardError(f"unknown reward {spec!r}: use one of embedded, {', '.join(REWARDS)} "
                               "(hf:<hub id or folder>), or a folder / hub id of a reward model.")
+    if (batch_size is not None or label is not None) and kind != HFRewardModel.kind:
+        raise RewardError(f"batch_size= and label= go with a reward model (hf:<folder or hub id>); the {kind} reward "
+                          "takes neither.")
     build = functools.partial(REWARDS[kind].from_spec, arg, trust_remote_code=trust_remote_code,
-                              preference=preference, relevance=relevance)
+                              preference=preference, relevance=relevance, batch_size=batch_size, label=label)
     if kind == PreferenceReward.kind:   # any text a visitor types: a small LRU
         cache, key, bound = _preferences, (arg or preference, relevance), MAX_PREFERENCE_REWARDS
     elif kind == HFRewardModel.kind:   # a folder by its resolved path and its files' modification times
         where = source_key(reward_source(arg.strip())) if arg.strip() else (arg, ())
-        cache, key, bound = _loaded, (kind, where, trust_remote_code), MAX_LOADED_REWARDS
+        cache, key, bound = _loaded, (kind, where, trust_remote_code, _or(batch_size, 16), str(_or(label, 0))), MAX_LOADED_REWARDS
     else:   # only the preference reward reads the preference and the relevance
         cache, key, bound = _loaded, (kind, arg, trust_remote_code), MAX_LOADED_REWARDS
     with _lock:
@@ -492,9 +529,58 @@ def load_reward(spec: str | Callable = "embedded", *, tokenizer=None, trust_remo
             cache.move_to_end(key)
             return cache[key]
         if kind == HFRewardModel.kind:   # the same folder with other files: the stale copy goes first
-            for stale in [k for k in cache if k[0] == kind and k[1][0] == key[1][0] and k[2] == key[2]]:
+            for stale in [k for k in cache if k[0] == kind and k[1][0] == key[1][0] and k[1] != key[1]]:
                 del cache[stale]
         return _remember(cache, key, build(), bound)
+
+
+PYTHON_KIND = "py"   # py:module:name or py:path/file.py:name: the caller's own code (the CLI, race_many; no page)
+
+
+def python_reward(target: str) -> Reward:
+    """The reward ``py:<target>`` names: ``module:name`` (imported as Python imports it, the working folder
+    first) or ``path/file.py:name`` (that file, loaded as a module); ``name`` may be dotted. A function is
+    wrapped (``CallableReward``, named ``py:<target>``), a class is built with no arguments, an object with
+    ``score`` is used as it is (``as_reward``). RewardError saying what is wrong otherwise."""
+    import importlib
+    import importlib.util
+    import sys
+
+    where, _, name = target.strip().rpartition(":")
+    if not where or not name:
+        raise RewardError(f"py: needs a module or a .py file and a name: py:my_rewards:score or "
+                          f"py:path/to/rewards.py:score, not {'py:' + target!r}.")
+    try:
+        if where.endswith(".py") or os.sep in where or "/" in where:
+            path = Path(where).expanduser()
+            if not path.is_file():
+                raise RewardError(f"py:{target}: no such file {where!r}.")
+            module_name = f"specrej_reward_{abs(hash(str(path.resolve())))}"
+            loader = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[module_name] = module
+            loader.loader.exec_module(module)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())   # a module beside the caller, as `python -m` finds one
+            module = importlib.import_module(where)
+    except RewardError:
+        raise
+    except Exception as e:   # the caller's own code failed to import: say where, keep the cause
+        raise RewardError(f"py:{target}: importing {where!r} failed: {type(e).__name__}: {e}") from e
+    obj = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise RewardError(f"py:{target}: {where!r} has no {part!r}.")
+        obj = getattr(obj, part)
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as e:
+            raise RewardError(f"py:{target}: building {name}() failed: {type(e).__name__}: {e}") from e
+    if not callable(getattr(obj, "score", None)) and callable(obj):
+        return CallableReward(obj, name=f"py:{target}")
+    return as_reward(obj)
 
 
 def unload() -> int:

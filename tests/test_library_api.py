@@ -321,3 +321,158 @@ def test_the_bench_meta_carries_its_provenance(tiny_lm_dir, tiny_reward_dir, tmp
     prov = meta["provenance"]
     assert prov["specrej"] == specrej.__version__ and prov["dtype"] == "float32" and prov["torch_threads"] == torch.get_num_threads()
     assert prov["command"].startswith("python -m specrej.bench --model ")
+
+
+# ------------------------------------------------------------------ py: rewards, a reward model's label and batch
+REWARD_FILE = '''
+from specrej import Scored
+
+def words(prompt, responses):
+    return [float(len(r.split())) for r in responses]
+
+class Counter:
+    name = "counter"
+    def score(self, prompt, responses, stats=None):
+        return Scored([float(len(r)) for r in responses], 0)
+
+instance = Counter()
+broken = 3
+'''
+
+
+def test_a_python_reward_by_module_or_file_and_name(tmp_path, monkeypatch, tiny_lm):
+    (tmp_path / "my_rewards.py").write_text(REWARD_FILE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
+    fn = load_reward("py:my_rewards:words")
+    assert fn.name == "py:my_rewards:words" and fn.score(PROMPT, ["a b c", "a"]).scores == [3.0, 1.0]
+    by_file = load_reward(f"py:{tmp_path / 'my_rewards.py'}:Counter")   # a class: built with no arguments
+    assert by_file.name == "counter" and list(by_file.score(PROMPT, ["abc"]).scores) == [3.0]
+    assert load_reward("py:my_rewards:instance").name == "counter"
+    f = run_to_completion(best_of_n(tiny_lm, fn, CFG))
+    assert f.winner.score == max(c.score for c in f.candidates)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("py:no_such_module_here:fn", "importing 'no_such_module_here' failed: ModuleNotFoundError"),
+    ("py:my_rewards:nothing", "'my_rewards' has no 'nothing'"),
+    ("py:my_rewards:broken", "is not a reward"),
+    ("py:my_rewards", "py: needs a module or a .py file and a name"),
+    ("py:missing/file.py:fn", "no such file 'missing/file.py'"),
+])
+def test_a_python_reward_that_cannot_load_says_why(tmp_path, monkeypatch, spec, words):
+    (tmp_path / "my_rewards.py").write_text(REWARD_FILE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
+    with pytest.raises(RewardError, match=words.replace("(", r"\(").replace(".", r"\.")):
+        load_reward(spec)
+
+
+def test_the_cli_races_a_python_reward(tiny_lm_dir, tmp_path, monkeypatch, capsys):
+    from specrej.cli import main
+
+    (tmp_path / "my_rewards.py").write_text(REWARD_FILE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
+    assert main(["--model", tiny_lm_dir, "--reward", "py:my_rewards:words", "--prompt", PROMPT, "--n", "4",
+                 "--max-new-tokens", "6", "--budget", "200", "--quiet"]) == 0
+    assert "== Speculative Rejection against Best-of-N" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def three_label_dir(tmp_path_factory):
+    """A 3-class sequence classifier with named labels, saved hub-style."""
+    from transformers import LlamaForSequenceClassification
+
+    torch.manual_seed(3)
+    tok = build_tokenizer()
+    model = LlamaForSequenceClassification(_llama_config(tok, num_labels=3, id2label={0: "bad", 1: "ok", 2: "good"},
+                                                         label2id={"bad": 0, "ok": 1, "good": 2}))
+    path = tmp_path_factory.mktemp("three-labels")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path), model.eval(), tok
+
+
+def test_a_reward_model_scores_the_output_its_label_names_in_batches(three_label_dir):
+    path, model, tok = three_label_dir
+    answers = ["Drink water.", "Sleep well and walk every day.", "Hello!"]
+    logits = load_reward(f"hf:{path}", batch_size=3).model
+    by_index = {i: load_reward(f"hf:{path}", label=i, batch_size=1) for i in range(3)}
+    by_name = load_reward(f"hf:{path}", label="good", batch_size=2)
+    assert by_name.name.endswith("#good") and by_index[0].name == f"hf:{path}"
+    assert by_index[2] is not by_name and by_index[1] is not by_index[2]   # cached apart
+    full = [load_reward(f"hf:{path}", batch_size=3)._text(PROMPT, a) for a in answers]
+    with torch.inference_mode():
+        enc = by_name.tokenizer(full, return_tensors="pt", padding=True, add_special_tokens=False)
+        want = logits(**enc).logits.float()
+    for i, reward in by_index.items():
+        assert reward.score(PROMPT, answers).scores == pytest.approx(want[:, i].tolist(), abs=1e-5)
+    assert by_name.score(PROMPT, answers).scores == pytest.approx(want[:, 2].tolist(), abs=1e-5)
+    loaded = load_reward(model, tokenizer=tok, label="ok")
+    assert loaded.score(PROMPT, answers).scores == pytest.approx(want[:, 1].tolist(), abs=1e-5)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"label": 3}, "has 3 outputs: label must be 0 to 2 or a label name, not 3"),
+    ({"label": "great"}, "has no label 'great': its labels are 0 ('bad'), 1 ('ok'), 2 ('good')"),
+    ({"batch_size": 0}, "batch_size must be a whole number of answers >= 1, not 0"),
+])
+def test_a_wrong_label_or_batch_size_is_a_reward_error(three_label_dir, kw, words):
+    with pytest.raises(RewardError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_reward(f"hf:{three_label_dir[0]}", **kw)
+
+
+def test_label_and_batch_size_go_with_a_reward_model_only():
+    with pytest.raises(RewardError, match="go with a reward model"):
+        load_reward("confidence", label=1)
+
+
+def test_the_three_failure_kinds_are_exported():
+    assert specrej.ModelError is ModelSpecError and issubclass(specrej.BudgetError, ValueError)
+    with pytest.raises(specrej.ModelError):
+        load_generator("/no/such/folder")
+
+
+# ------------------------------------------------------------------ the CLI repeats a race and prints its spread
+def test_the_cli_repeats_a_race_and_prints_the_wall_ratios_spread(tiny_lm_dir, tiny_reward_dir, tmp_path, capsys):
+    from specrej.cli import main
+
+    out = tmp_path / "trace.json"
+    argv = ["--model", tiny_lm_dir, "--reward", f"hf:{tiny_reward_dir}", "--prompt", PROMPT, "--n", "4",
+            "--max-new-tokens", "6", "--budget", "200", "--dtype", "fp32", "--quiet", "--repeat", "3",
+            "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "== wall time over 3 races (the same settings and seed: each race wrote the same tokens)" in text
+    line = next(x for x in text.splitlines() if "wall ratio bon/sr" in x)
+    walls = json.loads(out.read_text())["wall_s_per_race"]
+    ratios = sorted(w["bon"] / w["sr"] for w in walls)
+    assert len(walls) == 3 and f"{ratios[1]:.2f} median, {ratios[0]:.2f} to {ratios[2]:.2f}" in line
+
+
+@pytest.mark.parametrize("extra, words", [(["--repeat", "0"], "--repeat must be a whole number of races >= 1"),
+                                          (["--repeat", "2", "--stop-when-matched"], "leave out --stop-when-matched")])
+def test_the_cli_refuses_a_repeat_it_cannot_time(tiny_lm_dir, extra, words, capsys):
+    from specrej.cli import main
+
+    assert main(["--model", tiny_lm_dir, "--prompt", PROMPT, "--n", "4", "--quiet", *extra]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_a_repeat_that_writes_other_tokens_is_refused():
+    from specrej.cli import repeat_walls
+    from specrej import Tally
+    from specrej.core.events import Candidate, Ledger
+
+    def tally(tokens, winner):
+        t = Tally()
+        cands = (Candidate(id=winner, text="x", score=1.0, tokens=tokens, status="finished", finish_reason="length"),)
+        t.add(Finished(arm="bon", winner=cands[0], candidates=cands, rounds=1,
+                       ledger=Ledger(generated_tokens=tokens, wall_s=1.0)))
+        return t
+
+    first = tally(8, 0)
+    assert repeat_walls(tally(8, 0), first) == {"bon": 1.0}
+    with pytest.raises(ValueError, match="not the same"):
+        repeat_walls(tally(9, 0), first)

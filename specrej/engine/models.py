@@ -30,7 +30,10 @@ EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 class ModelSpecError(ValueError):
-    """A model spec that names nothing loadable."""
+    """A model spec that names nothing loadable, or a model of a kind that cannot generate (``ModelError``)."""
+
+
+ModelError = ModelSpecError   # the library's three failure kinds: ModelError, RewardError, BudgetError
 
 
 def cache_dir() -> Path:
