@@ -2,6 +2,7 @@
 
     python scripts/step_profile.py               # rows 1, 8, 32, 128, both dtypes (bf16 where the CPU has it)
     python scripts/step_profile.py --rows 32 --steps 20 --dtypes fp32
+    python scripts/step_profile.py --groups 1 3 --rows 8 32 --steps 40 --dtypes fp32   # layers a graph, paired
 
 Prints, from one process on one machine (run it quiet):
 1. per dtype, the roofline: the larger of (weights / measured read bandwidth) and (2 x params x rows /
@@ -47,8 +48,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=12, help="timed steps per variant and row count")
     p.add_argument("--dtypes", nargs="+", default=None, choices=("fp32", "bf16"),
                    help="default: fp32, and bf16 where the CPU has bf16 matrix instructions")
+    p.add_argument("--groups", type=int, nargs=2, default=None, metavar=("A", "B"),
+                   help="instead: pair the compiled step built with A and with B layers a graph "
+                        "(SPECREJ_LAYERS_PER_GRAPH) at each --rows, alternating step by step, and check both write "
+                        "the same tokens")
     args = p.parse_args(argv)
     dtypes = args.dtypes or (["fp32", "bf16"] if precision.cpu_prefers_bf16() else ["fp32"])
+    if args.groups:
+        return compare_groups(args.groups, args.rows, dtypes, args.steps)
     ids = None
     print("| dtype | rows | roofline ms | compiled ms | eager ms | compiled / roofline | eager / compiled |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -125,6 +132,52 @@ def main(argv=None) -> int:
     print("| part | ms | share |\n|---|---:|---:|")
     for name, v in parts:
         print(f"| {name} | {v:.1f} | {v / ms:.0%} |")
+    return 0
+
+
+def compare_groups(groups, rows_list, dtypes, steps: int) -> int:
+    """Paired steps of the compiled step built with ``groups[0]`` and with ``groups[1]`` layers a graph."""
+    import os
+
+    from specrej import load_generator
+    from specrej.backends.hf import Engine, Sampling
+    from specrej.engine import compiled
+
+    print(f"| dtype | rows | {groups[0]} a graph ms | {groups[1]} a graph ms | ratio | paired ratio | same tokens |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for dt in dtypes:
+        lm = load_generator("embedded", dtype=dt)
+        ids = lm.render("Give me three tips for staying healthy.")
+        lm.eos_ids = frozenset()
+        built = {}
+        for g in groups:
+            os.environ[compiled.LAYERS_ENV] = str(g)
+            t = time.perf_counter()
+            built[g] = compiled.Step(lm.model)
+            compiled.warm(built[g])
+            print(f"<!-- {dt}: {built[g].group} layers a graph, built in {time.perf_counter() - t:.1f} s -->", flush=True)
+        for rows in rows_list:
+            rs = {}
+            for g, st in built.items():
+                compiled.use(lm.model, st)
+                rs[g] = Engine(lm, ids, sampling=Sampling(), seed=0, n_total=rows, max_new_tokens=10**6,
+                               stats=False).start(list(range(rows)))
+                for _ in range(3):
+                    rs[g].step()
+            times = {g: [] for g in rs}
+            for _ in range(steps):
+                for g in rs:
+                    compiled.use(lm.model, built[g])
+                    t = time.perf_counter()
+                    rs[g].step()
+                    times[g].append(time.perf_counter() - t)
+            a, b = (1000 * statistics.median(times[g]) for g in groups)
+            paired = statistics.median(x / y for x, y in zip(times[groups[0]], times[groups[1]]))
+            same = rs[groups[0]].tokens == rs[groups[1]].tokens
+            print(f"| {dt} | {rows} | {a:.1f} | {b:.1f} | {a / b:.3f}x | {paired:.3f}x | "
+                  f"{'yes' if same else 'NO'} ({sum(map(len, rs[groups[0]].tokens))} tokens) |", flush=True)
+            for r in rs.values():
+                r.release()
     return 0
 
 

@@ -128,6 +128,30 @@ def test_the_eager_fallback_writes_what_the_compiled_step_writes_on_the_tiny_mod
     assert kind == "eager" and eager_out == compiled_out
 
 
+@pytest.mark.parametrize("layers, env, want", [(30, None, 3), (2, None, 2), (28, None, 2), (29, None, 1),
+                                              (30, "5", 5), (30, "4", 3), (30, "1", 1), (30, "99", 30), (30, "x", 3)])
+def test_a_graph_runs_the_largest_even_share_of_layers_up_to_the_setting(monkeypatch, layers, env, want):
+    if env is None:
+        monkeypatch.delenv(compiled.LAYERS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(compiled.LAYERS_ENV, env)
+    assert compiled.layers_per_graph(layers) == want
+
+
+def test_one_layer_a_graph_and_two_write_the_same_tokens(lm32, monkeypatch):
+    """A run of layers in one graph computes what one graph a layer computes, row by row (the tiny model's two
+    layers: one graph of two, or two calls of one)."""
+    monkeypatch.setenv(compiled.LAYERS_ENV, "2")
+    compiled._steps.pop(lm32.model, None)
+    two, kind = decode(lm32, list(range(6)))
+    assert kind == "compiled" and compiled.step_for(lm32.model).group == 2
+    monkeypatch.setenv(compiled.LAYERS_ENV, "1")
+    compiled._steps.pop(lm32.model, None)
+    one, _ = decode(lm32, list(range(6)))
+    assert compiled.step_for(lm32.model).group == 1 and len(compiled.step_for(lm32.model).groups) == 2
+    assert one == two
+
+
 def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path):
     """scripts/gpu_check.sh with DRY=1: tiny versions of both configs on the CPU, eager and compiled, and a
     coupled race whose Speculative Rejection pruned and never diverged from Best-of-N."""

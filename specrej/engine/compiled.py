@@ -32,6 +32,8 @@ from .packed import lone_row_padded, prepack_refused
 
 log = logging.getLogger("specrej.engine.compiled")
 COMPILE_ENV = "SPECREJ_COMPILE"
+LAYERS_ENV = "SPECREJ_LAYERS_PER_GRAPH"
+LAYERS_PER_GRAPH = 3  # layers one compiled graph runs (docs/performance.md: fewer calls a step, a longer first build)
 CHUNK = 32            # own-token buffers grow by this many positions
 FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
 
@@ -87,6 +89,17 @@ def unsupported(model) -> str | None:
     return None
 
 
+def layers_per_graph(layers: int) -> int:
+    """How many layers one compiled graph runs for a model of ``layers``: the largest divisor of ``layers`` up to
+    ``SPECREJ_LAYERS_PER_GRAPH`` (default ``LAYERS_PER_GRAPH``), so every call runs the same graph."""
+    try:
+        want = int(os.environ.get(LAYERS_ENV, "").strip() or LAYERS_PER_GRAPH)
+    except ValueError:
+        want = LAYERS_PER_GRAPH
+    want = max(1, min(want, layers))
+    return next(g for g in range(want, 0, -1) if layers % g == 0)
+
+
 def linear_dtype(dtype: torch.dtype) -> tuple[torch.dtype, str | None]:
     """The dtype the compiled step's CPU linears compute in for a model in ``dtype``, and why, where it is not
     ``dtype`` itself: oneDNN's prepacked ``dtype`` where this CPU takes it, else fp32 (which every x86-64 CPU
@@ -114,8 +127,9 @@ _NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 class Step:
     """The model's decoding step as tensors: ``step(tok, pos, g, own, pre)``.
 
-    Compiled as two graphs: one layer (called once per layer with that layer's weights, so a 30-layer
-    model compiles one layer, not thirty) and the ends (embedding, rotary, mask; final norm, head)."""
+    Compiled as three graphs: a run of ``layers_per_graph`` layers (called once per run with those layers'
+    weights, so a 30-layer model compiles three layers, not thirty, and a step makes ten calls) and the ends
+    (embedding, rotary, mask; final norm, head)."""
 
     def __init__(self, model, compile_: bool = True, mode: str | None = None):
         """``mode``: torch.compile's (``"reduce-overhead"``: CUDA graphs on a GPU; default inductor's kernels)."""
@@ -164,6 +178,8 @@ class Step:
             self.layer_w.append((layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
                                  kqkv, ko, kgu, kdown,
                                  None if qn is None else qn.weight, None if kn is None else kn.weight))
+        self.group = layers_per_graph(self.layers_n)
+        self.groups = [tuple(self.layer_w[a:a + self.group]) for a in range(0, self.layers_n, self.group)]
         self.inter = n_gu // 2
         self.hidden = c.hidden_size
         self.norm = model.model.norm.weight
@@ -173,7 +189,7 @@ class Step:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         torch._inductor.config.cpp.dynamic_threads = True   # one kernel for any thread count (see ``warm``)
         wrap = (lambda f: torch.compile(f, fullgraph=True, mode=mode)) if compile_ else (lambda f: f)
-        self._start, self._layer, self._end = wrap(self._start_fn), wrap(self._layer_fn), wrap(self._end_fn)
+        self._start, self._layers, self._end = wrap(self._start_fn), wrap(self._layers_fn), wrap(self._end_fn)
 
     def release(self) -> None:
         for k in self._keys:
@@ -186,9 +202,9 @@ class Step:
         fp32: the embeddings, each layer's output, the last one normed, as transformers'
         ``output_hidden_states`` gives them). ``gi``: g as an int (read from ``g`` when not given).
 
-        Each layer's graph attends to the prompt, the rows' earlier tokens and the current one, and returns
-        the current key and value, written into ``own`` here, between graphs: written inside a graph, the
-        in-place write becomes a copy of the whole buffer per layer (functionalisation)."""
+        Each layer attends to the prompt, the rows' earlier tokens and the current one; a run of layers returns
+        their current keys and values, written into ``own`` here, between graphs: written inside a graph, the
+        in-place write becomes a copy of the whole buffer (functionalisation)."""
         gi = int(g) if gi is None else gi
         mark = torch._dynamo.mark_dynamic if self.compiled else (lambda t, dims: None)
         mark(tok, 0)
@@ -196,19 +212,19 @@ class Step:
         mark(x, 0)
         mark(mask, 0)
         states = [x] if hidden else None
-        for li, (ln1, ln2, kqkv, ko, kgu, kdown, qn, kn) in enumerate(self.layer_w):
-            o, p = own[li], pre[li]
-            mark(o, (1, 3))
-            mark(p, 2)
-            x, k, v = self._layer(x, cos, sin, mask, o, p, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn)
-            o[0, :, :, gi].copy_(k)
-            o[1, :, :, gi].copy_(v)
-            if hidden and li < self.layers_n - 1:
-                states.append(x)
+        for a, weights in zip(range(0, self.layers_n, self.group), self.groups):
+            o, p = own[a:a + self.group], pre[a:a + self.group]
+            mark(o, (2, 4))
+            mark(p, 3)
+            x, ks, vs, xs = self._layers(x, cos, sin, mask, o, p, weights)
+            o[:, 0, :, :, gi].copy_(ks)
+            o[:, 1, :, :, gi].copy_(vs)
+            if hidden:
+                states.extend(xs.unbind(0))
         logits, normed = self._end(x)
         if not hidden:
             return logits
-        return logits, torch.stack(states + [normed], dim=1).float()
+        return logits, torch.stack(states[:-1] + [normed], dim=1).float()   # the last layer's output is normed
 
     def _start_fn(self, tok, pos, g, t_axis):
         x = self.embed[tok]                                                # [R, hidden]
@@ -219,6 +235,17 @@ class Step:
         t = torch.arange(t_axis.shape[0], device=tok.device)
         mask = torch.where(t < g, 0.0, float("-inf"))                     # [T]: the own tokens before this one
         return x, cos, sin, mask
+
+    def _layers_fn(self, x, cos, sin, mask, own, pre, weights):
+        """A run of layers (``weights``: each layer's, ``own``/``pre``: their slices of the caches): the last
+        one's output, every layer's current key and value (stacked), and every layer's output (stacked)."""
+        ks, vs, xs = [], [], []
+        for i, w in enumerate(weights):
+            x, k, v = self._layer_fn(x, cos, sin, mask, own[i], pre[i], *w)
+            ks.append(k)
+            vs.append(v)
+            xs.append(x)
+        return x, torch.stack(ks), torch.stack(vs), torch.stack(xs)
 
     def _layer_fn(self, x, cos, sin, mask, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
         R = x.shape[0]
