@@ -8,13 +8,16 @@ from pathlib import Path
 import pytest
 from conftest import HANG_GUARD_S, wait_for
 
+from components.deploy import gradio_private
+
 gr = pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE = ("._queue", "event_queue_per_concurrency_id", "active_jobs", "fn._id", "sleep_when_free",
            "GRADIO_CACHE", "state_holder", ".fns", ".validator =", "skip_api", "pending_messages_per_session",
-           "event_ids_to_events", 'getattr(request, "request"', "request.request")   # issue 41 (4): blocks.fns, gr.Request.request
+           "event_ids_to_events", 'getattr(request, "request"', "request.request",   # issue 41 (4): blocks.fns, gr.Request.request
+           "server_app", ".iterators")   # issue 50 (6): the running events' iterator table
 
 
 def test_the_adapter_finds_everything_it_reads_in_this_gradio():
@@ -84,3 +87,45 @@ def test_no_other_module_reads_gradios_private_state():
         src = path.read_text(encoding="utf-8")
         found += [f"{path.relative_to(ROOT)}: {name}" for name in PRIVATE if name in src]
     assert not found, found
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_cancel_racing_its_runs_end_deletes_the_iterator_once_without_a_key_error(lenient):
+    """Gradio's own ``Queue.reset_iterators`` (every run's task calls it as the run ends) checks that the event's
+    iterator is stored, then awaits the app's lock; a ``/cancel`` that took the lock first deletes it. On Gradio's
+    plain table the reset's delete then raised KeyError (logged as "Task exception was never retrieved", issue 50);
+    on the table ``forgive_dropped_iterators`` installs, the second delete does nothing."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from gradio.queueing import Queue
+
+    async def closed():
+        yield None
+
+    async def scenario():
+        app = SimpleNamespace(iterators={"ev1": closed(), "ev2": closed()}, lock=asyncio.Lock())
+        blocks = SimpleNamespace(server_app=app)
+        if lenient:
+            assert gradio_private.forgive_dropped_iterators(blocks)
+            assert set(app.iterators) == {"ev1", "ev2"}   # the entries kept
+        queue = SimpleNamespace(server_app=app)
+        async with app.lock:   # /cancel holds the lock...
+            reset = asyncio.ensure_future(Queue.reset_iterators(queue, "ev1"))   # ...the run ends: its check passes
+            await asyncio.sleep(0)
+            del app.iterators["ev1"]   # /cancel deletes the entry
+        await reset
+        return app
+
+    if lenient:
+        app = asyncio.run(scenario())
+        assert set(app.iterators) == {"ev2"}
+    else:
+        with pytest.raises(KeyError, match="ev1"):
+            asyncio.run(scenario())
+
+
+def test_forgiving_needs_a_launched_app():
+    from types import SimpleNamespace
+
+    assert gradio_private.forgive_dropped_iterators(SimpleNamespace(server_app=None)) is False

@@ -117,6 +117,8 @@ class ApiGate:
             if owner is not None and owner != body.get("session_hash"):   # another session's run: only it may end it
                 return await _json(send, 404, {"detail": "No such event in this session."})
             self.guard.note_cancel(body)
+            if self.guard.blocks is not None:   # a cancel racing its run's end raised KeyError in Gradio
+                gradio_private.forgive_dropped_iterators(self.guard.blocks)
         if head in ("run", "api") or route == ["queue", "join"]:
             refused = self._refuse(head, route[1] if len(route) > 1 else "", body)
             if refused:

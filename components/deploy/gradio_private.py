@@ -1,16 +1,17 @@
-"""Every read (and the one write) of Gradio's private state, in one place.
+"""Every read and write of Gradio's private state, in one place.
 
 The guard needs a few things Gradio has no public API for: the app's events (their handlers, inputs and
 triggers; it wraps some handlers and gives every queued event its validator), the request behind a
 ``gr.Request``, which events are waiting in its queue or running
 (to count a client's runs and to find the run a ``/cancel`` names), how often its queue loop wakes, which
-folder it serves downloads from, and the sessions it holds state for (to forget idle ones). They are private attributes that a Gradio release may rename or
+folder it serves downloads from, the sessions it holds state for (to forget idle ones), and the running events'
+iterator table (made to forgive a second delete: a cancel racing its run's end). They are private attributes that a Gradio release may rename or
 move; here each is read through one small function, and ``check(blocks)`` looks for every one of them, so
 ``tests/test_gradio_private.py`` fails loudly, naming the attribute, when a release moves one (checked
 against ``TESTED_WITH``). Nothing else in the app reads or writes an event's ``BlockFunction`` (``blocks.fns``: its handler, inputs,
 validator), reads a ``gr.Request``'s ``request``, or reads ``_queue``, ``event_queue_per_concurrency_id``,
 ``active_jobs``, ``pending_messages_per_session``, ``pending_event_ids_session``, ``event_ids_to_events``, an
-event's ``_id``, a function's ``_id`` or the ``state_holder``.
+event's ``_id``, a function's ``_id``, the ``state_holder`` or the server app's ``iterators``.
 """
 from __future__ import annotations
 
@@ -190,6 +191,30 @@ def drop_idle_sessions(blocks, idle_s: float) -> int:
             holder.session_data.pop(h, None)
             holder.time_last_used.pop(h, None)
     return len(idle)
+
+
+class _RunIterators(dict):
+    """Gradio's table of running events' iterators (``App.iterators``), where deleting an event already gone is
+    a no-op. Gradio deletes an event's entry in two places, each after checking it is there and then awaiting
+    the app's lock: ``/cancel`` and the queue's ``reset_iterators`` (which every run's task calls as it ends).
+    A cancel and the end of the run it cancels can both pass the check; the second to take the lock then raised
+    KeyError: in the run's task ("Task exception was never retrieved ... KeyError: '<event id>'", issue 50) or
+    as a 500 from ``/cancel``."""
+
+    def __delitem__(self, key) -> None:
+        self.pop(key, None)
+
+
+def forgive_dropped_iterators(blocks) -> bool:
+    """Make the launched app's iterator table a ``_RunIterators`` (once; its entries kept). False where the
+    app is not launched yet. The guard calls it before it lets a ``/cancel`` through."""
+    app = getattr(blocks, "server_app", None)
+    table = getattr(app, "iterators", None)
+    if table is None:
+        return False
+    if not isinstance(table, _RunIterators):
+        app.iterators = _RunIterators(table)
+    return True
 
 
 def check(blocks, *, event: Any = None) -> None:
