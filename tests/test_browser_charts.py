@@ -104,6 +104,9 @@ def test_the_result_reads_on_a_slide_in_time_and_in_flops(browser, app_url):
 
     page.click("#x-axis label:has-text('FLOPs')")
     page.wait_for_function("document.querySelector('#race-plot .xtitle').textContent.includes('FLOPs')")
+    # the ticks in FLOPs too (under load they were redrawn after the title: a CI run read the time axis's 3 10 30 100)
+    page.wait_for_function("(() => { const t = [...document.querySelectorAll('#race-plot .xaxislayer-above .xtick text')]"
+                           ".map(e => e.textContent); return t.length >= 3 && t.every(x => /[kMGT]$/.test(x)); })()")
     time.sleep(0.5)
     labels = readable_ticks(page, suffixes="kMGT")
     label = race_label(page)
