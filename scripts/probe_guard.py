@@ -1,4 +1,4 @@
-"""A hostile probe of the served app's guards (issue 42): request classes a visitor can send, counted.
+"""A hostile probe of the served app's guards (issues 42 and 50): request classes a visitor can send, counted.
 
 Starts ``python app.py`` as a Space would run it (``SPACE_ID`` set: one trusted proxy in front, the address is the
 right-most ``X-Forwarded-For`` entry) on loopback, with tiny random models by default (the test suite's kind: the
@@ -37,6 +37,7 @@ def main() -> None:
     p.add_argument("--model")
     p.add_argument("--reward")
     p.add_argument("--streams", type=int, default=300, help="junk event streams of sessions that do not exist")
+    p.add_argument("--sessions", type=int, default=1400, help="made-up sessions, each loading the page's state")
     args = p.parse_args()
     import httpx
 
@@ -89,6 +90,24 @@ def main() -> None:
                                      for _ in range(20)])
         tally("nested body", [httpx.post(f"{api}/queue/join", content=b"[" * 5000,
                                          headers={"content-type": "application/json"}, timeout=30) for _ in range(20)])
+        # round six (issue 50): Gradio's own input checks, junk ids on GET routes, made-up sessions
+        sid = lambda i: f"probe{i:06d}"   # noqa: E731
+        tally("run/rerender_race, a choice no chart has", [httpx.post(f"{api}/run/rerender_race", timeout=30, json={
+            "data": [None, "zz"], "session_hash": sid(i)}) for i in range(10)])
+        tally("run/load_example, index 999999 or 'x'", [httpx.post(f"{api}/run/load_example", timeout=30, json={
+            "data": [v], "session_hash": sid(i)}) for i, v in enumerate([999999, "x"] * 5)])
+        tally("run/show_parameters [['x']]", [httpx.post(f"{api}/run/show_parameters", timeout=30, json={
+            "data": [["x"]], "session_hash": sid(i)}) for i in range(10)])
+        tally("GET heartbeat/<%00abc or %0d%0a>", [httpx.get(f"{api}/heartbeat/{v}", timeout=30)
+                                                   for v in ["%00abc", "%0d%0a"] * 5])
+        tally("GET /pwa_icon/abc", [httpx.get(f"{base}/pwa_icon/abc", timeout=30) for _ in range(10)])
+        flood = {}
+        for i in range(args.sessions):   # what a page calls as it loads, each under a fresh session hash
+            for route, data in (("register", [None]), ("from_link", [])):
+                r = httpx.post(f"{api}/run/{route}", json={"data": data, "session_hash": f"flood{i:06d}"}, timeout=30)
+                flood[r.status_code] = flood.get(r.status_code, 0) + 1
+        out["classes"][f"{args.sessions} made-up sessions (register + from_link)"] = flood
+        out["rss_after_flood_mb"] = round(rss_mb(server.pid))
         # seven runs from seven addresses of one IPv6 /64 (the probe of issue 42 saw all seven admitted)
         from gradio_client import Client
 
@@ -101,9 +120,26 @@ def main() -> None:
         for k, v in (("n", 2), ("max_new_tokens", 4)):
             data[names.index(k)] = v
         kw = dict(zip(names, data))
+        # what a run may not carry (issue 50, 7 and round five): blank but for zero-width spaces, control
+        # characters, a seed past what a browser's number keeps
+        bad = {"prompt of zero-width spaces": {"prompt": "\u200b\u200b"},
+               "prompt with control characters": {"prompt": "a\x00b\x07\x1b[31m"},
+               "seed 9007199254740993": {"seed": 9007199254740993}}
+        refused = {}
+        for name, change in bad.items():
+            c = Client(base, verbose=False, analytics_enabled=False, headers={"X-Forwarded-For": "6.6.6.7"})
+            try:
+                result = c.predict(**{**kw, **change}, api_name="/run")
+                refused[name] = str(result)[:140]
+            except Exception as e:
+                refused[name] = str(e)[:140]
+            c.close()
+        out["refused_runs"] = refused
+        # seven runs from seven /64s of one household's /56 (the probe of issue 50 saw all seven admitted when
+        # addresses were grouped per /64)
         clients = [Client(base, verbose=False, analytics_enabled=False,
-                          headers={"X-Forwarded-For": f"6.6.6.6, 2001:db8::{i}"}) for i in range(1, 8)]
-        jobs = [c.submit(**kw, api_name="/run") for c in clients]   # seven sessions, one /64
+                          headers={"X-Forwarded-For": f"6.6.6.6, 2001:db8:0:{i}::1"}) for i in range(1, 8)]
+        jobs = [c.submit(**kw, api_name="/run") for c in clients]   # seven sessions, one /56
         admitted, refusals = 0, []
         for job in jobs:
             try:
@@ -113,8 +149,20 @@ def main() -> None:
                 refusals.append(str(e)[:160])
         for c in clients:
             c.close()
-        out["classes"]["seven runs from one IPv6 /64"] = {"admitted": admitted, "refused": len(refusals)}
+        out["classes"]["seven runs from seven /64s of one IPv6 /56"] = {"admitted": admitted, "refused": len(refusals)}
         out["v6_refusal"] = refusals[0] if refusals else None
+        # a session cancelling its own running race (the probe of issue 50 saw "Task exception was never
+        # retrieved ... KeyError" once): five times, at a different moment of the race each time
+        long = {**kw, "max_new_tokens": 48}
+        cancels = []
+        for k in range(5):
+            c = Client(base, verbose=False, analytics_enabled=False, headers={"X-Forwarded-For": f"6.6.7.{k}"})
+            job = c.submit(**long, api_name="/run")
+            time.sleep(0.3 * (k + 1))
+            cancels.append(bool(job.cancel()))
+            time.sleep(1)
+            c.close()
+        out["classes"]["own race cancelled"] = {"cancel answered": sum(cancels), "times": len(cancels)}
         time.sleep(2)
         out["rss_after_mb"] = round(rss_mb(server.pid))
         text = log_path.read_text(errors="replace")
@@ -124,6 +172,7 @@ def main() -> None:
         out["tracebacks"] = text.count("Traceback")
         out["exception_in_asgi"] = text.count("Exception in ASGI application")
         out["http_500"] = sum(c.get(500, 0) for c in out["classes"].values())
+        out["key_errors"] = text.count("KeyError")
     finally:
         server.terminate()
         try:
