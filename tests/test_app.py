@@ -100,6 +100,24 @@ def test_frames_stream_a_whole_race_and_charts_are_valid_plotly(ctx, raced):
     assert not ctx.active
 
 
+def test_a_budget_error_reads_the_same_from_the_library_the_cli_and_the_page(ctx, tiny_lm_dir, tiny_reward_dir, capsys):
+    """Issue 51 (2): one failure kind, one wording, whichever door it comes through (the page escapes markdown)."""
+    from specrej import BudgetError, RunConfig, best_of_n, load_generator, load_reward, run_to_completion
+    from specrej.cli import main
+
+    cfg = {k: v for k, v in SMALL.items() if k in RunConfig.__dataclass_fields__}
+    with pytest.raises(BudgetError) as err:
+        run_to_completion(best_of_n(load_generator(tiny_lm_dir), load_reward(f"hf:{tiny_reward_dir}"),
+                                    RunConfig(prompt=PROMPT, **{**cfg, "budget": 50})))
+    words = str(err.value)
+    assert "budget of 50 KV slots" in words
+    page = race_frames(ctx, request(ctx, budget=50))[-1].status
+    assert page.replace("\\", "") == f"**Can't run:** {words}", page
+    assert main(["--model", tiny_lm_dir, "--reward", f"hf:{tiny_reward_dir}", "--prompt", PROMPT, "--n", "8",
+                 "--budget", "50", "--max-new-tokens", str(SMALL["max_new_tokens"]), "--quiet"]) == 2
+    assert f"error: {words}" in capsys.readouterr().err
+
+
 def test_bad_input_gives_a_message_and_starts_nothing(ctx):
 
     for overrides, needle in [(dict(prompt="   "), "prompt is empty"), (dict(n=0), "n must be a whole number from 1 to"),
