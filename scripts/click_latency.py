@@ -107,6 +107,7 @@ class Driver:
             if (u := time.perf_counter() - t) > 0.05:
                 row["unlock_s"] = round(u, 2)
         before = self.page.evaluate(PLAY)
+        row["at"] = round(time.time(), 3)   # the wall clock of the click: to line it up with a server's own log
         t0 = time.perf_counter()
         if key is not None:
             self.page.keyboard.press(key)

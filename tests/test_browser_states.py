@@ -108,8 +108,9 @@ def no_error(page):
 
 def never_back(page):
     """The status line never showed an earlier play after a later one."""
-    seen = [p for _, p in page.evaluate("window.__log") if p is not None]
-    assert all(a <= b for a, b in zip(seen, seen[1:])), seen
+    log = [(text, p) for text, p in page.evaluate("window.__log") if p is not None]
+    back = [i for i in range(1, len(log)) if log[i][1] < log[i - 1][1]]
+    assert not back, [(log[i - 1][1], log[i - 1][0][:80], log[i][1], log[i][0][:80]) for i in back]   # what came back
 
 
 def label(page, sel) -> str:
