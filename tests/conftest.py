@@ -192,10 +192,15 @@ def serve(ctx, **build):
     import app
     from gradio_client import Client
 
+    import httpx
+
     demo = app.build_demo(ctx, **build)
     url = launch_local(demo)
+    # a request's answer may wait on the server's work: /cancel waits for the run's task, which finishes the step it
+    # is in (a model load, a prefill); under three spinners and a second test worker that passed httpx's 5 s
+    patient = httpx.Timeout(30.0, read=HANG_GUARD_S)
     try:
-        yield demo, Client(url, verbose=False, analytics_enabled=False), url
+        yield demo, Client(url, verbose=False, analytics_enabled=False, httpx_kwargs={"timeout": patient}), url
     finally:
         demo.close()
 

@@ -267,7 +267,9 @@ def test_stop_in_a_real_browser_and_run_again(browser, app_url, caplog):
         page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Racing')")
     except Exception:
         raise AssertionError(f"no 'Racing'; it showed {page.evaluate('window.__statuses')!r}") from None
-    page.click("#stop")
+    # pressed at once (Playwright's click first waits for the button to hold still; under three spinners the
+    # page's redraws kept it waiting until the race had ended, and Stop then rightly said "Nothing to stop")
+    page.evaluate("document.querySelector('#stop').click()")
     try:
         page.wait_for_function("document.querySelector('#status [data-testid=markdown]').textContent.includes('Stopped')", timeout=30_000)
     except Exception:
