@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reward", help="your reward model: a folder or hub id of a sequence-classification model")
     p.add_argument("--prompts", type=Path, help="a JSONL file of prompts (default: three written here)")
     p.add_argument("--work", type=Path, default=Path("own-models"), help="where the models and results go")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
+                   help="the generator's precision, the same for every path (auto picks by a timing probe, which "
+                        "under load can pick differently in the CLI's process)")
     args = p.parse_args(argv)
 
     from specrej import Tally, load_generator, load_reward, race_arms, race_many, read_rows, RunConfig
@@ -80,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         prompts = args.work / "prompts.jsonl"
         prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in PROMPTS))
     show("1. Loaded by path", f"generator {lm_dir}\nreward    hf:{rm_dir}")
-    lm, reward = load_generator(lm_dir), load_reward(f"hf:{rm_dir}")
-    print(f"generator: {lm.n_params:,} parameters, {str(lm.dtype).removeprefix('torch.')} (this CPU's pick); "
+    lm, reward = load_generator(lm_dir, dtype=args.dtype), load_reward(f"hf:{rm_dir}")
+    print(f"generator: {lm.n_params:,} parameters, {str(lm.dtype).removeprefix('torch.')}; "
           f"reward: {reward.n_params:,} parameters, named {reward.name!r}")
 
     show("2. Raced over the prompts with race_many")
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     cli_out.unlink(missing_ok=True)
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in SETTINGS.items()]
     command = [sys.executable, "-m", "specrej", "--model", lm_dir, "--reward", f"hf:{rm_dir}", "--prompts",
-               str(prompts), "--out", str(cli_out), "--arms", *ARMS, *flags, "--quiet"]
+               str(prompts), "--out", str(cli_out), "--arms", *ARMS, *flags, "--dtype", args.dtype, "--quiet"]
     print("$ python -m specrej " + " ".join(command[3:]))
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
