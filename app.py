@@ -38,7 +38,9 @@ TITLE = "Speculative Rejection vs Best-of-N"
 log = logging.getLogger("specrej.app")
 # A play button pressed while its own play runs (Run during a race): the page's default, "once", drops the new
 # trigger while the old one is pending, so the old race stopped and nothing started (issue 47). The old play's
-# handler ends at once (``Session.on_stale``), and the newest press runs right after it.
+# handler ends at once (``Session.on_stale``), and the newest press runs right after it. A press deferred so
+# while Stop's cancel of that play is in flight is dropped by the page when the cancel clears it: the page's head
+# holds such a press until the cancel is done (``assets/presses.js``).
 PRESSED_AGAIN = "always_last"
 THEME = gr.themes.Default(primary_hue="orange", neutral_hue="slate")
 
@@ -177,7 +179,7 @@ def quiet_end(page: ui.Page, session, play: int):
 
 
 def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions: Sessions):
-    """Run (and Enter in the prompt): the race, streamed; returns its event (Stop cancels it)."""
+    """Run (and Shift+Enter in the prompt): the race, streamed; returns its event (Stop cancels it)."""
     c, a = page.controls, page.arena
 
     def run(*values):
@@ -199,9 +201,9 @@ def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions:
     race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
                 concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
                 preprocess=False, trigger_mode=PRESSED_AGAIN)
-    # Run and Enter in the prompt: say at once that the run is starting, or waiting when every slot is
-    # taken (the queue position shows on the status line), then start the race in the queue; one handler,
-    # one API name.
+    # Run and Shift+Enter in the prompt (a two-line box: Enter is a new line): say at once that the run is
+    # starting, or waiting when every slot is taken (the queue position shows on the status line), then start
+    # the race in the queue; one handler, one API name.
     # A Run pressed while something plays stops it at once (``play.TABLE``), so the race in progress frees the
     # machine for this one. In lecture mode every other control locks first (``lecture.lock_step``).
     def press_run(session, request: gr.Request):

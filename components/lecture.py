@@ -98,8 +98,8 @@ def locks(page: Any, playing: bool, lecture: bool = True) -> dict:
 
 
 def lock_step(page: Any, press: Any = None, pressed: Any = None) -> dict:
-    """The first step of every play's chain (Run, Enter in the prompt, Replay, Paper scale; "Run it live" presses
-    Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
+    """The first step of every play's chain (Run, Shift+Enter in the prompt, Replay, Paper scale; "Run it live"
+    presses Run): the locks, before the play starts, so that they always land before the play's end lifts them (a
     separate event on the same click raced an instant replay and landed after it). ``press(session, request)``,
     when given, runs in the same step and its value goes to ``pressed`` (Run and Paper scale: the press that stops
     what plays, and the status saying what starts): one round trip fewer between a click and its play."""

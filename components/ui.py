@@ -73,10 +73,13 @@ def css_path() -> Path:
 def page_head() -> str:
     """CSS for the page around the app (Gradio scopes ``css_paths`` to inside the app, so rules on its own
     container go in the page's head): on a phone the container's side padding shrinks to fit 390 px; lecture
-    mode's layout and the clicker's keys (``components/lecture.py``)."""
+    mode's layout and the clicker's keys (``components/lecture.py``); a play pressed while the page still
+    cancels the stopped one is held until that cancel is done, then pressed (``assets/presses.js``: Gradio's
+    page would drop it)."""
     from components import lecture
 
-    return f"<style>{_read('page.css')}</style>" + lecture.head(_read("lecture.css"))
+    return (f"<style>{_read('page.css')}</style><script>{_read('presses.js')}</script>"
+            + lecture.head(_read("lecture.css")))
 
 
 # ---------------------------------------------------------------- controls

@@ -257,3 +257,44 @@ def test_the_qr_code_sits_in_its_box_and_decodes_to_the_link_that_keeps_step_mod
             other.close()
     finally:
         page.close()
+
+
+def test_run_pressed_as_soon_as_stop_unlocks_it_starts_the_new_race(browser, served):
+    """Stop, then Run the moment Stop's unlock lands, while the page's cancel of the stopped race is still on its
+    way (held here for 1.5 s, as a loaded server answers it: CI, 2026-12-06, showed "Starting the race…" for 120 s).
+    Gradio's page defers a press of a play that is pending and drops it when that play is then cancelled, so the
+    new race never started. The press waits for the cancel, then goes through: Run, Replay and Shift+Enter alike, and a
+    Run pressed in the same tick as Stop, before the page has even sent the cancel."""
+    url, _ = served
+    DELAY["s"] = 1.0
+    page = open_page(browser, url)
+
+    def slow_cancel(route):
+        time.sleep(1.5)
+        route.continue_()
+
+    page.route("**/gradio_api/cancel", slow_cancel)
+    try:
+        page.click("#run")
+        play = new_play(page, 0, "Racing")
+        for press, says in (("document.querySelector('#run').click()", "Racing"),
+                            ("document.querySelector('#replay').click()", "Replaying"),
+                            ("document.querySelector('#run').click()", "Racing"),
+                            ("Shift+Enter", "Racing"),
+                            ("same tick", "Racing")):
+            if press == "same tick":   # Run in the same tick as Stop: before the page has sent the cancel
+                page.evaluate("document.querySelector('#stop').click(); document.querySelector('#run').click()")
+                play = new_play(page, play, says)
+                continue
+            page.evaluate("document.querySelector('#stop').click()")
+            page.wait_for_function("!document.querySelector('#run').disabled && !document.querySelector('#replay').disabled")
+            if press == "Shift+Enter":
+                page.locator("#prompt textarea").press("Shift+Enter")
+            else:
+                page.evaluate(press)
+            play = new_play(page, play, says)
+        page.click("#stop")
+        wait_status(page, "Stopped")
+    finally:
+        DELAY["s"] = 0.0
+        page.close()

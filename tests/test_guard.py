@@ -363,7 +363,7 @@ def test_the_api_is_run_and_stop_only(served_gated):
         r = httpx.post(f"{base}/call/{name}", json={"data": []}, timeout=30)
         assert r.status_code == 404 and "/run" in r.text and "/stop" in r.text, (name, r.status_code, r.text)
     assert httpx.post(f"{base}/call/stop", json={"data": []}, timeout=30).status_code == 200
-    # exactly one handler runs a race: the Run button and Enter in the prompt share it
+    # exactly one handler runs a race: the Run button and Shift+Enter in the prompt share it
     assert sum(fn.api_name == "run" for fn in demo.fns.values()) == 1
     assert not any(str(fn.api_name).startswith("run_") for fn in demo.fns.values())
 

@@ -44,7 +44,7 @@ PLAYING = frozenset({Phase.WARMING, Phase.RACING, Phase.REPLAYING})   # somethin
 class Button(str, Enum):
     """The race page's buttons (``ui.Controls``, ``ui.Arena``, ``ui.StepPanel``), by their element id."""
 
-    RUN = "run"               # and Enter in the prompt
+    RUN = "run"               # and Shift+Enter in the prompt (its submit)
     STOP = "stop"
     REPLAY = "replay"
     PAPER = "paper-scale"
