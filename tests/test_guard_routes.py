@@ -270,7 +270,7 @@ def test_stop_through_the_api_stops_the_callers_own_race_within_a_step(served, s
     monkeypatch.setattr(guard, "stop_session", stop_session)
     job = mine.submit(**kwargs(ctx, LONG, prompt="stopped by the api"), api_name="/run")
     theirs = other.submit(**kwargs(ctx, LONG, prompt="not mine"), api_name="/run")
-    assert wait_for(lambda: steps_by_prompt.get("stopped by the api", 0) >= 3)
+    assert wait_for(lambda: steps_by_prompt.get("stopped by the api", 0) >= 3), (steps_by_prompt, job.status())
     # a client with no run of its own has nothing to stop, and touches no one else's
     assert "Nothing to stop" in text(bystander.predict(api_name="/stop"))
     assert "Nothing to stop" not in text(mine.predict(api_name="/stop"))
@@ -292,7 +292,7 @@ def test_job_cancel_mid_run_stops_the_race_within_a_step(served, steps_by_prompt
     demo, ctx, url, gate = served
     mine = client(url, "10.0.0.33")
     job = mine.submit(**kwargs(ctx, LONG, prompt="cancelled mid-run"), api_name="/run")
-    assert wait_for(lambda: steps_by_prompt.get("cancelled mid-run", 0) >= 3)
+    assert wait_for(lambda: steps_by_prompt.get("cancelled mid-run", 0) >= 3), (steps_by_prompt, job.status())
     job.cancel()
     at_cancel = steps_by_prompt["cancelled mid-run"]
     assert wait_for(lambda: not ctx.active)
@@ -309,7 +309,7 @@ def test_a_cancel_naming_another_sessions_event_ends_nothing(served, steps_by_pr
     demo, ctx, url, gate = served
     mine = client(url, "10.0.0.35")
     job = mine.submit(**kwargs(ctx, LONG, prompt="someone else's cancel"), api_name="/run")
-    assert wait_for(lambda: steps_by_prompt.get("someone else's cancel", 0) >= 2)
+    assert wait_for(lambda: steps_by_prompt.get("someone else's cancel", 0) >= 2), (steps_by_prompt, job.status())
     held = getattr(demo._queue, "pending_event_ids_session", {}).get(mine.session_hash, set())
     assert len(held) == 1
     event = next(iter(held))

@@ -152,3 +152,18 @@ def test_the_worker_and_the_threads_it_starts_run_below_the_page():
     assert own == min(19, mine + 5) and child == own
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine   # the caller's own is unchanged
     assert TorchWorker("test-same").call(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())) == mine
+
+
+def test_each_xdist_worker_leads_a_session_of_its_own():
+    """The suite's workers, like the served app on a Space, each in a scheduling group of their own (conftest's
+    ``own_session``): the other worker's busy test then cannot take the share of this one's served race, whose
+    torch worker runs below the page (the test above)."""
+    import os
+
+    import pytest
+    from conftest import own_session
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("not under pytest-xdist (the README's command runs it with -n 2)")
+    assert own_session()   # setsid ran at configure: a second call finds this process leading its session
+    assert os.getsid(0) == os.getpid() != os.getppid()
