@@ -285,6 +285,15 @@ def steps_by_prompt(monkeypatch):
     return counts
 
 
+@pytest.fixture(scope="session")
+def device():
+    """The device the tests' models and tensors are on: CUDA where there is one (the GPU check runs the engine,
+    compiled, captured and methods tests there), else the CPU; ``load_generator`` picks the same."""
+    from specrej.engine.models import default_device
+
+    return default_device()
+
+
 @pytest.fixture
 def compiled_on(monkeypatch):
     """The compiled decoding step on for this test (``specrej/engine/compiled.py``), whatever was decided for a model

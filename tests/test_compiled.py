@@ -38,16 +38,16 @@ def decode(lm, ids, *, n_total=12, max_new=40, prune_at=0, keep=None, prompt="Ex
     return out, eng.step_kind
 
 
-def test_the_compiled_step_computes_the_models_logits(lm32):
+def test_the_compiled_step_computes_the_models_logits(lm32, device):
     """Logits of several steps (past one buffer chunk, so the buffers grow) against transformers' own forward."""
     ids = lm32.render("Give me three tips for staying healthy.")
     eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=100)
     assert eng.step_kind == "compiled"
     rows = eng.start([0, 1, 2])
-    toks = torch.tensor([[5, 9, 17]] * (compiled.CHUNK + 3)).t()            # [rows, steps]
+    toks = torch.tensor([[5, 9, 17]] * (compiled.CHUNK + 3), device=device).t()   # [rows, steps]
     with torch.inference_mode():
         got = torch.stack([rows.cache.feed(toks[:, i]) for i in range(toks.shape[1])], 1)
-        full = torch.cat([torch.tensor([ids] * 3), toks], 1)
+        full = torch.cat([torch.tensor([ids] * 3, device=device), toks], 1)
         ref = lm32.model(input_ids=full).logits[:, len(ids):].float()
     assert rows.cache.own.shape[4] == 2 * compiled.CHUNK
     assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
@@ -153,19 +153,28 @@ def test_one_layer_a_graph_and_two_write_the_same_tokens(lm32, monkeypatch):
 
 
 def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path):
-    """scripts/gpu_check.sh with DRY=1: tiny versions of both configs on the CPU, eager and compiled, and a
-    coupled race whose Speculative Rejection pruned and never diverged from Best-of-N."""
+    """scripts/gpu_check.sh with DRY=1: tiny versions of both configs on the CPU: the device's ceilings,
+    transformers' static path, the step eager, compiled and captured (uncaptured on a CPU) with its ratios, a
+    coupled race per variant whose Speculative Rejection pruned and never diverged from Best-of-N, and a small
+    race in the paper's shape on the 8B config's tiny version."""
     env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "PYTHON": sys.executable}
     run = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads((tmp_path / "gpu_steps.json").read_text())
     assert report["tiny"] and not report["errors"], report["errors"]
+    variants = ("eager", "compiled", "captured")
+    assert report["ceilings"]["copy_GBps"] > 0 and report["ceilings"]["matmul_TFLOPs"] > 0
     for name in ("smollm2-135m", "llama-3-8b"):
-        for variant in ("eager", "compiled"):
-            assert [r["rows"] for r in report["steps"][name]["variants"][variant]] == [1, 8, 32]
-    for kind in ("eager", "compiled"):
+        assert report["anchors"][name]["1"] > 0   # transformers' static-cache generate, ms a token
+        for variant in variants:
+            rows = report["steps"][name]["variants"][variant]
+            assert [r["rows"] for r in rows] == [1, 8, 32]
+            assert all(r["x_roofline"] > 0 for r in rows) and rows[0]["x_transformers"] > 0
+    for kind in variants:
         race = report["race"][kind]
         assert race["pruned"] > 0 and race["compared"] == race["n"] and race["diverged"] == 0
+    paper = report["paper_race"]
+    assert paper["bon"]["steps"] > paper["sr"]["steps"] > 0 and paper["speedup_steps"] > 1
     assert "done in" in (tmp_path / "summary.txt").read_text()
     # the page reads this format: a dry run never prices anything, the same file from a GPU would
     from specrej.analysis import gpu_steps
@@ -173,14 +182,14 @@ def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path)
     as_gpu = tmp_path / "as_gpu.json"
     as_gpu.write_text(json.dumps({**report, "device": "cuda", "tiny": False}))
     read = {(s.config, s.variant): s for s in gpu_steps.read(as_gpu)}
-    assert set(read) == {(n, v) for n in ("smollm2-135m", "llama-3-8b") for v in ("eager", "compiled")}
+    assert set(read) == {(n, v) for n in ("smollm2-135m", "llama-3-8b") for v in variants}
     for (name, variant), s in read.items():
         rows = report["steps"][name]["variants"][variant]
         assert s.cost.rows == (1, 8, 32) and s.params == report["steps"][name]["params"]
         assert s.cost.seconds == tuple(r["step_ms"] / 1000 for r in rows)
 
 
-def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32):
+def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32, device):
     """Every layer's hidden state (ST-BoN's chain of embeddings) from the compiled step == the eager forward's."""
     from specrej.backends.hf import next_logits_hidden
     from specrej.engine.shared_prefix import SharedPrefixCache
@@ -190,7 +199,7 @@ def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32):
     assert eng.step_kind == "compiled"
     rows = eng.start([0, 1, 2])
     shared = SharedPrefixCache(eng.prompt_cache, 3)
-    tok = torch.tensor([5, 9, 17])
+    tok = torch.tensor([5, 9, 17], device=device)
     with torch.inference_mode():
         for _ in range(3):
             got_logits, got = rows.cache.feed(tok, hidden=True)

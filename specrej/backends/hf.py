@@ -36,7 +36,7 @@ import torch
 from ..core.budget import cpu_budget
 from ..core.config import RunConfig
 from ..core.cost import read_options
-from ..engine import compiled, precision
+from ..engine import captured, compiled, precision
 from ..engine.kvcache import cache_of, grow_in_place, with_cache
 from ..engine import shared_prefix
 from ..engine.models import (EMBEDDED, ModelSpecError, default_device, generator_refusal, load_weights,
@@ -385,8 +385,12 @@ class Engine:
             self.prompt_logits, self.prompt_cache = next_logits(lm, ids, None)   # [1, vocab]
         self.log_vocab = math.log(self.prompt_logits.shape[-1])
         self._stop_tail = max((len(s) for s in stop), default=0) + 2
-        # the compiled step (``compiled.py``) where the prompt is stored once and the model allows it
-        self.step = compiled.step_for(lm.model) if self.share_prefix else None
+        # the whole step captured (``captured.py``: CUDA by default) where the prompt is stored once, nothing reads
+        # the layers' states or the top-k, and the model allows it; else the compiled step (``compiled.py``)
+        self.graph = (captured.body_for(lm.model) if self.share_prefix and not self.conf_topk and not self.hidden
+                      else None)
+        self._uniforms = None
+        self.step = compiled.step_for(lm.model) if self.share_prefix and self.graph is None else None
 
     @classmethod
     def warm_up(cls, lm) -> None:
@@ -397,8 +401,17 @@ class Engine:
 
     @property
     def step_kind(self) -> str:
-        """How the rows decode: "compiled" (``compiled.Step``) or "eager" (transformers' forward)."""
-        return "compiled" if self.step is not None else "eager"
+        """How the rows decode: "captured" (``captured.Graphed``: the whole step, a CUDA graph on CUDA), "compiled"
+        (``compiled.Step``) or "eager" (transformers' forward)."""
+        return "captured" if self.graph is not None else "compiled" if self.step is not None else "eager"
+
+    def uniforms(self) -> torch.Tensor:
+        """Every position's coupled uniforms ([max_new_tokens, n_total] fp64 on the device), made once."""
+        if self._uniforms is None:
+            every = torch.arange(self.n_total)
+            self._uniforms = torch.stack([coupled_uniforms(self.seed, t, every, self.n_total)
+                                          for t in range(self.max_new_tokens)]).to(self.lm.device)
+        return self._uniforms
 
     @property
     def kv_sharing(self) -> str:
@@ -409,6 +422,8 @@ class Engine:
         """Rows for these candidates. ``feed``: how the rows' sampled tokens go into the model (default
         ``feed_tokens``; the bench's reference engine feeds left-padded rows with a mask)."""
         # 2. share the prompt's cache with every row of this pass (or copy it to each)
+        if self.graph is not None and feed is None:   # the captured step's own buffers and sampling
+            return GraphRows(self, list(cand_ids))
         if self.step is not None and feed is None:   # the compiled step's own static buffers
             cache = compiled.StaticRows(self.step, self.prompt_cache, len(cand_ids))
             feed = feed_static_hidden if self.hidden else feed_static
@@ -422,7 +437,7 @@ class Engine:
         return Rows(self, list(cand_ids), cache, logits, feed or (feed_hidden if self.hidden else feed_tokens))
 
     def release(self) -> None:
-        self.prompt_cache = self.prompt_logits = self.prompt_hidden = None
+        self.prompt_cache = self.prompt_logits = self.prompt_hidden = self._uniforms = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
@@ -579,3 +594,63 @@ class Rows:
         self.logits = torch.empty(0, 0)
         self.lp_sum = self.sc_sum = torch.zeros(0, dtype=torch.float64)
         self.conf, self.coe_, self.hidden_sum = [], [], None
+
+
+class GraphRows(Rows):
+    """Rows on the captured step (``captured.Graphed``): sampling, statistics and the forward in one step on the
+    device, one copy of the tokens to the host; the host keeps the tokens' bookkeeping, as ``Rows.step`` does."""
+
+    def __init__(self, engine: Engine, cand_ids: list[int]):
+        e = engine
+        graphed = captured.Graphed(e.graph, e.prompt_cache, e.prompt_logits, cand_ids, uniforms=e.uniforms(),
+                                   sample=lambda logits, u: sample(logits, u, e.sampling),
+                                   max_new_tokens=e.max_new_tokens)
+        super().__init__(engine, cand_ids, graphed, torch.empty(0, 0), feed=None)
+        self._host_stats: tuple = (None, [])
+
+    def stats(self, i: int) -> tuple[float, float]:
+        if not self.engine.stats:
+            return math.nan, math.nan
+        if self._host_stats[0] != (self.generated, tuple(self.ids)):   # every row's at once, once a step
+            self._host_stats = ((self.generated, tuple(self.ids)), self.cache.stats(list(range(len(self.ids)))))
+        g = max(self.generated, 1)
+        lp, sc = self._host_stats[1][i]
+        return lp / g, sc / g
+
+    @torch.inference_mode()
+    def step(self) -> list[Done]:
+        e, n = self.engine, len(self.ids)
+        assert n > 0
+        tok_list = self.cache.step()
+        self.generated += 1
+        e.engine_steps += 1
+        ends: list[tuple[int, str]] = []
+        alive: list[int] = []
+        for i, t in enumerate(tok_list):
+            self.tokens[i].append(t)
+            reason = None
+            if t in e.lm.eos_ids:
+                reason = "eos"
+            elif e.stop and any(s in e.lm.decode(self.tokens[i][-e._stop_tail:]) for s in e.stop):
+                reason = "stop"
+            elif self.generated >= e.max_new_tokens:
+                reason = "length"
+            if reason:
+                ends.append((i, reason))
+            else:
+                alive.append(i)
+        g = max(self.generated, 1)
+        sums = self.cache.stats([i for i, _ in ends]) if e.stats else [(math.nan, math.nan)] * len(ends)
+        done = [Done(self.ids[i], self.tokens[i], reason, lp / g, sc / g, (), ())
+                for (i, reason), (lp, sc) in zip(ends, sums)]
+        if len(alive) < n:
+            self._select(alive)
+        return done
+
+    def _select(self, indices: list[int]) -> None:
+        if not indices:
+            self.release()
+            return
+        self.cache.select(indices)
+        self.ids = [self.ids[i] for i in indices]
+        self.tokens = [self.tokens[i] for i in indices]

@@ -1,0 +1,277 @@
+"""A whole decoding step as one function over buffers made when the rows start: one CUDA graph per row bucket.
+
+Why (issue 49): on an H200 (2026-12-04, docs/performance.md, the GPU) the compiled step (``compiled.py``) was 2.6x
+slower than transformers' static-cache ``generate``: the host issued ~2,500 kernels a step, the step called 31
+graphs from Python, and ``mode="reduce-overhead"`` failed, because one step ran several captured graphs that handed
+their outputs to each other. Here one function (``Graphed.run``) does a whole step: it samples every row's next
+token from the logits with the race's coupled uniforms, adds the token's statistics, feeds it through every layer
+(keys and values written at the step's position, a device tensor) and leaves the next logits, all in buffers
+allocated when the rows start. On CUDA it is captured once per row bucket (rows padded to a power of two) with
+``torch.cuda.graph`` and replayed each step: one launch, and one device-to-host copy (the sampled tokens; the
+finished rows' statistics too on a step where rows end). The host keeps the tokens' bookkeeping (end of sequence,
+stop strings, length) and which rows live (``select``: a gather within the same buffers, outside the graphs).
+
+The buffers: the prompt's keys and values once, each row's own in ``[layers, 2, rows, kv heads, T, head dim]``
+for the whole race (``T`` = the longest answer), unless that does not fit the device's memory: then ``T`` is what
+fits, and once the rows have been pruned and reach it, the buffers are laid out again for the rows alive and
+the graphs captured again (``relayouts`` counts it; at most once per decision a Speculative Rejection race).
+
+Attention: on CUDA as matmuls in the model's dtype (fp32 softmax), with no cast of a cache; on a CPU the compiled
+step's row-wise form (``compiled.Step._layer_fn``: each row's own reduction, so a candidate writes the same tokens
+in any batch). The linears are the compiled step's (prepacked oneDNN on a CPU, ``F.linear`` on CUDA).
+
+Exact: a captured step replays what ``run`` computes eagerly over the same buffers (``capture=False`` runs it so;
+the CUDA tests compare the two). On a CPU nothing is captured and the path is off by default: ``SPECREJ_GRAPH=1``
+runs it there (the tests do: its tokens equal the compiled step's). ``SPECREJ_GRAPH=0`` switches it off on CUDA,
+where it is the default for the models the compiled step takes (``compiled.unsupported``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import weakref
+
+import torch
+
+from . import compiled
+from .compiled import _rms, _rotate
+
+log = logging.getLogger("specrej.engine.captured")
+GRAPH_ENV = "SPECREJ_GRAPH"
+MIN_BUCKET = 2          # a lone row runs as two (CPU kernels take another path for one row)
+MEMORY_FRACTION = 0.5   # of the device's free memory, for the rows' own keys and values
+
+
+def mode() -> str:
+    """``SPECREJ_GRAPH``: "auto" (default: on for CUDA), "on" (also on a CPU, uncaptured) or "off"."""
+    v = os.environ.get(GRAPH_ENV, "auto").strip().lower()
+    return "off" if v in ("0", "false", "no", "off") else "on" if v in ("1", "true", "yes", "on") else "auto"
+
+
+def bucket(n: int) -> int:
+    """The rows a graph runs for ``n`` live rows: the next power of two, at least ``MIN_BUCKET``."""
+    return max(MIN_BUCKET, 1 << max(n - 1, 0).bit_length())
+
+
+class Body:
+    """A model's decoding step as plain tensor code (the compiled step's weights and pieces, uncompiled)."""
+
+    def __init__(self, model, attention: str | None = None):
+        self.step = compiled.Step(model, compile_=False)
+        self.device, self.dtype = self.step.device, self.step.dtype
+        self.attention = attention or ("matmul" if self.device.type == "cuda" else "rowwise")
+
+    def release(self) -> None:
+        self.step.release()
+
+    def forward(self, tok: torch.Tensor, pos: torch.Tensor, g: torch.Tensor, own: torch.Tensor,
+                pre: torch.Tensor) -> torch.Tensor:
+        """tok [B]; pos, g: 0-d int64 on the device (tok's position, the rows' own tokens before it); own [L, 2, B,
+        kvh, T, d], whose position g is written here; pre [L, 2, kvh, P, d]. Returns the next logits [B, V] fp32."""
+        st = self.step
+        x, cos, sin, mask = st._start_fn(tok, pos, g, own[0, 0, 0, 0, :, 0])
+        at = g.view(1)
+        layer = st._layer_fn if self.attention == "rowwise" else self._layer_mm
+        for i, w in enumerate(st.layer_w):
+            x, k, v = layer(x, cos, sin, mask, own[i], pre[i], *w)
+            own[i, 0].index_copy_(2, at, k.unsqueeze(2))
+            own[i, 1].index_copy_(2, at, v.unsqueeze(2))
+        return st._end_fn(x)[0]
+
+    def _layer_mm(self, x, cos, sin, mask, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
+        """``compiled.Step._layer_fn`` with its attention as batched matmuls in the model's dtype (no cache cast):
+        the prompt's part one matmul per kv head over every row, the rows' own part one per row and head."""
+        st = self.step
+        R = x.shape[0]
+        h, kvh, d = st.heads, st.kv_heads, st.head_dim
+        grp, qd, kd = h // kvh, h * d, kvh * d
+        hs = _rms(x, ln1, st.eps)
+        qkv = st._lin(hs, kqkv, qd + 2 * kd)
+        q = qkv[:, :qd].view(R, h, d)
+        k = qkv[:, qd:qd + kd].view(R, kvh, d)
+        v = qkv[:, qd + kd:].view(R, kvh, d)
+        if qn is not None:
+            q, k = _rms(q, qn, st.eps), _rms(k, kn, st.eps)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        qg = q.view(R, kvh, grp, d)
+        qh = qg.permute(1, 0, 2, 3).reshape(kvh, R * grp, d)                    # the prompt's part: per kv head
+        P, T = pre.shape[2], own.shape[3]
+        s_p = torch.bmm(qh, pre[0].transpose(1, 2)).view(kvh, R, grp, P).permute(1, 0, 2, 3)
+        s_o = torch.matmul(qg, own[0].transpose(2, 3))                          # [R, kvh, grp, T]
+        s_c = (qg.float() * k[:, :, None, :].float()).sum(-1, keepdim=True)     # the current token
+        s = torch.cat((s_p.float() * st.scaling, s_o.float() * st.scaling + mask, s_c * st.scaling), -1).softmax(-1)
+        w = s.to(x.dtype)
+        a_p = torch.bmm(w[..., :P].permute(1, 0, 2, 3).reshape(kvh, R * grp, P), pre[1])
+        att = (a_p.view(kvh, R, grp, d).permute(1, 0, 2, 3).float()
+               + torch.matmul(w[..., P:P + T], own[1]).float()
+               + s[..., P + T:] * v[:, :, None, :].float())                     # [R, kvh, grp, d]
+        x = x + st._lin(att.to(x.dtype).reshape(R, qd), ko, st.hidden)
+        hs = _rms(x, ln2, st.eps)
+        gu = st._lin(hs, kgu, 2 * st.inter)
+        x = x + st._lin(torch.nn.functional.silu(gu[:, :st.inter]) * gu[:, st.inter:], kdown, st.hidden)
+        return x, k, v
+
+
+_bodies: "weakref.WeakKeyDictionary[torch.nn.Module, Body | None]" = weakref.WeakKeyDictionary()
+
+
+def body_for(model) -> Body | None:
+    """The model's ``Body`` where this path is on for it (``mode``; the compiled step's families), else None."""
+    m = mode()
+    if m == "off" or (m == "auto" and model.device.type != "cuda"):
+        return None
+    if model in _bodies:
+        return _bodies[model]
+    why = compiled.unsupported(model)
+    b = None
+    if why is None:
+        try:
+            b = Body(model)
+        except Exception as e:   # a layout the pieces do not take: the compiled (or eager) step instead
+            why = f"{type(e).__name__}: {str(e)[:200]}"
+    if why is not None:
+        log.warning("specrej: no captured step (%s)", why)
+    _bodies[model] = b
+    return b
+
+
+class Graphed:
+    """One pass's rows on a ``Body``: its buffers, a graph per row bucket (CUDA), the step and the rows' selection.
+
+    ``uniforms`` [max_new_tokens, n_total] fp64 on the device: the race's coupled uniforms by position and candidate
+    (``hf.coupled_uniforms``, every position computed once); ``sample``: the engine's sampling function."""
+
+    def __init__(self, body: Body, prompt_cache, prompt_logits: torch.Tensor, ids: list[int], *,
+                 uniforms: torch.Tensor, sample, max_new_tokens: int, capture: bool | None = None):
+        self.net, self.sample = body, sample
+        self.device = body.device
+        self.capture = (self.device.type == "cuda") if capture is None else bool(capture)
+        self.uniforms, self.max_new = uniforms, int(max_new_tokens)
+        self.pre = torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in prompt_cache.layers])
+        self.prefix_len = self.pre.shape[3]
+        self.log_vocab = math.log(prompt_logits.shape[-1])
+        self.n = len(ids)
+        self.graphs: dict[int, object] = {}
+        self.relayouts = 0
+        self._pool = None
+        self.g = torch.zeros((), dtype=torch.long, device=self.device)      # the rows' own tokens fed so far
+        self.fed = 0                                                        # g, as the host counts it
+        self._layout(bucket(self.n), self._fits(bucket(self.n)))
+        self.ids[:self.n] = torch.tensor(ids, device=self.device)
+        self.ids[self.n:] = self.ids[0]
+        self.logits.copy_(prompt_logits.to(self.device).expand(self.rows, -1))
+
+    # ---- buffers
+
+    def _fits(self, rows: int) -> int:
+        """The own-token positions the buffers hold for ``rows``: every one of the race where memory allows."""
+        if self.device.type != "cuda":
+            return self.max_new
+        L, _, kvh, _, d = self.pre.shape
+        per_position = L * 2 * rows * kvh * d * self.pre.element_size()
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return max(1, min(self.max_new, int(free * MEMORY_FRACTION) // per_position))
+
+    def _layout(self, rows: int, T: int, keep: "Graphed | None" = None) -> None:
+        """Buffers for ``rows`` rows and ``T`` own positions (``keep``: the old ones' first ``self.n`` rows and
+        ``self.fed`` positions copied in)."""
+        L, _, kvh, _, d = self.pre.shape
+        own = self.pre.new_zeros(L, 2, rows, kvh, T, d)
+        if keep is not None:
+            n, f = self.n, self.fed
+            own[:, :, :n, :, :f] = self.own[:, :, :n, :, :f]
+            logits = self.logits.new_zeros(rows, self.logits.shape[1])
+            logits[:n] = self.logits[:n]
+            ids = self.ids.new_zeros(rows)
+            ids[:n] = self.ids[:n]
+            ids[n:] = ids[0]
+            lp, sc = self.lp.new_zeros(rows), self.sc.new_zeros(rows)
+            lp[:n], sc[:n] = self.lp[:n], self.sc[:n]
+        else:
+            logits = torch.zeros(rows, self.net.step.vocab, dtype=torch.float32, device=self.device)
+            ids = torch.zeros(rows, dtype=torch.long, device=self.device)
+            lp = torch.zeros(rows, dtype=torch.float64, device=self.device)
+            sc = torch.zeros(rows, dtype=torch.float64, device=self.device)
+        self.own, self.logits, self.ids, self.lp, self.sc = own, logits, ids, lp, sc
+        self.tok = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.rows, self.T = rows, T
+        self.graphs.clear()
+
+    def own_length(self) -> int:
+        return self.fed
+
+    # ---- one step
+
+    def run(self, b: int) -> None:
+        """The step on the first ``b`` rows: sample, statistics, feed; everything in the buffers, g advanced."""
+        logits = self.logits[:b]
+        u = self.uniforms[self.g, self.ids[:b]]
+        tok = self.sample(logits, u)
+        lse, mean = logits.logsumexp(-1), logits.mean(-1)
+        self.lp[:b] += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double()
+        self.sc[:b] += (lse - mean - self.log_vocab).double()
+        self.tok[:b].copy_(tok)
+        nxt = self.net.forward(tok, self.g + self.prefix_len, self.g, self.own[:, :, :b], self.pre)
+        self.logits[:b].copy_(nxt)
+        self.g += 1
+
+    def step(self) -> list[int]:
+        """One step of the live rows; returns their sampled tokens (the step's one copy to the host)."""
+        if self.fed >= self.T:   # the buffers' positions are used up: lay them out again for the rows alive
+            T = self._fits(bucket(self.n))
+            if T <= self.fed:
+                raise torch.cuda.OutOfMemoryError(f"the rows' keys and values at {self.fed + 1} tokens do not fit")
+            self._layout(bucket(self.n), T, keep=self)
+            self.relayouts += 1
+        b = bucket(self.n)
+        if not self.capture:
+            self.run(b)
+        else:
+            self._graph(b).replay()
+        self.fed += 1
+        return self.tok[:self.n].tolist()
+
+    def _graph(self, b: int):
+        """The captured step for ``b`` rows (captured at its first use, after one warm-up step whose effects on the
+        buffers are undone)."""
+        graph = self.graphs.get(b)
+        if graph is not None:
+            return graph
+        saved = [t.clone() for t in (self.logits, self.lp, self.sc, self.g)]
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self.run(b)   # the warm-up (cuBLAS workspaces, lazy inits); position g is written again below
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        for t, s in zip((self.logits, self.lp, self.sc, self.g), saved):
+            t.copy_(s)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self.run(b)
+        self.graphs[b] = graph
+        return graph
+
+    # ---- the rows
+
+    def stats(self, rows: list[int]) -> list[tuple[float, float]]:
+        """(log-probability sum, self-certainty sum) of these rows (positions), in one copy."""
+        if not rows:
+            return []
+        idx = torch.tensor(rows, device=self.device)
+        both = torch.stack((self.lp[idx], self.sc[idx]), 1).tolist()
+        return [(a, b) for a, b in both]
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only these rows (positions), in this order, in the first rows of the same buffers."""
+        n = len(keep)
+        idx = torch.tensor(keep, device=self.device)
+        self.own[:, :, :n] = self.own[:, :, idx]
+        for t in (self.logits, self.ids, self.lp, self.sc):
+            t[:n] = t[idx]
+        self.n = n
+        b = bucket(n)
+        if n < b:   # the padding rows: copies of the first (finite, valid ids)
+            self.ids[n:b] = self.ids[0]
