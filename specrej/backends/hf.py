@@ -598,7 +598,8 @@ class Rows:
 
 class GraphRows(Rows):
     """Rows on the captured step (``captured.Graphed``): sampling, statistics and the forward in one step on the
-    device, one copy of the tokens to the host; the host keeps the tokens' bookkeeping, as ``Rows.step`` does."""
+    device, one copy to the host a step (tokens and statistics); the host keeps the tokens' bookkeeping, as
+    ``Rows.step`` does."""
 
     def __init__(self, engine: Engine, cand_ids: list[int]):
         e = engine
@@ -606,27 +607,25 @@ class GraphRows(Rows):
                                    sample=lambda logits, u: sample(logits, u, e.sampling),
                                    max_new_tokens=e.max_new_tokens)
         super().__init__(engine, cand_ids, graphed, torch.empty(0, 0), feed=None)
-        self._host_stats: tuple = (None, [])
+        self.sums: list[tuple[float, float]] = [(0.0, 0.0)] * len(cand_ids)   # each row's, as of the last step
 
     def stats(self, i: int) -> tuple[float, float]:
         if not self.engine.stats:
             return math.nan, math.nan
-        if self._host_stats[0] != (self.generated, tuple(self.ids)):   # every row's at once, once a step
-            self._host_stats = ((self.generated, tuple(self.ids)), self.cache.stats(list(range(len(self.ids)))))
         g = max(self.generated, 1)
-        lp, sc = self._host_stats[1][i]
-        return lp / g, sc / g
+        return self.sums[i][0] / g, self.sums[i][1] / g
 
     @torch.inference_mode()
     def step(self) -> list[Done]:
         e, n = self.engine, len(self.ids)
         assert n > 0
-        tok_list = self.cache.step()
+        out = self.cache.step()
+        self.sums = [(lp, sc) for _, lp, sc in out]
         self.generated += 1
         e.engine_steps += 1
-        ends: list[tuple[int, str]] = []
+        done: list[Done] = []
         alive: list[int] = []
-        for i, t in enumerate(tok_list):
+        for i, (t, _, _) in enumerate(out):
             self.tokens[i].append(t)
             reason = None
             if t in e.lm.eos_ids:
@@ -636,13 +635,10 @@ class GraphRows(Rows):
             elif self.generated >= e.max_new_tokens:
                 reason = "length"
             if reason:
-                ends.append((i, reason))
+                lp, sc = self.stats(i)
+                done.append(Done(self.ids[i], self.tokens[i], reason, lp, sc))
             else:
                 alive.append(i)
-        g = max(self.generated, 1)
-        sums = self.cache.stats([i for i, _ in ends]) if e.stats else [(math.nan, math.nan)] * len(ends)
-        done = [Done(self.ids[i], self.tokens[i], reason, lp / g, sc / g, (), ())
-                for (i, reason), (lp, sc) in zip(ends, sums)]
         if len(alive) < n:
             self._select(alive)
         return done
@@ -654,3 +650,4 @@ class GraphRows(Rows):
         self.cache.select(indices)
         self.ids = [self.ids[i] for i in indices]
         self.tokens = [self.tokens[i] for i in indices]
+        self.sums = [self.sums[i] for i in indices]

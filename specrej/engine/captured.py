@@ -7,8 +7,8 @@ their outputs to each other. Here one function (``Graphed.run``) does a whole st
 token from the logits with the race's coupled uniforms, adds the token's statistics, feeds it through every layer
 (keys and values written at the step's position, a device tensor) and leaves the next logits, all in buffers
 allocated when the rows start. On CUDA it is captured once per row bucket (rows padded to a power of two) with
-``torch.cuda.graph`` and replayed each step: one launch, and one device-to-host copy (the sampled tokens; the
-finished rows' statistics too on a step where rows end). The host keeps the tokens' bookkeeping (end of sequence,
+``torch.cuda.graph`` and replayed each step: one launch, and one device-to-host copy (each row's token and its
+statistics so far). The host keeps the tokens' bookkeeping (end of sequence,
 stop strings, length) and which rows live (``select``: a gather within the same buffers, outside the graphs).
 
 The buffers: the prompt's keys and values once, each row's own in ``[layers, 2, rows, kv heads, T, head dim]``
@@ -194,7 +194,7 @@ class Graphed:
             lp = torch.zeros(rows, dtype=torch.float64, device=self.device)
             sc = torch.zeros(rows, dtype=torch.float64, device=self.device)
         self.own, self.logits, self.ids, self.lp, self.sc = own, logits, ids, lp, sc
-        self.tok = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.out = torch.zeros(rows, 3, dtype=torch.float64, device=self.device)   # token, lp sum, sc sum
         self.rows, self.T = rows, T
         self.graphs.clear()
 
@@ -211,13 +211,16 @@ class Graphed:
         lse, mean = logits.logsumexp(-1), logits.mean(-1)
         self.lp[:b] += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double()
         self.sc[:b] += (lse - mean - self.log_vocab).double()
-        self.tok[:b].copy_(tok)
+        self.out[:b, 0].copy_(tok)   # exact in fp64 (ids below 2**53): the host's one copy holds all three
+        self.out[:b, 1].copy_(self.lp[:b])
+        self.out[:b, 2].copy_(self.sc[:b])
         nxt = self.net.forward(tok, self.g + self.prefix_len, self.g, self.own[:, :, :b], self.pre)
         self.logits[:b].copy_(nxt)
         self.g += 1
 
-    def step(self) -> list[int]:
-        """One step of the live rows; returns their sampled tokens (the step's one copy to the host)."""
+    def step(self) -> list[tuple[int, float, float]]:
+        """One step of the live rows; returns each one's (sampled token, log-probability sum, self-certainty sum)
+        so far: the step's one copy to the host."""
         if self.fed >= self.T:   # the buffers' positions are used up: lay them out again for the rows alive
             T = self._fits(bucket(self.n))
             if T <= self.fed:
@@ -230,7 +233,7 @@ class Graphed:
         else:
             self._graph(b).replay()
         self.fed += 1
-        return self.tok[:self.n].tolist()
+        return [(int(t), lp, sc) for t, lp, sc in self.out[:self.n].tolist()]
 
     def _graph(self, b: int):
         """The captured step for ``b`` rows (captured at its first use, after one warm-up step whose effects on the
@@ -255,14 +258,6 @@ class Graphed:
         return graph
 
     # ---- the rows
-
-    def stats(self, rows: list[int]) -> list[tuple[float, float]]:
-        """(log-probability sum, self-certainty sum) of these rows (positions), in one copy."""
-        if not rows:
-            return []
-        idx = torch.tensor(rows, device=self.device)
-        both = torch.stack((self.lp[idx], self.sc[idx]), 1).tolist()
-        return [(a, b) for a, b in both]
 
     def select(self, keep: list[int]) -> None:
         """Keep only these rows (positions), in this order, in the first rows of the same buffers."""
