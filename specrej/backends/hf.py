@@ -528,15 +528,7 @@ class Rows:
         done: list[Done] = []
         alive: list[int] = []
         for i, t in enumerate(tok_list):
-            self.tokens[i].append(t)
-            reason = None
-            if t in e.lm.eos_ids:
-                reason = "eos"
-            elif e.stop and any(s in e.lm.decode(self.tokens[i][-e._stop_tail:]) for s in e.stop):
-                reason = "stop"
-            elif self.generated >= e.max_new_tokens:
-                reason = "length"
-            if reason:
+            if reason := self._append(i, t):
                 lp, sc = self.stats(i)
                 done.append(Done(self.ids[i], self.tokens[i], reason, lp, sc, tuple(self.conf[i]),
                                  tuple(self.coe_[i])))
@@ -548,6 +540,18 @@ class Rows:
         if alive:
             self.logits, self.cache = self.feed(self, tok)
         return done
+
+    def _append(self, i: int, t: int) -> str | None:
+        """Row ``i`` takes token ``t`` (``generated`` already counts it); why the row ends now, or None."""
+        e = self.engine
+        self.tokens[i].append(t)
+        if t in e.lm.eos_ids:
+            return "eos"
+        if e.stop and any(s in e.lm.decode(self.tokens[i][-e._stop_tail:]) for s in e.stop):
+            return "stop"
+        if self.generated >= e.max_new_tokens:
+            return "length"
+        return None
 
     def _accumulate_stats(self, tok: torch.Tensor) -> None:
         """Statistics for the confidence rewards, from logits we already have; two reductions
@@ -626,15 +630,7 @@ class GraphRows(Rows):
         done: list[Done] = []
         alive: list[int] = []
         for i, (t, _, _) in enumerate(out):
-            self.tokens[i].append(t)
-            reason = None
-            if t in e.lm.eos_ids:
-                reason = "eos"
-            elif e.stop and any(s in e.lm.decode(self.tokens[i][-e._stop_tail:]) for s in e.stop):
-                reason = "stop"
-            elif self.generated >= e.max_new_tokens:
-                reason = "length"
-            if reason:
+            if reason := self._append(i, t):
                 lp, sc = self.stats(i)
                 done.append(Done(self.ids[i], self.tokens[i], reason, lp, sc))
             else:

@@ -35,7 +35,6 @@ import weakref
 import torch
 
 from . import compiled
-from .compiled import _rms, _rotate
 
 log = logging.getLogger("specrej.engine.captured")
 GRAPH_ENV = "SPECREJ_GRAPH"
@@ -83,18 +82,8 @@ class Body:
         """``compiled.Step._layer_fn`` with its attention as batched matmuls in the model's dtype (no cache cast):
         the prompt's part one matmul per kv head over every row, the rows' own part one per row and head."""
         st = self.step
-        R = x.shape[0]
-        h, kvh, d = st.heads, st.kv_heads, st.head_dim
-        grp, qd, kd = h // kvh, h * d, kvh * d
-        hs = _rms(x, ln1, st.eps)
-        qkv = st._lin(hs, kqkv, qd + 2 * kd)
-        q = qkv[:, :qd].view(R, h, d)
-        k = qkv[:, qd:qd + kd].view(R, kvh, d)
-        v = qkv[:, qd + kd:].view(R, kvh, d)
-        if qn is not None:
-            q, k = _rms(q, qn, st.eps), _rms(k, kn, st.eps)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        qg = q.view(R, kvh, grp, d)
+        qg, k, v = st._qkv(x, cos, sin, ln1, kqkv, qn, kn)                      # qg [R, kvh, grp, d]
+        R, kvh, grp, d = qg.shape
         qh = qg.permute(1, 0, 2, 3).reshape(kvh, R * grp, d)                    # the prompt's part: per kv head
         P, T = pre.shape[2], own.shape[3]
         s_p = torch.bmm(qh, pre[0].transpose(1, 2)).view(kvh, R, grp, P).permute(1, 0, 2, 3)
@@ -106,11 +95,7 @@ class Body:
         att = (a_p.view(kvh, R, grp, d).permute(1, 0, 2, 3).float()
                + torch.matmul(w[..., P:P + T], own[1]).float()
                + s[..., P + T:] * v[:, :, None, :].float())                     # [R, kvh, grp, d]
-        x = x + st._lin(att.to(x.dtype).reshape(R, qd), ko, st.hidden)
-        hs = _rms(x, ln2, st.eps)
-        gu = st._lin(hs, kgu, 2 * st.inter)
-        x = x + st._lin(torch.nn.functional.silu(gu[:, :st.inter]) * gu[:, st.inter:], kdown, st.hidden)
-        return x, k, v
+        return st._out_mlp(x, att, ln2, ko, kgu, kdown), k, v
 
 
 _bodies: "weakref.WeakKeyDictionary[torch.nn.Module, Body | None]" = weakref.WeakKeyDictionary()

@@ -247,10 +247,11 @@ class Step:
             xs.append(x)
         return x, torch.stack(ks), torch.stack(vs), torch.stack(xs)
 
-    def _layer_fn(self, x, cos, sin, mask, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
+    def _qkv(self, x, cos, sin, ln1, kqkv, qn, kn):
+        """A layer's queries [R, kv heads, group, d] and current key and value [R, kv heads, d], rotated."""
         R = x.shape[0]
         h, kvh, d = self.heads, self.kv_heads, self.head_dim
-        grp, qd, kd = h // kvh, h * d, kvh * d
+        qd, kd = h * d, kvh * d
         hs = _rms(x, ln1, self.eps)
         qkv = self._lin(hs, kqkv, qd + 2 * kd)
         q = qkv[:, :qd].view(R, h, d)
@@ -259,7 +260,18 @@ class Step:
         if qn is not None:
             q, k = _rms(q, qn, self.eps), _rms(k, kn, self.eps)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        qg = q.view(R, kvh, grp, d).float()
+        return q.view(R, kvh, h // kvh, d), k, v
+
+    def _out_mlp(self, x, att, ln2, ko, kgu, kdown):
+        """The attention's output [R, kv heads, group, d] projected and added, then the MLP's."""
+        x = x + self._lin(att.to(x.dtype).reshape(x.shape[0], self.heads * self.head_dim), ko, self.hidden)
+        hs = _rms(x, ln2, self.eps)
+        gu = self._lin(hs, kgu, 2 * self.inter)
+        return x + self._lin(torch.nn.functional.silu(gu[:, :self.inter]) * gu[:, self.inter:], kdown, self.hidden)
+
+    def _layer_fn(self, x, cos, sin, mask, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
+        q, k, v = self._qkv(x, cos, sin, ln1, kqkv, qn, kn)
+        qg = q.float()
         # scores as broadcast products summed over d: each row its own loop, whatever the row count
         s_p = (qg[:, :, :, None, :] * pre[0][None, :, None].float()).sum(-1) * self.scaling
         s_o = (qg[:, :, :, None, :] * own[0][:, :, None].float()).sum(-1) * self.scaling + mask
@@ -269,11 +281,7 @@ class Step:
         att = ((s[..., :P, None] * pre[1][None, :, None].float()).sum(-2)
                + (s[..., P:P + T, None] * own[1][:, :, None].float()).sum(-2)
                + s[..., P + T:] * v[:, :, None, :].float())                 # [R, kvh, grp, d]
-        x = x + self._lin(att.to(x.dtype).reshape(R, qd), ko, self.hidden)
-        hs = _rms(x, ln2, self.eps)
-        gu = self._lin(hs, kgu, 2 * self.inter)
-        x = x + self._lin(torch.nn.functional.silu(gu[:, :self.inter]) * gu[:, self.inter:], kdown, self.hidden)
-        return x, k, v
+        return self._out_mlp(x, att, ln2, ko, kgu, kdown), k, v
 
     def _end_fn(self, x):
         normed = _rms(x, self.norm, self.eps)
