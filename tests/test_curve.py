@@ -214,6 +214,11 @@ def test_the_committed_tables_rest_on_the_exact_curve_and_recompute_exactly(name
     again = json.loads(json.dumps(recompute(src, tmp_path)))
     assert again["summary"] == committed["summary"]
     assert again["protocol"] == committed["protocol"]
+    if name == "rivals":   # priced again on the committed H200 step when asked: the GPU's speed-up appears
+        gpu = recompute(src, tmp_path / "gpu", gpu_steps=str(ROOT / "assets" / "gpu"))["summary"]
+        assert all(r["speedup_gpu"] is None for r in committed["summary"])
+        assert any(r["speedup_gpu"] for r in gpu)
+        assert [r["speedup_steps"] for r in gpu] == [r["speedup_steps"] for r in committed["summary"]]
     if name == "rivals":   # the audit's case: the flat prompts are listed apart, never averaged in as 100
         assert again["protocol"]["flat_prompts"] == ["if-01", "if-04", "if-09"]
         assert again["protocol"]["prompts"] == 9

@@ -99,7 +99,8 @@ def parser() -> argparse.ArgumentParser:
                                                   "(stored in the json's meta and printed under the table)")
     p.add_argument("--gpu-steps", default=None,
                    help="scripts/gpu_check.py's JSON (a file or a folder of them; default: the checkout's assets/gpu): "
-                        "also price the decode steps on the GPU step measured for this generator, if one is there")
+                        "also price the decode steps on the GPU step measured for this generator, if one is there "
+                        "(with --from: default the one the run priced with, none if it had none)")
     p.add_argument("--out", default="bench_out", help="output folder (bench.json, bench.png)")
     p.add_argument("--from", dest="source", metavar="BENCH_JSON",
                    help="no model: recompute a bench.json's summary, table and figure from its own per-prompt "
@@ -152,12 +153,15 @@ def _state():
     return argparse.Namespace(process_index=0, num_processes=1, is_main_process=True)
 
 
+_ASSETS_GPU = Path(__file__).resolve().parents[2] / "assets" / "gpu"
+
+
 def _gpu_step(where: str | None, params: int):
     """The GPU step measured for a generator of ``params`` parameters (``specrej.analysis.gpu_steps.pick``) in ``where``
     (a JSON or a folder; default: the checkout's ``assets/gpu``), or None."""
     from ..analysis import gpu_steps
 
-    path = Path(where) if where else Path(__file__).resolve().parents[2] / "assets" / "gpu"
+    path = Path(where) if where else _ASSETS_GPU
     try:
         steps = gpu_steps.read(path) if path.is_file() else gpu_steps.load(path)
     except ValueError as e:
@@ -172,7 +176,9 @@ def _gpu_step(where: str | None, params: int):
 def recompute(source: Path, out: Path, gpu_steps: str | None = None) -> dict:
     """A bench.json's summary, protocol table and figure recomputed from its own per-prompt numbers (every
     candidate's score and length, each point's steps, FLOPs and wall time, the measured passes) with the analysis
-    code of this checkout; nothing is run again. Writes ``out/bench.json`` and ``out/bench.png``."""
+    code of this checkout; nothing is run again. The GPU step it prices with is the one the run used (``meta``'s
+    ``gpu_step``: a file of ``assets/gpu``; none for a run that had none), unless ``gpu_steps`` names another
+    (``--gpu-steps``). Writes ``out/bench.json`` and ``out/bench.png``."""
     from ..core.cost import StepCost
     from .protocol import aggregate, summary
     from .report import paper_png, paper_table
@@ -184,9 +190,13 @@ def recompute(source: Path, out: Path, gpu_steps: str | None = None) -> dict:
         raise SystemExit(f"--from {source}: not a bench.json ({type(e).__name__}: {e})")
     if not records:
         raise SystemExit(f"--from {source}: no prompt results to recompute (an --engine-only run?)")
+    if gpu_steps is None:   # the GPU step the run priced with (its file in assets/gpu), none where it had none
+        used = meta.get("gpu_step")
+        gpu = _gpu_step(str(_ASSETS_GPU / used), meta["generator_params"]) if used else None
+    else:
+        gpu = _gpu_step(gpu_steps, meta["generator_params"])
     agg = aggregate(records, gen_params=meta["generator_params"],
-                    step_model=StepCost.from_passes(passes) if passes else None,
-                    gpu=_gpu_step(gpu_steps, meta["generator_params"]))
+                    step_model=StepCost.from_passes(passes) if passes else None, gpu=gpu)
     result["protocol"], result["summary"] = agg, summary(agg)
     meta["recomputed"] = {"from": str(source), "by": "python -m specrej.bench --from",
                           "at": time.strftime("%Y-%m-%d", time.gmtime())}
@@ -341,8 +351,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
     text = []
     if records:
-        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes),
-                        gpu=_gpu_step(args.gpu_steps, lm.n_params))
+        gpu = _gpu_step(args.gpu_steps, lm.n_params)
+        meta["gpu_step"] = gpu.source if gpu is not None else None   # what --from prices with again
+        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes), gpu=gpu)
         result["protocol"] = agg
         result["summary"] = summary(agg)
         text.append(paper_table(agg, meta))
