@@ -10,7 +10,10 @@
 (() => {
   const PLAYS = '#run, #replay, #paper-scale, #run-live';
   const ENDS = /\/gradio_api\/(cancel|reset)(\?|$)/;
-  const GRACE_MS = 3000;
+  // Where a Stop sends no cancel (seen after a Stop of a replay in lecture mode, not yet traced), a press waits the
+  // whole grace: 3 s made Run after such a Stop take 3.2 s under three spinners, 1 s 1.3 s (scripts/click_latency.py,
+  // 2026-12-06). A cancel goes out some 0.1 s after the click.
+  const GRACE_MS = 1000;
   let inFlight = 0;      // cancels and resets on their way
   let stopAt = 0;        // a Stop pressed while something played, its cancel not yet sent
   let held = null;       // the newest play pressed meanwhile
