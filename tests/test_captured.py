@@ -107,7 +107,7 @@ def test_the_body_computes_the_models_logits(lm32, attention):
     eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=8)
     body = captured.Body(lm32.model, attention=attention)
     dev = lm32.device
-    pre = torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in eng.prompt_cache.layers])
+    pre = compiled.prompt_kv(eng.prompt_cache)
     L, _, kvh, P, d = pre.shape
     own = pre.new_zeros(L, 2, 4, kvh, 8, d)
     toks = torch.tensor([[5, 9, 17, 17]] * 6, device=dev).t()                   # [rows, steps]

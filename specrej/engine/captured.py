@@ -133,7 +133,7 @@ class Graphed:
         self.device = body.device
         self.capture = (self.device.type == "cuda") if capture is None else bool(capture)
         self.uniforms, self.max_new = uniforms, int(max_new_tokens)
-        self.pre = torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in prompt_cache.layers])
+        self.pre = compiled.prompt_kv(prompt_cache)
         self.prefix_len = self.pre.shape[3]
         self.log_vocab = math.log(prompt_logits.shape[-1])
         self.n = len(ids)

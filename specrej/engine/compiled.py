@@ -294,6 +294,11 @@ class Step:
         return torch.nn.functional.linear(x, w[0], w[1])
 
 
+def prompt_kv(prompt_cache) -> torch.Tensor:
+    """The prompt's keys and values once, as the steps read them: [layers, 2, kv heads, P, head dim]."""
+    return torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in prompt_cache.layers])
+
+
 class StaticRows:
     """The rows' cache for ``Step``: the prompt once, each row's tokens in buffers grown by ``CHUNK``.
 
@@ -301,7 +306,7 @@ class StaticRows:
 
     def __init__(self, step: Step, prompt_cache, rows: int):
         self.step = step
-        self.pre = torch.stack([torch.stack([layer.keys[0], layer.values[0]]) for layer in prompt_cache.layers])
+        self.pre = prompt_kv(prompt_cache)
         L, _, kvh, self.prefix_len, d = self.pre.shape                  # [L, 2, kvh, P, d]
         self.n = rows
         self.own = self.pre.new_zeros(L, 2, max(rows, 2), kvh, CHUNK, d)
