@@ -461,6 +461,10 @@ def summary_markdown(view: RunView) -> str:
                  "candidate i writes the same text in every method while it survives"
                  + ("." if exact else f" (up to {view.arms[next(iter(view.arms))].ledger.dtype} rounding: a few "
                     "candidates can drift once the batch changes size; float32 is exact).") + "*")
+    fell = sorted({a.ledger.step for a in view.arms.values() if "capture failed" in a.ledger.step})
+    if fell:   # the captured GPU step failed in this process: the race went on without it (``captured._give_up``)
+        lines += ["", f"*Decoding step: {md_escape(fell[0])}. The race went on without the CUDA graph (same "
+                  "tokens so far); the server log has the traceback.*"]
     return "\n".join(lines)
 
 

@@ -149,3 +149,175 @@ def test_the_captured_replay_writes_what_the_body_writes_eagerly(lm32, graph_on,
 
     monkeypatch.setattr(captured.Graphed, "__init__", uncaptured)
     assert decode(lm32, list(range(12)), prune_at=5, keep=[0, 3, 4, 11])[0] == everyone
+
+
+# ---- capture-safe (issue 60, 1): nothing in the captured body reads the device from the host
+
+aten = torch.ops.aten
+_HOST_READS = {aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default, aten.equal.default,
+               aten.nonzero.default, aten.masked_select.default, aten._unique2.default, aten.unique_dim.default,
+               aten.unique_consecutive.default, aten.repeat_interleave.Tensor}
+
+
+def capture_refusal(func, args, kwargs) -> str | None:
+    """Why ``torch.cuda.graph`` would refuse this op, or None: a read of a device value on the host (a 0-d index, a
+    data-dependent shape, a comparison whose answer is a Python bool), a boolean mask as an index, a tensor made
+    from host data inside the step, or a copy between devices."""
+    if func in _HOST_READS:
+        return f"{func} reads the device on the host"
+    if func is aten.lift_fresh.default:
+        return f"{func}: a tensor made from host data inside the step (a copy to the device)"
+    if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default):
+        for ix in args[1]:
+            if ix is not None and ix.dtype in (torch.bool, torch.uint8):
+                return f"{func} with a boolean mask (a nonzero on the host)"
+    if func in (aten._to_copy.default, aten.copy_.default):
+        src = args[1] if func is aten.copy_.default else args[0]
+        dst = args[0].device if func is aten.copy_.default else kwargs.get("device", src.device)
+        if torch.device(dst) != src.device:
+            return f"{func} from {src.device} to {dst} (a copy between host and device)"
+    return None
+
+
+class CaptureGuard(torch.utils._python_dispatch.TorchDispatchMode):
+    """Fails on the first op a CUDA graph capture refuses (``capture_refusal``), naming it; counts the ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        why = capture_refusal(func, args, kwargs)
+        if why:
+            raise AssertionError(f"not capture-safe: {why}")
+        self.ops += 1
+        return func(*args, **kwargs)
+
+
+def test_the_guard_refuses_what_a_capture_refuses():
+    """The guard itself: the ops the captured step must never run fail under it, plain device ops pass."""
+    x, g = torch.arange(12.0).view(3, 4), torch.tensor(1)
+    cols = torch.tensor([0, 1])
+    for bad in (lambda: x[g, cols], lambda: x[x > 3], lambda: x.sum().item(), lambda: x.nonzero(),
+                lambda: bool(x.sum()), lambda: torch.equal(x, x), lambda: x.unique(), lambda: torch.tensor([1, 2])):
+        with CaptureGuard(), pytest.raises(AssertionError, match="not capture-safe"):
+            bad()
+    cols = torch.tensor([0, 1])
+    with CaptureGuard() as guard:
+        x[g.view(1), cols]
+        torch.where(torch.arange(4) < g, 0.0, float("-inf"))
+    assert guard.ops > 0
+
+
+@pytest.mark.parametrize("sampling", [SAMPLED, Sampling(1.0, 1.0, 0)], ids=["top-k-top-p", "full-vocabulary"])
+def test_the_captured_body_is_capture_safe_across_a_prune_and_a_relayout(lm32, graph_on, monkeypatch, sampling):
+    """Every op of ``Graphed.run`` (the body a CUDA graph captures) with CUDA's matmul attention, for both samplings,
+    before and after a prune and a relayout: none reads the device on the host. On a CPU nothing is captured, so
+    without this test a host read shows up only on a GPU, as a failed capture."""
+    real_body, real_run = captured.Body, captured.Graphed.run
+    monkeypatch.setattr(captured, "Body", lambda model: real_body(model, attention="matmul"))
+    made, guards = [], []
+
+    def guarded_run(self, b):
+        made.append(self) if self not in made else None
+        with CaptureGuard() as guard:
+            real_run(self, b)
+        guards.append(guard.ops)
+
+    monkeypatch.setattr(captured.Graphed, "run", guarded_run)
+    monkeypatch.setattr(captured.Graphed, "_fits", lambda self, rows: 5 if rows > 4 else 40)
+    eng = Engine(lm32, lm32.render(PROMPT), sampling=sampling, seed=1, n_total=12, max_new_tokens=12)
+    rows, steps, finished = eng.start(list(range(12))), 0, {}
+    while len(rows):
+        finished.update({d.cand: d.tokens for d in rows.step()})
+        steps += 1
+        if steps == 4:
+            rows.keep([3, 8, 5])   # a prune: bucket 16 -> 4, then the relayout at position 5
+    assert eng.step_kind == "captured" and made[0].relayouts == 1 and made[0].rows == 4
+    assert len(guards) == steps and min(guards) > 0 and {3, 5, 8} <= set(finished)
+
+
+# ---- never a failed race because of capture (issue 60, 2)
+
+def test_a_failed_capture_finishes_the_race_on_the_same_tokens_and_says_why(lm32, graph_on, monkeypatch, caplog):
+    """The capture made to raise on its second bucket (after a prune): the pass finishes uncaptured over the same
+    buffers with the tokens an uncaptured run writes; the reason is logged once with its traceback; the model's
+    next engines take the compiled step; the engine's ledger note says what ran and why."""
+    want, _ = decode(lm32, list(range(12)), prune_at=5, keep=[0, 3, 4, 11])
+    pair, _ = decode(lm32, [0, 1])
+    compiled.use(lm32.model, compiled.Step(lm32.model, compile_=False))   # the fallback: the compiled step's math
+    real_init, calls = captured.Graphed.__init__, []
+
+    def capturing(self, *a, **kw):
+        real_init(self, *a, **dict(kw, capture=True))
+
+    def capture(self, b, restore):
+        calls.append(b)
+        if len(calls) == 1:   # the first bucket "captures": it runs as the graph would
+            return type("Replay", (), {"replay": lambda _: self.run(b)})()
+        self.run(b)           # a warm-up that ran, then the capture refuses: the buffers must be restored
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(captured.Graphed, "__init__", capturing)
+    monkeypatch.setattr(captured.Graphed, "_capture", capture)
+    caplog.set_level("ERROR", logger="specrej.engine.captured")
+    eng = Engine(lm32, lm32.render(PROMPT), sampling=SAMPLED, seed=1, n_total=12, max_new_tokens=40)
+    rows, out, steps = eng.start(list(range(12))), {}, 0
+    while len(rows):
+        out.update({d.cand: d.tokens for d in rows.step()})
+        steps += 1
+        if steps == 5:
+            rows.keep([0, 3, 4, 11])
+    assert out == want
+    assert calls == [16, 4]
+    failed = [r for r in caplog.records if "capturing the decoding step failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info and "not permitted when stream is capturing" in failed[0].getMessage()
+    assert captured.failure(lm32.model) and captured.body_for(lm32.model) is None
+    assert eng.step_note.startswith("captured body, uncaptured (capture failed: RuntimeError")
+    again, second = eng.start([0, 1]), {}   # the same engine's next pass (Best-of-N's next batch): the compiled step
+    assert eng.step_kind == "compiled" and "capture failed" in eng.step_note
+    while len(again):
+        second.update({d.cand: d.tokens for d in again.step()})
+    assert second == pair
+    later = Engine(lm32, lm32.render(PROMPT), sampling=SAMPLED, seed=1, n_total=12, max_new_tokens=4)
+    assert later.step_kind == "compiled"
+    assert len([r for r in caplog.records if "capturing the decoding step failed" in r.getMessage()]) == 1
+    captured._failed.clear()
+    compiled._steps.pop(lm32.model, None)
+
+
+def test_a_race_whose_capture_fails_records_what_ran_in_its_ledger_and_on_the_page(lm32, graph_on, monkeypatch):
+    """Through the library: Speculative Rejection and Best-of-N race to the end with every capture failing; each
+    ledger (the trace's) says which step ran and why, and the result panel says so in words."""
+    from specrej import RunConfig, as_reward, race, speculative_rejection, best_of_n
+    from specrej.core.events import Finished
+    from components import panels
+    from components.state.view import RunView
+
+    real_init = captured.Graphed.__init__
+    monkeypatch.setattr(captured.Graphed, "__init__", lambda self, *a, **kw: real_init(self, *a, **dict(kw, capture=True)))
+
+    def refuse(self, b, restore):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(captured.Graphed, "_capture", refuse)
+    compiled.use(lm32.model, compiled.Step(lm32.model, compile_=False))
+    reward = as_reward(lambda prompt, texts: [float(len(t)) for t in texts])
+    cfg = RunConfig(prompt=PROMPT, n=6, max_new_tokens=12, budget=32 + 6 * 12, first_decision=4, seed=3)
+    view = RunView(cfg, model_label="m", reward_label="r")
+    done = {}
+    for ev in race({"bon": best_of_n(lm32, reward, cfg), "sr": speculative_rejection(lm32, reward, cfg)}):
+        view.apply(ev)
+        if isinstance(ev, Finished):
+            done[ev.arm] = ev
+    try:
+        assert set(done) == {"bon", "sr"}
+        steps = {a: f.ledger.step for a, f in done.items()}
+        assert all("capture failed: RuntimeError: operation not permitted" in s for s in steps.values()), steps
+        assert "capture failed" in done["sr"].ledger.to_dict()["step"]
+        md = panels.summary_markdown(view)
+        assert "The race went on without the CUDA graph" in md and "capture failed" in md
+    finally:
+        captured._failed.clear()
+        compiled._steps.pop(lm32.model, None)

@@ -387,10 +387,12 @@ class Engine:
         self._stop_tail = max((len(s) for s in stop), default=0) + 2
         # the whole step captured (``captured.py``: CUDA by default) where the prompt is stored once, nothing reads
         # the layers' states or the top-k, and the model allows it; else the compiled step (``compiled.py``)
-        self.graph = (captured.body_for(lm.model) if self.share_prefix and not self.conf_topk and not self.hidden
-                      else None)
+        graphable = self.share_prefix and not self.conf_topk and not self.hidden
+        self.graph = captured.body_for(lm.model) if graphable else None
         self._uniforms = None
         self.step = compiled.step_for(lm.model) if self.share_prefix and self.graph is None else None
+        # why the captured step failed in this process (this engine then decodes without it), else None
+        self.fell_back: str | None = captured.failure(lm.model) if graphable else None
 
     @classmethod
     def warm_up(cls, lm) -> None:
@@ -404,6 +406,14 @@ class Engine:
         """How the rows decode: "captured" (``captured.Graphed``: the whole step, a CUDA graph on CUDA), "compiled"
         (``compiled.Step``) or "eager" (transformers' forward)."""
         return "captured" if self.graph is not None else "compiled" if self.step is not None else "eager"
+
+    @property
+    def step_note(self) -> str:
+        """``step_kind``, and where capturing failed, that it fell back and why (what a ledger records)."""
+        if self.fell_back is None:
+            return self.step_kind
+        kind = "captured body, uncaptured" if self.graph is not None else self.step_kind
+        return f"{kind} (capture failed: {self.fell_back.splitlines()[0][:160]})"
 
     def uniforms(self) -> torch.Tensor:
         """Every position's coupled uniforms ([max_new_tokens, n_total] fp64 on the device), made once."""
@@ -422,6 +432,9 @@ class Engine:
         """Rows for these candidates. ``feed``: how the rows' sampled tokens go into the model (default
         ``feed_tokens``; the bench's reference engine feeds left-padded rows with a mask)."""
         # 2. share the prompt's cache with every row of this pass (or copy it to each)
+        if self.graph is not None and captured.failure(self.lm.model) is not None:   # capture failed in this process
+            self.graph, self.fell_back = None, captured.failure(self.lm.model)
+            self.step = compiled.step_for(self.lm.model)
         if self.graph is not None and feed is None:   # the captured step's own buffers and sampling
             return GraphRows(self, list(cand_ids))
         if self.step is not None and feed is None:   # the compiled step's own static buffers
@@ -624,6 +637,8 @@ class GraphRows(Rows):
         e, n = self.engine, len(self.ids)
         assert n > 0
         out = self.cache.step()
+        if self.cache.failed is not None and e.fell_back is None:   # its capture failed: it ran uncaptured
+            e.fell_back = self.cache.failed
         self.sums = [(lp, sc) for _, lp, sc in out]
         self.generated += 1
         e.engine_steps += 1

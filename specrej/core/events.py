@@ -39,6 +39,8 @@ class Ledger:
     reward_s: float = 0.0       # seconds inside the reward's calls (timed per call; part of wall_s): scoring
     reward_calls: int = 0       # the reward's calls (a decision's partial scores, a step's finished answers)
     scored: int = 0             # responses scored, summed over calls (partial and final)
+    step: str = ""              # how the engine's rows decoded ("captured", "compiled", "eager"; after a failed
+                                # capture, what ran instead and why); "" where the backend does not say (vLLM)
     reads: str = ""             # what each decoding step read beyond the logits (``core.cost.read_key``: "top-20",
                                 # "hidden"; "" nothing): the verdict prices a rival's step with it (``StepCost.reads``)
 

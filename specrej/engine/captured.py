@@ -58,6 +58,7 @@ class Body:
 
     def __init__(self, model, attention: str | None = None):
         self.step = compiled.Step(model, compile_=False)
+        self.model = weakref.ref(model)   # (weak: a body is a value of the per-model tables)
         self.device, self.dtype = self.step.device, self.step.dtype
         self.attention = attention or ("matmul" if self.device.type == "cuda" else "rowwise")
 
@@ -99,12 +100,14 @@ class Body:
 
 
 _bodies: "weakref.WeakKeyDictionary[torch.nn.Module, Body | None]" = weakref.WeakKeyDictionary()
+_failed: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()   # why capture failed
 
 
 def body_for(model) -> Body | None:
-    """The model's ``Body`` where this path is on for it (``mode``; the compiled step's families), else None."""
+    """The model's ``Body`` where this path is on for it (``mode``; the compiled step's families, not after a
+    failed capture), else None."""
     m = mode()
-    if m == "off" or (m == "auto" and model.device.type != "cuda"):
+    if m == "off" or (m == "auto" and model.device.type != "cuda") or model in _failed:
         return None
     if model in _bodies:
         return _bodies[model]
@@ -119,6 +122,25 @@ def body_for(model) -> Body | None:
         log.warning("specrej: no captured step (%s)", why)
     _bodies[model] = b
     return b
+
+
+def failure(model) -> str | None:
+    """Why capturing ``model``'s step failed in this process (it then decodes on the compiled or eager step)."""
+    return _failed.get(model)
+
+
+def _give_up(body: Body, err: BaseException) -> str:
+    """A capture failed: say why once, with the traceback, and switch the body's model off this path for the
+    process (its later engines take the compiled step, else the eager one)."""
+    why = f"{type(err).__name__}: {err}".strip()
+    model = body.model()
+    if model is not None and model not in _failed:
+        log.error("specrej: capturing the decoding step failed; this pass finishes on the same step uncaptured "
+                  "and the model decodes on the compiled step from now on (%s)", why.splitlines()[0][:300],
+                  exc_info=err)
+        _failed[model] = why
+        _bodies[model] = None
+    return why
 
 
 class Graphed:
@@ -139,6 +161,7 @@ class Graphed:
         self.n = len(ids)
         self.graphs: dict[int, object] = {}
         self.relayouts = 0
+        self.failed: str | None = None   # why capturing failed (this pass then ran uncaptured)
         self._pool = None
         self.g = torch.zeros((), dtype=torch.long, device=self.device)      # the rows' own tokens fed so far
         self.fed = 0                                                        # g, as the host counts it
@@ -191,7 +214,7 @@ class Graphed:
     def run(self, b: int) -> None:
         """The step on the first ``b`` rows: sample, statistics, feed; everything in the buffers, g advanced."""
         logits = self.logits[:b]
-        u = self.uniforms[self.g, self.ids[:b]]
+        u = self.uniforms[self.g.view(1), self.ids[:b]]   # (a 0-d index would be read on the host: no capture)
         tok = self.sample(logits, u)
         lse, mean = logits.logsumexp(-1), logits.mean(-1)
         self.lp[:b] += (logits.gather(-1, tok[:, None]).squeeze(-1) - lse).double()
@@ -213,33 +236,55 @@ class Graphed:
             self._layout(bucket(self.n), T, keep=self)
             self.relayouts += 1
         b = bucket(self.n)
-        if not self.capture:
+        graph = self._graph(b) if self.capture else None
+        if graph is None:
             self.run(b)
         else:
-            self._graph(b).replay()
+            graph.replay()
         self.fed += 1
         return [(int(t), lp, sc) for t, lp, sc in self.out[:self.n].tolist()]
 
     def _graph(self, b: int):
-        """The captured step for ``b`` rows (captured at its first use, after one warm-up step whose effects on the
-        buffers are undone)."""
+        """The captured step for ``b`` rows, captured at its first use; None where capturing failed: then this
+        pass runs the same body uncaptured over the same buffers (the same step, so the race goes on), and
+        ``failed`` says why."""
         graph = self.graphs.get(b)
         if graph is not None:
             return graph
-        saved = [t.clone() for t in (self.logits, self.lp, self.sc, self.g)]
+        state = (self.logits, self.lp, self.sc, self.g)
+        saved = [t.clone() for t in state]
+
+        def restore():
+            for t, s in zip(state, saved):
+                t.copy_(s)
+
+        try:
+            graph = self.graphs[b] = self._capture(b, restore)
+            return graph
+        except Exception as e:   # any failure, on any bucket: never a failed race because of capture
+            self.capture, self.failed = False, _give_up(self.net, e)
+            self.graphs.clear()
+            if self.device.type == "cuda":
+                try:
+                    torch.cuda.synchronize(self.device)
+                except Exception:   # a sticky device error: the uncaptured step below raises it plainly
+                    pass
+            restore()   # the buffers as they were before the step (the warm-up may have run, or half of it)
+            return None
+
+    def _capture(self, b: int, restore):
+        """Capture the step for ``b`` rows after one warm-up step whose effects on the buffers ``restore`` undoes."""
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             self.run(b)   # the warm-up (cuBLAS workspaces, lazy inits); position g is written again below
         torch.cuda.current_stream(self.device).wait_stream(side)
-        for t, s in zip((self.logits, self.lp, self.sc, self.g), saved):
-            t.copy_(s)
+        restore()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
             self.run(b)
-        self.graphs[b] = graph
         return graph
 
     # ---- the rows

@@ -136,6 +136,7 @@ class _Run:
             backend=self.engine_factory.name,
             steps=self.engine.engine_steps if self.engine is not None else self.steps,
             reward_s=self.reward_s, reward_calls=self.reward_calls, scored=self.scored, reads=self.reads,
+            step=getattr(self.engine, "step_note", ""),
         )
 
     def candidates(self) -> tuple[Candidate, ...]:
