@@ -5,13 +5,21 @@ reads it and never waits for a measurement (``planner.plan``).
 On the app's torch thread, during the warm-up (``AppContext.warm``) and then while idle (``keep_fresh``):
 
 1. **The quiet step** (``AppContext.quiet_step``): this machine's decoding step at 1, 8, 32 and 128 rows, with
-   the rivals' extra reads, measured once per generator (the fastest seen is kept: the machine at its quietest).
+   the rivals' extra reads: what the machine does when *quiet*, never the load of a moment. Each measurement is a
+   ``context.Sample`` with the load it ran under (the 1-minute load average, other processes' runnable tasks, and
+   the share of its threads' cores it held: CPU time over threads x wall time). The quiet step is the best of them
+   (``context.quiet_of``): those taken quiet at the quiet thread count; a server started under load measures at
+   one thread (the worker follows the free cores) and keeps that thread's CPU time, the step without the waits;
+   one taken under load never makes it slower. The samples are kept across starts (``SPECREJ_PROFILE_FILE``),
+   so a busy start states what an earlier quiet one measured, and an idle refresh that finds the machine quiet
+   measures again at the quiet count.
 2. **A probe** (``refresh``; about half a second when quiet): two steps at 8 and at 32 rows. Their time over the
    quiet step is the *load factor* (other work on the cores, as on a shared Space). On a busy machine
    two OpenMP threads wait on each other at every barrier (``shared/PERF_NOTES.md``: 6x slower at 8
    rows with two other processes spinning, against 2.4x for one thread), so when the probe is slow it
-   is repeated with one thread and the faster count is kept for the races. The profile says when it ran and
-   under what load (``MachineProfile.when``).
+   is repeated with one thread and the faster count prices the races; the races themselves run with the threads
+   the worker's ``FreeCores`` gives them at each step. The profile says when it ran and under what load, and how
+   quiet its quiet step's best measurement was (``MachineProfile.when``).
 
 At a click (``fit``, pure): the race's decoding time bounded from above (``specrej.core.cost.race_seconds``) at the
 profiled step times, times what past races here took over that bound (reward scoring, frames). Load never
@@ -35,7 +43,7 @@ from specrej import RunConfig
 from components.session import budget as kv_rule
 from specrej.core.cost import StepCost, race_seconds
 
-from components.session.context import AppContext, MachineProfile
+from components.session.context import QUIET_SHARE, AppContext, MachineProfile, Sample
 from components.session.worker import torch_worker
 
 log = logging.getLogger("specrej.app")
@@ -90,8 +98,9 @@ TOLERANCE = 1.2   # lecture mode: a race starts live when its estimate now is at
 @dataclass(frozen=True)
 class LecturePlan:
     """How a race chosen in lecture mode plays (``lecture_plan``): ``live``, or ``recording`` (its labelled
-    recording at ``speed`` times the recorded pace), or ``too_long`` (no recording and no time for it live);
-    ``stated_s`` is the time the page states before it starts, the same whatever the load."""
+    recording at ``speed`` times the recorded pace: 1 unless the recording is longer than the limit allows), or
+    ``too_long`` (no recording and no time for it live); ``stated_s`` is the time the page states before it
+    starts and then shows: the quiet live time, or the recording's own."""
 
     mode: str
     stated_s: float
@@ -104,12 +113,14 @@ def lecture_plan(estimate_s: float, load: float, limit_s: float, recorded_s: flo
     ``load``: this machine's slowdown against quiet), the deployment's time limit and the race's recording
     (``recorded_s``: its recorded time; None when there is none).
 
-    The stated time is the race's time on this machine when quiet (estimate / load), within ``LIVE_SHARE`` of
-    the limit: a rehearsal on a quiet machine and the lecture on a busy one state the same time. The race
-    plays live when its estimate now is within ``TOLERANCE`` of that; otherwise its recording plays paced to
-    the stated time (``speed`` = recorded / stated), so it ends when the live race would have; without a
-    recording, live while the estimate is within ``LIVE_SHARE`` of the limit (stated: the estimate now, said
-    plainly), else ``too_long``. Decided before the race starts: no wait to see whether it falls behind."""
+    A live race states its time on this machine when quiet (estimate / load, the quiet step being the machine
+    when quiet: ``context.quiet_of``), within ``LIVE_SHARE`` of the limit, and plays live when its estimate now is
+    within ``TOLERANCE`` of that (stated: the estimate now, which is what it will show). Otherwise its recording
+    plays at its own recorded pace and states the recorded time (issue 61: a recording stretched to the quiet
+    time of a server profiled under load played a 19.0 s race in 86.7 s); only a recording longer than
+    ``LIVE_SHARE`` of the limit plays faster, to end within it. Without a recording, live while the estimate is
+    within ``LIVE_SHARE`` of the limit (stated: the estimate now, said plainly), else ``too_long``. Decided before
+    the race starts: no wait to see whether it falls behind."""
     cap = LIVE_SHARE * limit_s if limit_s else float("inf")
     if estimate_s <= 0:    # nothing estimated (a GPU, a busy torch thread): live, as asked
         return LecturePlan("live", 0.0)
@@ -119,48 +130,67 @@ def lecture_plan(estimate_s: float, load: float, limit_s: float, recorded_s: flo
     if estimate_s <= target:
         return LecturePlan("live", estimate_s, target_s=target)
     if recorded_s is not None and recorded_s > 0:
-        return LecturePlan("recording", stated, speed=recorded_s / stated, target_s=target)
+        shown = min(recorded_s, cap)
+        return LecturePlan("recording", shown, speed=recorded_s / shown, target_s=target)
     if estimate_s <= cap:
         return LecturePlan("live", estimate_s, target_s=cap)
     return LecturePlan("too_long", estimate_s, target_s=target)
 
 
+class Probed(list):
+    """A probe's step times (seconds at each of PROBE_ROWS), with the share of its threads' cores it held
+    (``context.Sample.share``; None: not known)."""
+
+    share: float | None = None
+
+
 def _probe(lm, threads: int) -> list[float]:
-    """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads``."""
+    """On the torch thread: the fastest of two decoding steps at each of PROBE_ROWS, at ``threads`` (a
+    ``Probed``)."""
     import torch
 
     from specrej.backends.steptime import measure
 
     torch.set_num_threads(threads)
-    return list(measure(lm, PROBE_ROWS, steps=2).seconds)
+    clocks: dict = {}
+    out = Probed(measure(lm, PROBE_ROWS, steps=2, cpu=clocks).seconds)
+    out.share = Sample.taken(StepCost(PROBE_ROWS, tuple(out)), clocks, threads).share
+    return out
 
 
 def measure(ctx: AppContext, model: str, lm) -> tuple[StepCost, float, int]:
-    """(the step times now, the load factor, the threads to race with), on the torch thread."""
-    import os
-
+    """(the step times now, the load factor, the threads to race with), on the torch thread. A probe faster than
+    the quiet step improves it (kept as a sample: a faster step is no load's doing); one taken quiet at the quiet
+    thread count when the quiet step was measured at fewer (a server started under load) measures it again."""
     import torch
 
     quiet = ctx.quiet_step(model, lm)
+    most = ctx.quiet_threads()
     with ctx.machine.lock:
-        known = ctx.machine.threads
-        most = ctx.machine.threads = ctx.threads or max(1, min(os.cpu_count() or 1,
-                                                               torch.get_num_threads() if known is None else known))
+        ctx.machine.threads = ctx.machine.threads or most
     ref = [quiet.step(r) for r in PROBE_ROWS]
 
     def load_of(times):
         return max(t / q for t, q in zip(times, ref))
 
     best_threads, best = most, torch_worker().call(_probe, lm, most)
+    first = best
     if load_of(best) > SLOW and most > 1 and not ctx.threads:   # SPECREJ_THREADS: that many, whatever the load
         one = torch_worker().call(_probe, lm, 1)
         if max(one) < max(best):
             best_threads, best = 1, one
-    torch_worker().call(torch.set_num_threads, best_threads)
+    if ctx.threads or not ctx.follow_cores:   # else the worker sets the threads at each job (``FreeCores``)
+        torch_worker().call(torch.set_num_threads, best_threads)
     load = load_of(best)
-    if load < 1.0:   # quieter than the calibration: keep the faster times
-        with ctx.machine.lock:
-            ctx.machine.step_costs[model] = quiet = quiet.scaled(load)
+    quiet_now = getattr(first, "share", None) is not None and first.share >= QUIET_SHARE
+    if lm is not None and quiet_now and most > 1 and ctx.machine.quiet_threads(model) not in (None, most):
+        quiet = ctx.loaded.sample(ctx, model, lm, threads=most)   # quiet now at the quiet count: measured there
+        ref = [quiet.step(r) for r in PROBE_ROWS]
+        load = load_of(best)
+    if load < 1.0:   # quieter than the quiet step: keep the faster times, as a sample of their own
+        faster = Sample(quiet.scaled(load), best_threads, 1.0, time.time(),
+                        os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
+        quiet = ctx.machine.add_sample(model, faster, most)
         load = 1.0
     return quiet.scaled(load), load, best_threads
 
@@ -177,8 +207,8 @@ def fit(profile: MachineProfile, model: str, cfg: RunConfig, *, prompt_len: int,
     load, threads = profile.load, profile.threads or 1
     cost = quiet.scaled(load)
     if kv_rule.planned(cfg.budget) is None:   # a GPU: fast enough that nothing needs estimating
-        return Fit(cfg, cost, load, threads, 0.0, limit_s, measured=profile.when())
-    probe = Fit(cfg, cost, load, threads, 1.0, limit_s, prompt_len, shared, profile.overhead, profile.when())
+        return Fit(cfg, cost, load, threads, 0.0, limit_s, measured=profile.when(model))
+    probe = Fit(cfg, cost, load, threads, 1.0, limit_s, prompt_len, shared, profile.overhead, profile.when(model))
     try:
         estimate = probe.estimate(cfg, sr_auto=sr_auto, methods=methods)
     except ValueError:
@@ -236,3 +266,20 @@ def learn(ctx: AppContext, fitted: Fit, seconds: float) -> None:
     with m.lock:
         ratio = seconds / (fitted.estimate_s / m.overhead)
         m.overhead = min(3.0, max(0.5, m.overhead + (ratio - m.overhead) / 3))
+
+
+# ---------------------------------------------------------------- while the server warms up
+
+def warming_words(ctx: AppContext) -> str:
+    """What a page event that needs the warmed-up server answers at once while it warms up (nothing waits for the
+    warm-up on a worker thread: 45 such calls held every Gradio thread, issue 61): how long it may still take,
+    from what the last start here took (the profile file)."""
+    left = ctx.loaded.warming_left()
+    if left is None:
+        when = "about a minute on a quiet 2-core machine, longer under load or the first time the step compiles"
+    elif left > 0:
+        when = f"about {left:.0f} s more (the last start here took {ctx.loaded.ready_s:.0f} s)"
+    else:
+        when = f"any moment now (the last start here took {ctx.loaded.ready_s:.0f} s)"
+    return (f"**Warming up:** this server has just started and is still loading the models, compiling the decoding "
+            f"step and measuring this machine: {when}. Press this again then; a Run pressed now starts when ready.")

@@ -11,6 +11,12 @@ started from it, inherit it, so on a loaded machine a click's handler and the fr
 before the next decoding step does (the nice value is a thread's own on Linux; the spinners of another process
 group are not affected by it). On a quiet machine nothing waits, so a race runs as fast.
 
+Its torch threads follow the free cores (``TorchWorker.follow``, ``FreeCores``): before each job it sets the threads
+the machine can give it now, at most the quiet count, one where another process holds the other core. With two
+OpenMP threads and a busy core every barrier waits for a thread the scheduler has parked: a Best-of-N arm on the
+compiled step took 15.2 s with two threads and 0.42 s with one at load ~7 (issue 61; docs/performance.md, "Threads
+under load"). The threads never change the tokens (``recordings.race_key``).
+
 ``TorchWorker.call(fn, ...)`` runs ``fn`` there and returns its result (or raises its exception).
 ``TorchWorker.stream(factory)`` runs the generator ``factory()`` on the worker, one event per
 job, ahead of its reader (``Stream``). Closing the stream (Stop, a closed tab) closes the
@@ -22,6 +28,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -29,6 +36,74 @@ T = TypeVar("T")
 _DONE = object()
 _WAKE = object()   # put by a cancel into the reader's queue: the reader stops waiting at once
 NICE = 10          # the worker's nice value above the page's threads (0: the same priority)
+
+
+def _running_here() -> int:
+    """This process's threads that are running or runnable now (state R in ``/proc/self/task/*/stat``)."""
+    n = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:   # the thread ended meanwhile
+            continue
+        n += stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"R"
+    return n
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity; ``os.cpu_count()`` where that is unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def others_running() -> int | None:
+    """Runnable tasks of other processes now: ``/proc/loadavg``'s running count less this process's running
+    threads (the reader among them). None where ``/proc`` cannot say (not Linux)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, running - _running_here())
+
+
+class FreeCores:
+    """The torch threads the machine can give the worker now: ``most`` (the quiet count) while the usable cores
+    less other processes' runnable tasks leave that many free, else one (a compiled step is built for those two).
+    Read from ``/proc`` at most every ``every_s`` seconds; the busiest of the last ``memory`` readings decides, so
+    one quiet instant between two bursts does not bring the second thread back (it returns after that many quiet
+    readings: a few seconds), while a busy one takes it away at once. ``read``: how many others run
+    (``others_running``; a test passes its own).
+
+    Where ``/proc/loadavg`` counts a whole host's tasks (a container without its own view), other containers'
+    work counts too: the worker then races with one thread more often (SPECREJ_FOLLOW_CORES=0 turns it off)."""
+
+    def __init__(self, most: int, *, every_s: float = 0.5, memory: int = 4, cores: int | None = None,
+                 read=others_running, clock=time.monotonic):
+        self.most, self.every_s, self.cores = max(1, most), every_s, cores or usable_cores()
+        self._read, self._clock, self._memory = read, clock, max(1, memory)
+        self._seen: list[int] = []
+        self._at = -float("inf")
+
+    def __call__(self) -> int:
+        now = self._clock()
+        if now - self._at >= self.every_s:
+            self._at = now
+            others = self._read()
+            if others is None:   # nothing to go by: the quiet count
+                return self.most
+            self._seen = (self._seen + [others])[-self._memory:]
+        busiest = max(self._seen, default=0)
+        # all of them or one: a compiled step is built for exactly these two counts (``compiled.warm``), so a
+        # count between them would compile inside a race
+        return self.most if self.cores - busiest >= self.most else 1
 
 
 def _lower_this_thread(by: int) -> None:
@@ -48,19 +123,56 @@ class TorchWorker:
     def __init__(self, name: str = "specrej-torch", nice: int = 0):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._nice = nice
+        self._threads: Callable[[], int] | None = None   # ``follow``: the threads to set before each job
+        self.threads_set = 0                              # the threads the last job started with (0: untouched)
+        self.start_threads: int | None = None             # torch's own thread count here, before anything set one
+        self._started = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         _lower_this_thread(self._nice)   # first: the OpenMP team this thread starts inherits it
+        try:
+            import torch
+
+            self.start_threads = torch.get_num_threads()
+        except ImportError:   # pragma: no cover
+            pass
+        self._started.set()
         while True:
             fut, fn, args, kwargs = self._jobs.get()
             if not fut.set_running_or_notify_cancel():
                 continue
+            self._set_threads()
             try:
                 fut.set_result(fn(*args, **kwargs))
             except BaseException as e:  # handed to the caller, who raises it in its own thread
                 fut.set_exception(e)
+
+    def quiet_threads(self) -> int:
+        """The threads torch gave this worker before anything set them: what a race uses on a quiet machine."""
+        self._started.wait(60)
+        return self.start_threads or usable_cores()
+
+    def follow(self, threads: Callable[[], int] | None) -> None:
+        """Before each job, set torch's threads to ``threads()`` (e.g. ``FreeCores``: what the machine can give
+        now); None: leave them as jobs set them. A job may still set its own (a probe at a given count): the next
+        job starts with the policy's again."""
+        self._threads = threads
+
+    def _set_threads(self) -> None:   # on the worker
+        policy = self._threads
+        if policy is None:
+            return
+        try:
+            n = policy()
+            import torch
+
+            if torch.get_num_threads() != n:
+                torch.set_num_threads(n)
+            self.threads_set = n
+        except Exception:   # never a job's problem: its threads stay as they were
+            pass
 
     @property
     def on_worker(self) -> bool:
