@@ -27,6 +27,7 @@ from components.panels import STOPPED
 from components.deploy import memory
 from components.session import busy, paper
 from components.session.context import AppContext
+from components.session.pace import warming_words
 from components.session.recordings import check_replay, replay_updates, stoppable_sleep
 from components.session.stream import race_events, updates
 from components.state.play import Button, Effect, Phase, Sessions
@@ -256,6 +257,12 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
             session.leave(play)
 
     def paper_play(prompt, pace, step, lecture_on, session, play, stop_requested):
+        if ctx.warming:   # answered at once: no worker thread waits for the warm-up (issue 61)
+            session.settle(play)
+            if session.end(play):
+                yield {**page.updates(Frame(status=warming_words(ctx), status_kind="live")),
+                       **page.button_updates(session.phase)}
+            return
         try:
             prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
             plan = paper.plan(ctx, prompt)
@@ -299,6 +306,8 @@ def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sess
         recording = getattr(view, "recording", None) or {}
         if recording.get("page_race") and isinstance(recording.get("request"), dict):
             return ui.same_race_updates(ctx, page, view.cfg.prompt, recording["request"])
+        if ctx.warming:   # answered at once: no worker thread waits for the warm-up (issue 61)
+            return {a.status: gr.Markdown(warming_words(ctx), elem_classes=["status-live"])}
         try:
             plan = paper.plan(ctx, check_replay(prompt, "inf", ctx.limits.max_prompt_chars)[0])
         except (ValueError, OSError) as e:
