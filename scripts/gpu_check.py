@@ -92,6 +92,30 @@ def step_ms(lm, rows: int, steps: int) -> float:
     return 1000 * statistics.median(time_steps(lm, list(range(3, 3 + PROMPT_TOKENS)), rows, steps)[0])
 
 
+def failed(report: dict, label: str, e: BaseException) -> None:
+    """A stage failed: its whole traceback into the report and the log (the root cause, not 300 characters)."""
+    import traceback
+
+    tb = "".join(traceback.format_exception(e))
+    report["errors"].append(f"{label}: {type(e).__name__}: {e}")
+    report.setdefault("tracebacks", {})[label] = tb
+    print(f"{label} FAILED:\n{tb}", flush=True)
+
+
+def _failure(lm) -> str | None:
+    from specrej.engine import captured
+
+    return captured.failure(lm.model)
+
+
+def captured_or_raise(lm) -> None:
+    """Where the captured variant fell back (``captured.failure``: the capture failed and the engine went on
+    uncaptured), its figures are not the captured step's: raise, so none is recorded under its name."""
+    why = _failure(lm)
+    if why:
+        raise RuntimeError(f"the capture failed, so the engine ran uncaptured: {why}")
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -241,7 +265,7 @@ def main(argv=None) -> int:
         print(f"ceilings: {ceil}", flush=True)
     except Exception as e:
         ceil = None
-        report["errors"].append(f"ceilings: {type(e).__name__}: {str(e)[:300]}")
+        failed(report, "ceilings", e)
     save()
     for name in args.configs:
         lm = build(name, device, dtype, args.tiny)
@@ -257,8 +281,7 @@ def main(argv=None) -> int:
                 report.setdefault("anchors", {}).setdefault(name, {})[str(rows)] = ms
                 print(f"{name:>13} transformers static {rows:>5} rows: {ms:9.2f} ms a token", flush=True)
             except Exception as e:
-                report["errors"].append(f"{name} anchor {rows}: {type(e).__name__}: {str(e)[:300]}")
-                print(f"{name} anchor {rows} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                failed(report, f"{name} anchor {rows}", e)
             save()
         for variant in VARIANTS:
             rows_ms = entry["variants"][variant] = []
@@ -274,6 +297,8 @@ def main(argv=None) -> int:
                         report["errors"].append(f"{name} {variant}: deadline reached before {rows} rows")
                         break
                     ms = step_ms(lm, rows, args.steps)
+                    if variant == "captured":
+                        captured_or_raise(lm)
                     row = {"rows": rows, "step_ms": round(ms, 3)}
                     words = ""
                     if ceil:
@@ -288,8 +313,7 @@ def main(argv=None) -> int:
                 if step is not None:
                     step.release()
             except Exception as e:   # one variant failing must not lose the others' figures
-                report["errors"].append(f"{name} {variant}: {type(e).__name__}: {str(e)[:300]}")
-                print(f"{name} {variant} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                failed(report, f"{name} {variant}", e)
             use_variant(lm, "eager")
             save()
         if name == "smollm2-135m" and left() > 0:
@@ -299,21 +323,22 @@ def main(argv=None) -> int:
                     use_variant(lm, kind, step)
                     report.setdefault("race", {})[kind] = race = coupled_race(lm, n=32 if not args.tiny else 8,
                                                                               tokens=48 if not args.tiny else 12)
+                    if kind == "captured":
+                        captured_or_raise(lm)
                     print(f"coupled race ({kind}): {race}", flush=True)
                 except Exception as e:
-                    report["errors"].append(f"race {kind}: {type(e).__name__}: {str(e)[:300]}")
-                    print(f"race {kind} FAILED: {type(e).__name__}: {e}", flush=True)
+                    failed(report, f"race {kind}", e)
                 save()
             use_variant(lm, "eager")
         if name == "llama-3-8b" and args.paper_n and left() > 0:
             try:
                 use_variant(lm, "captured" if device.type == "cuda" else "eager")
                 report["paper_race"] = race = paper_race(lm, args.paper_n, args.paper_tokens)
-                race["variant"] = "captured" if device.type == "cuda" else "eager"
+                race["variant"] = ("captured" if device.type == "cuda" else "eager") + (
+                    f" (capture failed, ran uncaptured: {why})" if (why := _failure(lm)) else "")
                 print(f"paper-scale race: {race}", flush=True)
             except Exception as e:
-                report["errors"].append(f"paper race: {type(e).__name__}: {str(e)[:300]}")
-                print(f"paper race FAILED: {type(e).__name__}: {e}", flush=True)
+                failed(report, "paper race", e)
             use_variant(lm, "eager")
             save()
         del lm
