@@ -406,7 +406,10 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
 
     def draw_qr(url):
         svg = links.qr_svg(url if isinstance(url, str) else "")
-        return gr.HTML(f'<div class="qr" title="{links.html_escape(url)}">{svg}</div>' if svg else "", visible=bool(svg))
+        note = links.room_note(url) if svg else ""
+        note = f'<p class="qr-note">{links.html_escape(note)}</p>' if note else ""
+        return gr.HTML(f'<div class="qr" title="{links.html_escape(url)}">{svg}</div>{note}' if svg else "",
+                       visible=bool(svg))
 
     c.link.click(make_link, [page.view, *fields], [c.link_box], queue=False, api_visibility="private",
                  preprocess=False) \

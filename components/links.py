@@ -98,7 +98,26 @@ def qr_svg(url: str) -> str:
 
     if not isinstance(url, str) or not url.strip() or len(url) > MAX_QR_CHARS:
         return ""
-    return segno.make(url.strip(), error="m").svg_inline(scale=6, dark="#000", light="#fff", border=4)
+    # a viewBox, no fixed size: the page's CSS scales the whole code, quiet zone included, to its box (a fixed
+    # 270 px drawing in a 260 px box was clipped, trimming the quiet zone a phone's reader needs)
+    return segno.make(url.strip(), error="m").svg_inline(scale=6, dark="#000", light="#fff", border=4, omitsize=True)
+
+
+def room_note(url: str) -> str:
+    """Where a link points at this computer itself (a loopback address), what a room of phones needs instead: one
+    plain sentence for under its QR code; "" for a link others can open."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(url.strip()).hostname or "") if isinstance(url, str) else ""
+    except ValueError:
+        return ""
+    if not host or not (host == "localhost" or host.startswith("127.") or host in ("::1", "0.0.0.0")):
+        return ""
+    return (f"This link points at {host}, this computer itself: phones in the room cannot open it. To serve the "
+            "room, start the app with GRADIO_SERVER_NAME=0.0.0.0 and open the page by this computer's network "
+            "address (the same Wi-Fi), or use the app's Hugging Face Space, or Gradio's share link "
+            "(demo.launch(share=True)).")
 
 
 def _parse(kind: str, raw: str, choices=None):

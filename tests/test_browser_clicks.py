@@ -234,6 +234,10 @@ def test_the_qr_code_sits_in_its_box_and_decodes_to_the_link_that_keeps_step_mod
         page.wait_for_selector("#link-qr svg", state="visible")
         link = page.input_value("#link-box textarea, #link-box input")
         assert link.startswith(url) and "step=1" in link and "prompt=Name+two+seas." in link, link
+        # a loopback link says no phone in the room can open it; the code is scaled whole, never clipped
+        assert "phones in the room cannot open it" in page.inner_text("#link-qr")
+        assert page.eval_on_selector("#link-qr svg", "s => s.viewBox.baseVal.width > 0 && "
+                                     "Math.abs(s.getBoundingClientRect().width - s.getBoundingClientRect().height) < 1")
         for width, height in ((1280, 720), (390, 844)):
             page.set_viewport_size({"width": width, "height": height})
             page.locator("#link-qr svg").scroll_into_view_if_needed()

@@ -193,8 +193,27 @@ def test_the_qr_code_is_drawn_by_segno_and_encodes_the_link():
     assert svg.startswith("<svg") and "path" in svg
     import segno
 
-    assert svg == segno.make(url, error="m").svg_inline(scale=6, dark="#000", light="#fff", border=4)
+    code = segno.make(url, error="m")
+    assert svg == code.svg_inline(scale=6, dark="#000", light="#fff", border=4, omitsize=True)
+    # scaled whole by the page, never clipped: a viewBox with the 4-module quiet zone on each side, no fixed size
+    side = (code.symbol_size(scale=1, border=0)[0] + 8) * 6
+    assert f'viewBox="0 0 {side} {side}"' in svg and "width=" not in svg.split(">")[0]
     assert links.qr_svg("") == "" and links.qr_svg("x" * (links.MAX_QR_CHARS + 1)) == ""
+
+
+@pytest.mark.parametrize("url,says", [
+    ("http://127.0.0.1:7931/?prompt=x", "127.0.0.1"), ("http://localhost:7860/", "localhost"),
+    ("http://[::1]:7860/", "::1"), ("http://0.0.0.0:7860/?n=4", "0.0.0.0"),
+    ("https://someone-specrej.hf.space/?n=4", ""), ("http://192.168.1.20:7860/", ""), ("", ""), ("http://[bad", "")])
+def test_a_link_that_only_this_computer_can_open_says_so_and_how_to_serve_the_room(url, says):
+    from components import links
+
+    note = links.room_note(url)
+    if not says:
+        assert note == ""
+    else:
+        assert f"points at {says}" in note and "phones in the room cannot open it" in note
+        assert "GRADIO_SERVER_NAME=0.0.0.0" in note and "share" in note
 
 
 def test_a_short_link_leaves_out_the_defaults_and_reads_back():
