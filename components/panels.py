@@ -83,12 +83,12 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
             head = f"**Replaying a recording** · {fmt_s(view.elapsed())}{of} (recorded: {took})"
         if view.fallback:
             note = f"\n\n{fallback_words(view)}" + note
-        if view.state is RunState.DONE:
-            note += f"\n\n{RECORDED_TIMES}"
+        if view.state is RunState.DONE and (clocks := clocks_line(view)):
+            note += f"\n\n{clocks}"
     elif view.state is RunState.DONE:
         head = f"**Done** in {fmt_s(view.elapsed())}" + (f" (expected about {fmt_s(expected)})" if expected else "")
-        if view.verdicts():
-            note += f"\n\n{LIVE_TIMES}"
+        if clocks := clocks_line(view):
+            note += f"\n\n{clocks}"
     elif expected and fit.late(view.elapsed()):
         load = getattr(fit, "load", 1.0)
         measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
@@ -146,12 +146,32 @@ def fallback_words(view: RunView) -> str:
 
 
 # where a recording's wall times and the verdict's priced times show together (the status line and the result)
-RECORDED_TIMES = ("*Each method's \"done in\" is the recorded race's own clock on its machine (reward scoring, "
-                  "sampling and whatever else that machine ran included); the verdict prices only the decoding "
-                  "steps, each at that machine's measured step time, so its seconds are fewer.*")
-LIVE_TIMES = ("*Each method's \"done in\" is its own wall clock here (its steps, sampling, text decoding and "
-              "scoring, measured while this machine also drew the page); the verdict prices its decoding steps at "
-              "this machine's profiled step time plus its timed scoring, so the two can differ.*")
+def clocks_line(view: RunView) -> str:
+    """The screen's two clocks reconciled in one line, with every number each shows: each method's wall clock as it
+    ran (the status's "done in", the table) and its priced time (the verdict: decoding steps at the profiled step
+    time, plus its timed scoring where the verdict adds it), and which Best-of-k the verdict compares with. ""
+    without a verdict."""
+    verdicts = view.verdicts()
+    if not verdicts:
+        return ""
+    base = view.arms[view.baseline]
+    arm_name, v = next(iter(verdicts.items()))
+    arm = view.arms[arm_name]
+    name, bname = md_escape(arm.spec.label), md_escape(base.spec.kind.name)
+    where = "its recorded machine" if view.recording is not None else "this machine"
+    scoring = view.step is not None   # the verdict adds each arm's timed scoring on this step (``RunView.verdicts``)
+    priced = ("each decoding step at " + where + "'s profiled step time" + (", plus the method's scoring as timed"
+              if scoring else "; scoring is not priced"))
+    all_n = v.curve[-1].seconds if v.curve else 0.0
+    k_words = (f"Best-of-{show_k(v.k)}, the answers it needs to match, {fmt_s(v.bon_seconds)}" if v.k is not None
+               else f"all {v.n} answers, {fmt_s(v.bon_seconds)}")
+    return (f"*Two clocks, one race. As it ran ({'its recorded clock' if view.recording is not None else 'the wall clock here'}; "
+            f"the \"done in\" above and the table): {name} {fmt_s(arm.ledger.wall_s)}, {bname}'s {v.n} answers "
+            f"{fmt_s(base.ledger.wall_s)}. Priced for the verdict ({priced}): {name} {fmt_s(v.seconds)}, {bname}'s "
+            f"{v.n} answers {fmt_s(all_n)}; the verdict compares with {k_words}. The wall clock also holds sampling, "
+            f"text decoding and whatever else {where} ran then, so it can be longer or shorter than the price.*")
+
+
 REPLAY_START = "**Replaying** the recorded race…"
 
 
@@ -268,22 +288,22 @@ def reward_words(view: RunView, verdicts: dict | None = None) -> str:
 
 
 TIME_NOTE = ("*How time is counted: every decoding step is priced at {machine}'s measured time for the rows "
-             "decoding at that step (a row leaves when its answer ends or is pruned), measured {when}. "
+             "decoding at that step (a row leaves when its answer ends or is pruned), measured {when}{scoring}. "
              "Best-of-N's curve is the expected best reward of k of its answers drawn at random (order statistics "
              "over its coupled answers), each k priced under the same memory budget: passes of the rows that fit at "
-             "full length. Reward scoring is in the FLOPs and the measured wall time, not in this line.*")
+             "full length.*")
 
 
 def time_note(view: RunView) -> str:
-    """How the verdict's time is counted, on whose machine, and why the table's wall times differ from it."""
+    """How the verdict's time is counted, on whose machine (the status's one line compares it with the wall clocks:
+    ``clocks_line``)."""
     r = view.recording
     machine = (f"the recording's machine ({md_escape(r.get('hardware', '?'))}, {md_escape(r.get('date', '?'))})"
                if r is not None else "this machine")
     when = "when it was recorded" if r is not None else "just before the race"
-    return (TIME_NOTE.format(machine=machine, when=when).rstrip("*")
-            + " The table's wall times are each method's own clock as the race ran: its steps under whatever else "
-              "the machine was doing, the reward model's scoring and sampling, so they run longer than this line, "
-              "most when the machine was busy.*")
+    scoring = ("; each method's reward scoring is added as its ledger timed it, call by call (Best-of-k pays k/N of "
+               "Best-of-N's)" if view.step is not None else "; reward scoring is not priced")
+    return TIME_NOTE.format(machine=machine, when=when, scoring=scoring)
 
 
 STEPS_NOTE = ("*This machine's decoding step could not be measured, so time is counted in decoding steps. Best-of-N's "
