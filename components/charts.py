@@ -605,7 +605,10 @@ def verdict_chart(view: RunView, verdicts: dict, x_axis: str = "time") -> dict:
                               + "<extra></extra>"}]
     x_title = (X_AXES[x_axis].replace("this machine", machine(view)) if unit == "s" or x_axis != "time"
                else "decoding steps")
-    layout = _layout(x_title, reward_title(view, "reward of the winner"), None, None, revision=f"verdict-{x_axis}")
+    # the short title (the result panel names the reward): the long one was cut at 1280x720 ("reward of the winner
+    # (preferenc")
+    layout = _layout(x_title, reward_title(view, "reward of the winner", short=True), None, None,
+                     revision=f"verdict-{x_axis}")
     points = {arm_id: (v.seconds, v.bon_seconds) if x_axis == "time" else (v.flops, v.bon_flops)
               for arm_id, v in verdicts.items()}
     layout["xaxis"].pop("range", None)
@@ -780,5 +783,7 @@ def pool_chart(view: RunView, checkpoint) -> dict:
                                       "yanchor": "bottom", "showarrow": False,
                                       "text": f"threshold: {fmt_score(bar)}" if on_signal
                                       else "threshold: lowest kept",
+                                      # on a plate: the label reads over the bars and markers it sits on
+                                      "bgcolor": "rgba(255,255,255,0.88)", "borderpad": 2,
                                       "font": {"size": 13, "color": THRESHOLD}})
     return _spec(f"pool-{checkpoint.arm}", data, layout)

@@ -34,8 +34,10 @@ def test_every_reward_axis_and_the_result_name_the_reward_and_its_scale(replayed
     scale = REWARDS["self-certainty"].scale
     assert scale_of(last.view.reward_label) is scale
     # the arm charts, and the verdict chart when Best-of-N wrote all its answers (else the work chart's rows)
-    for spec in [*last.arm_plots] + ([last.race_plot] if last.view.verdicts() else []):
+    for spec in last.arm_plots:
         assert scale.name in _y_titles(spec) and scale.unit in _y_titles(spec), _y_titles(spec)
+    if last.view.verdicts():   # the verdict chart's short title (the long one was cut at 1280x720): its unit; the
+        assert scale.unit in _y_titles(last.race_plot)   # result panel beside it names the reward
     assert "**Reward:** Self-certainty" in last.summary and "higher means more" in last.summary
     assert f"reward of the winner ({scale.name})" in last.summary
 
