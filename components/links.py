@@ -114,10 +114,9 @@ def room_note(url: str) -> str:
         return ""
     if not host or not (host == "localhost" or host.startswith("127.") or host in ("::1", "0.0.0.0")):
         return ""
-    return (f"This link points at {host}, this computer itself: phones in the room cannot open it. To serve the "
-            "room, start the app with GRADIO_SERVER_NAME=0.0.0.0 and open the page by this computer's network "
-            "address (the same Wi-Fi), or use the app's Hugging Face Space, or Gradio's share link "
-            "(demo.launch(share=True)).")
+    return (f"This link points at {host}, this computer itself: phones in the room cannot open it. For the room, "
+            "start the app with GRADIO_SERVER_NAME=0.0.0.0 and open it by this computer's network address, or use "
+            "its Space or a share link.")
 
 
 def _parse(kind: str, raw: str, choices=None):

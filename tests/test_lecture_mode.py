@@ -213,7 +213,7 @@ def test_a_link_that_only_this_computer_can_open_says_so_and_how_to_serve_the_ro
         assert note == ""
     else:
         assert f"points at {says}" in note and "phones in the room cannot open it" in note
-        assert "GRADIO_SERVER_NAME=0.0.0.0" in note and "share" in note
+        assert "GRADIO_SERVER_NAME=0.0.0.0" in note and "share link" in note and "Space" in note
 
 
 def test_a_short_link_leaves_out_the_defaults_and_reads_back():
