@@ -310,6 +310,15 @@ STEPS_NOTE = ("*This machine's decoding step could not be measured, so time is c
               "curve is the expected best reward of k of its answers, each k under the same memory budget.*")
 
 
+def first_at_top(v: Verdict) -> int:
+    """The fewest answers whose expected best is Best-of-N's winner: N, unless t answers tie at the top score (then
+    N - t + 1: every draw of that many holds one of them)."""
+    if not v.curve:
+        return v.n
+    top = v.curve[-1].best
+    return next((p.k for p in v.curve if p.best >= top - 1e-9 * max(1.0, abs(top))), v.n)
+
+
 def _reward_note(c: Comparison, base: str) -> str:
     a, b = c.reward, c.baseline_reward
     if c.same_winner or reached(a, b):
@@ -378,8 +387,11 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
     elif all_n:
         score = f"Improvement score **{v.improvement:.1f}**: Best-of-{v.n}'s winner, equal to the digits shown {scale}."
     else:
+        first = first_at_top(v)
+        reaches = (f"only with all {v.n}" if first >= v.n else
+                   f"from Best-of-{first} on (answers tie at the top score)")
         score = (f"Improvement score **{v.improvement:.1f}**: {100 - v.improvement:.1f} points below "
-                 f"Best-of-{v.n}'s winner {scale}, which Best-of-N reaches only with all {v.n}"
+                 f"Best-of-{v.n}'s winner {scale}, which Best-of-N reaches {reaches}"
                  + (", and below what one answer scores on average." if v.kind == "below" else "."))
     r = v.flops_ratio
     k_word = f"Best-of-{v.n}" if v.beyond else "Best-of-1" if v.kind == "below" else f"Best-of-{show_k(v.k)}"

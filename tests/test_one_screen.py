@@ -50,3 +50,15 @@ def test_no_sentence_says_the_opposite_of_what_the_verdict_priced(replayed):
     finally:
         view.step = kept
         view.__dict__.pop("_verdicts", None)
+
+
+@pytest.mark.parametrize("scores,first", [([1.0, 2.0, 3.0, 4.0], 4), ([1.0, 4.0, 2.0, 4.0], 3), ([4.0] * 4, 1),
+                                          ([0.1, 0.7, 0.7, 0.7, 0.2], 3)])
+def test_best_of_n_reaches_its_winner_only_with_all_n_unless_the_top_score_ties(scores, first):
+    """'which Best-of-N reaches only with all N' was said under the instructions judge, where answers tie at the top
+    and Best-of-k reaches the winner well before N: the first k is read off the curve (N - ties + 1)."""
+    from specrej.analysis.verdict import bon_curve
+
+    curve = bon_curve(scores, [4] * len(scores), 2, lambda rows: 1.0)
+    v = type("V", (), {"curve": tuple(curve), "n": len(scores)})()
+    assert panels.first_at_top(v) == first

@@ -82,6 +82,16 @@ def test_deepconf_sets_its_threshold_and_stops_traces_by_hand_with_refills():
     assert fin.candidates[0].score is not None    # a trace the filter drops was written to its end and scored
 
 
+@pytest.mark.parametrize("keep,bar,kept", [(90, 1.0, 3), (10, 1.8, 1)])
+def test_deepconf_high_keeps_most_traces_and_deepconf_low_few(keep, bar, kept):
+    """An asymmetric percentile (the hand test's 50 cannot tell them apart): three warm-up traces whose lowest group
+    confidences are 1.0, 2.0 and 1.0; DeepConf-high (90) sets the bar at their 10th percentile, 1.0, and keeps all
+    three above it, DeepConf-low (10) at their 90th, 1.8 (linear interpolation: 1 + 0.8 x (2 - 1)), keeping one."""
+    r0 = next(e for e in events("deepconf", DC_SCRIPT, dc(warmup=3, conf_percentile=keep)) if isinstance(e, Round))
+    assert dict(r0.signals) == {0: 1.0, 1: 2.0, 2: 1.0}
+    assert r0.signal_threshold == pytest.approx(bar) and r0.n_kept == kept
+
+
 def test_deepconf_without_refills_starts_a_new_pass_when_the_running_one_empties():
     fin = events("deepconf", DC_SCRIPT, DC_CFG, refills=False)[-1]
     # online pass 1 (2, 3, 4): 3, 3 (c4 stops), 2, 2 (c2 stops), 1 (c3 ends); pass 2 (c5): 4 steps of 1
