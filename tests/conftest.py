@@ -18,6 +18,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The suite decodes eagerly (each tiny model would be one more compile, minutes in all); the compiled step
 # (the product's default) is tested where it is the subject, through the ``compiled_on`` fixture.
 os.environ.setdefault("SPECREJ_COMPILE", "0")
+# No test reads or writes the user's kept machine profile (~/.cache/specrej): a profile kept by an earlier run would
+# make a test's stated times depend on it; the profile's own tests name a file of their own.
+os.environ.setdefault("SPECREJ_PROFILE_FILE", "off")
 
 CORPUS = [
     "Give me three tips for staying healthy.", "Drink water, sleep well and walk every day.",

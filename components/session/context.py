@@ -727,7 +727,10 @@ class AppContext:
 
 
 def _profile_file(value: str | None) -> str | None:
-    """SPECREJ_PROFILE_FILE: unset, the user's cache; ``off`` (or 0, none, empty): none."""
+    """SPECREJ_PROFILE_FILE: unset, the process's own (so a context built from a partial mapping, as the tests build
+    theirs, follows it), else the user's cache; ``off`` (or 0, none, empty): none."""
+    if value is None:
+        value = os.environ.get("SPECREJ_PROFILE_FILE")
     if value is None:
         return str(DEFAULT_PROFILE_FILE)
     value = value.strip()
