@@ -1,0 +1,168 @@
+"""What the live charts cost the browser that draws them: bytes received, main-thread busy time and the longest
+task, over the default Run (or a paced replay), in Chromium with its CPU throttled (a slow projector laptop).
+
+    python scripts/chart_load.py [--root CHECKOUT] [--throttle 4] [--replay PACE] [--lecture] [--json out.json]
+
+Serves the app of ``--root`` (default: this checkout; another worktree measures "before") in this process as
+``python app.py`` builds it (the embedded models, warmed first), opens it in Debian's headless Chromium
+(``/usr/bin/chromium``) at 1280x720, throttles the page's CPU through the DevTools protocol
+(``Emulation.setCPUThrottlingRate``), and presses Run with the page's defaults (``--replay PACE``: Replay of the
+first example prompt's recorded paper-scale race at that pace: 1, 4, 16 or inf). From the click to the end
+("Done in", "Replay done") plus 2 s for the last frame's drawing it reads:
+
+- bytes: what the page received over the network (CDP ``Network.dataReceived``: on the wire and decoded), in all
+  and per second of the race;
+- busy: the main thread's task time (CDP ``Performance.getMetrics`` ``TaskDuration``, a difference), in seconds
+  and as a share of the window;
+- long tasks: a ``PerformanceObserver`` of type ``longtask`` (tasks over 50 ms): how many, their sum, the longest.
+
+It prints the CPU (``/proc/cpuinfo``) and the load (``os.getloadavg``) before and after. Figures, never assertions:
+the machine's other load is whatever it is; say so when quoting them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+HANG_GUARD_MS = 900_000
+DONE = "/Done in|Done from|Replay done|Can't|Stopped/"
+LONG_TASKS = """(() => {
+  window.__longTasks = [];
+  try {
+    new PerformanceObserver(list => { for (const e of list.getEntries()) window.__longTasks.push([e.startTime, e.duration]); })
+      .observe({type: 'longtask', buffered: true});
+  } catch (e) {}
+})();"""
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def serve(root: Path):
+    sys.path.insert(0, str(root))
+    os.chdir(root)
+    import app
+    from components.session.context import AppContext
+
+    print(f"serving {Path(app.__file__).resolve()}", flush=True)
+    ctx = AppContext.from_env({})
+    t0 = time.perf_counter()
+    ctx.warm()
+    print(f"warmed in {time.perf_counter() - t0:.1f} s", flush=True)
+    demo = app.build_demo(ctx)
+    from components.deploy import memory
+
+    memory.freeze_startup()   # as the served app does once warm
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _, url, _ = app.launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    return demo, url
+
+
+def metric(cdp, name: str) -> float:
+    return next((m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == name), 0.0)
+
+
+def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -> dict:
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.set_default_timeout(HANG_GUARD_MS)
+    page.add_init_script(LONG_TASKS)
+    cdp = page.context.new_cdp_session(page)
+    got = {"wire": 0, "decoded": 0, "on": False}
+
+    def received(e):
+        if got["on"]:
+            got["wire"] += e.get("encodedDataLength", 0) or 0
+            got["decoded"] += e.get("dataLength", 0) or 0
+
+    try:
+        cdp.send("Network.enable")
+        cdp.on("Network.dataReceived", received)
+        cdp.send("Performance.enable")
+        page.goto(url + ("?lecture=1" if lecture else ""))
+        page.wait_for_selector("#run")
+        time.sleep(2.0)   # the page settles (plotly.js and the fonts load) before the CPU is throttled
+        cdp.send("Emulation.setCPUThrottlingRate", {"rate": throttle})
+        if replay is not None:
+            page.click(f"#pace input[value='{replay}']")
+            time.sleep(0.5)
+        page.evaluate("window.__longTasks.length = 0")
+        busy0 = metric(cdp, "TaskDuration")
+        got["on"] = True
+        start = time.perf_counter()
+        page.click("#replay" if replay is not None else "#run")
+        page.wait_for_function(f"{DONE}.test(document.querySelector('#status').innerText)", polling=250)
+        race_s = time.perf_counter() - start
+        status = page.inner_text("#status")
+        time.sleep(2.0)   # the last frame's drawing
+        window_s = time.perf_counter() - start
+        got["on"] = False
+        busy = metric(cdp, "TaskDuration") - busy0
+        tasks = page.evaluate("window.__longTasks")
+        longest = max((d for _, d in tasks), default=0.0)
+        played = ("recording" if "Replay" in status else
+                  "live, then its recording (fell behind)" if "from the recording" in status else "live")
+        return {"played": played, "race_s": round(race_s, 1), "window_s": round(window_s, 1),
+                "bytes_wire": got["wire"], "bytes_decoded": got["decoded"],
+                "bytes_per_s": round(got["wire"] / max(race_s, 1e-9)),
+                "busy_s": round(busy, 2), "busy_share": round(busy / window_s, 3),
+                "long_tasks": len(tasks), "long_tasks_ms": round(sum(d for _, d in tasks)),
+                "longest_task_ms": round(longest), "status_at_end": status[:300]}
+    finally:
+        page.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    ap.add_argument("--throttle", type=float, default=4.0)
+    ap.add_argument("--replay", choices=["1", "4", "16", "inf"], help="Replay the first example at this pace")
+    ap.add_argument("--lecture", action="store_true", help="open the page with ?lecture=1")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    out_path = a.json.resolve() if a.json else None
+    from playwright.sync_api import sync_playwright
+
+    demo, url = serve(a.root.resolve())
+    out = {"root": str(a.root.resolve()), "cpu": cpu_name(), "cores": os.cpu_count(),
+           "load_before": [round(x, 2) for x in os.getloadavg()], "throttle": a.throttle,
+           "what": f"replay at {a.replay}" if a.replay else "the default Run", "runs": []}
+    print(json.dumps({k: v for k, v in out.items() if k != "runs"}), flush=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                for _ in range(a.runs):
+                    r = one(browser, url, a.throttle, a.replay, a.lecture)
+                    r["load_after"] = [round(x, 2) for x in os.getloadavg()]
+                    out["runs"].append(r)
+                    print(json.dumps(r), flush=True)
+            finally:
+                browser.close()
+    finally:
+        demo.close()
+    if out_path:
+        out_path.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
