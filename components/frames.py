@@ -7,6 +7,8 @@ frame onto the components; nothing here knows Gradio.
 """
 from __future__ import annotations
 
+import difflib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,3 +250,167 @@ def drawn(updates):
         close = getattr(updates, "close", None)
         if close is not None:
             close()
+
+
+# ---------------------------------------------------------------- frames as changes
+
+# After a run's first frame, a streamed frame's charts travel as what changed since the frame before: per chart,
+# per trace, each array as ops over the array the page holds (``array_ops``), the few other attributes set, the
+# layout's changed keys as a relayout; the whole figure only where the chart's shape changed. Plain data, drawn
+# by the page's script (``assets/charts.js``) with Plotly's incremental calls; the final frame (the result, a
+# limit, a failure, step mode) still carries whole figures, as it always did. A recording replays through the
+# same frames, so it sends the same changes.
+
+def _key(v):
+    """A hashable stand-in for an array item (a customdata row is a list)."""
+    if isinstance(v, list):
+        return tuple(_key(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return v
+
+
+def _literal(items: list, ops: list) -> None:
+    """``items`` as ops: a run of three or more equal items as ``["r", item, count]``, the rest ``["v", items]``."""
+    i, plain = 0, []
+    while i < len(items):
+        j = i + 1
+        while j < len(items) and items[j] == items[i]:
+            j += 1
+        if j - i >= 3:
+            if plain:
+                ops.append(["v", plain])
+                plain = []
+            ops.append(["r", items[i], j - i])
+        else:
+            plain.extend(items[i:j])
+        i = j
+    if plain:
+        ops.append(["v", plain])
+
+
+def array_ops(old: list, new: list) -> list:
+    """``new`` as ops over ``old``: ``["c", start, count]`` copies ``old[start:start + count]``, ``["v", items]``
+    adds items, ``["r", item, count]`` adds one item ``count`` times. An array that only grew is
+    ``[["c", 0, len(old)], ...]`` (the page extends its trace); candidates packed in one trace grow in the
+    middle, each by a point or two, so most of the array is copies."""
+    n = len(old)
+    if len(new) >= n and new[:n] == old:
+        ops = [["c", 0, n]] if n else []
+        _literal(new[n:], ops)
+        return ops
+    ops = []
+    matcher = difflib.SequenceMatcher(None, [_key(v) for v in old], [_key(v) for v in new], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            if ops and ops[-1][0] == "c" and ops[-1][1] + ops[-1][2] == i1:
+                ops[-1][2] += i2 - i1
+            else:
+                ops.append(["c", i1, i2 - i1])
+        elif j2 > j1:
+            _literal(new[j1:j2], ops)
+    return ops
+
+
+def _arrays(trace: dict) -> set[str]:
+    return {k for k, v in trace.items() if isinstance(v, list) and k != "uid"}
+
+
+def trace_changes(old: dict, new: dict) -> dict:
+    """One trace's changes: ``{"ops": {attribute: array ops}, "set": {attribute: value}}`` (either may be absent;
+    an attribute gone from ``new`` is set to None)."""
+    ops, put = {}, {}
+    for k in new.keys() | old.keys():
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list) and k in _arrays(new):
+            ops[k] = array_ops(a, b)
+        else:
+            put[k] = b
+    return {**({"ops": ops} if ops else {}), **({"set": put} if put else {})}
+
+
+def layout_changes(old: dict, new: dict) -> dict:
+    """The layout's changed keys as Plotly's ``relayout`` takes them ("xaxis.range": [...]; None removes one)."""
+    out = {}
+    for k in new.keys() | old.keys():
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            for s in b.keys() | a.keys():
+                if a.get(s) != b.get(s):
+                    out[f"{k}.{s}"] = b.get(s)
+        else:
+            out[k] = b
+    return out
+
+
+def chart_changes(old: dict | None, new: dict) -> dict | None:
+    """What changed from chart spec ``old`` to ``new`` (``charts._spec``): ``{"traces": {index: trace_changes},
+    "layout": relayout}``, or ``{"react": new}`` where the shape changed (another number, kind or uid of traces);
+    None where nothing did."""
+    if old is None or [(t.get("type"), t.get("uid")) for t in old["data"]] != [(t.get("type"), t.get("uid"))
+                                                                              for t in new["data"]]:
+        return {"react": new}
+    traces = {}
+    for i, (a, b) in enumerate(zip(old["data"], new["data"])):
+        if a != b:
+            traces[str(i)] = trace_changes(a, b)
+    layout = layout_changes(old.get("layout", {}), new.get("layout", {}))
+    if not traces and not layout:
+        return None
+    return {**({"traces": traces} if traces else {}), **({"layout": layout} if layout else {})}
+
+
+def frame_charts(frame: Frame, mark=lambda spec, frame: spec) -> dict[str, dict]:
+    """The chart specs a frame carries (not ``KEEP``, not cleared), by key: "arm-<slot>" and "race"; each as the
+    page is sent it (``mark(spec, frame)``: the play's mark in ``layout.meta``)."""
+    out = {}
+    if isinstance(frame.arm_plots, list):
+        out.update({f"arm-{i}": mark(p, frame) for i, p in enumerate(frame.arm_plots) if p is not KEEP and p is not None})
+    if frame.race_plot is not KEEP and frame.race_plot is not None:
+        out["race"] = mark(frame.race_plot, frame)
+    return out
+
+
+class ChartChanges:
+    """One stream's charts as changes: ``step(frame)`` returns the frame to send (a live frame's charts left as
+    ``KEEP``) and its change line (plain data, or None).
+
+    A run's first frame (its slots laid out) starts the line ``{"stream", "seq": 0, "base": {key: spec}}``: the page's
+    script holds the figures the page was sent whole. Each live frame after it: ``{"seq", "charts": {key:
+    chart_changes}}`` against the frame sent before (never against an acknowledgement: the server does not wait on
+    the page). The run's last frame (its result, a limit, a failure, step mode) goes whole as well and its line says
+    ``"final"``, so the script's copy ends equal to what Gradio draws; the run's stream ends there."""
+
+    def __init__(self, stream: str, mark=lambda spec, frame: spec):
+        self.stream, self.mark = stream, mark
+        self.shown: dict | None = None
+        self.seq = 0
+
+    def step(self, frame: Frame) -> tuple[Frame, dict | None]:
+        specs = frame_charts(frame, self.mark)
+        if frame.slots is not KEEP:   # a run (or its retry) starts
+            self.shown, self.seq = dict(specs), 0
+            return frame, {"stream": self.stream, "seq": 0, "base": specs}
+        if self.shown is None:
+            return frame, None
+        changes = {}
+        for key, spec in specs.items():
+            c = chart_changes(self.shown.get(key), spec)
+            if c:
+                changes[key] = c
+            self.shown[key] = spec
+        self.seq += 1
+        line = {"stream": self.stream, "seq": self.seq, "charts": changes}
+        if frame.results_visible is not KEEP or frame.step is not KEEP:
+            self.shown = None
+            line["final"] = True
+            return frame, line
+        out = Frame(**vars(frame))
+        if isinstance(out.arm_plots, list):
+            out.arm_plots = [KEEP] * len(out.arm_plots)
+        out.race_plot = KEEP
+        return out, line if changes else None

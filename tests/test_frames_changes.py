@@ -1,0 +1,140 @@
+"""Frames as changes (issue 62, 1): a live frame's charts as what changed since the frame sent before
+(``frames.ChartChanges``), rebuilt here the way ``assets/charts.js`` rebuilds them, equal to the whole figures of
+every frame of every committed recording; and far fewer bytes than the whole figures."""
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from components import frames
+from components.frames import KEEP, ChartChanges, array_ops, chart_changes, since
+from components.session import recordings
+
+RECORDINGS = sorted(Path(recordings.RECORDINGS).glob("*.json.gz"))
+
+
+def rebuild(old: list, ops: list) -> list:
+    out = []
+    for op in ops:
+        if op[0] == "c":
+            out.extend(old[op[1]:op[1] + op[2]])
+        elif op[0] == "v":
+            out.extend(op[1])
+        else:
+            out.extend([op[1]] * op[2])
+    return out
+
+
+def apply(chart: dict | None, change: dict) -> dict:
+    """One chart's change applied to its copy, as assets/charts.js applies it."""
+    if "react" in change:
+        return copy.deepcopy(change["react"])
+    for i, t in change.get("traces", {}).items():
+        trace = chart["data"][int(i)]
+        for k, ops in t.get("ops", {}).items():
+            trace[k] = rebuild(trace.get(k) or [], ops)
+        for k, v in t.get("set", {}).items():
+            if v is None:
+                trace.pop(k, None)
+            else:
+                trace[k] = v
+    for path, v in change.get("layout", {}).items():
+        *head, last = path.split(".")
+        d = chart["layout"]
+        for p in head:
+            d = d.setdefault(p, {})
+        if v is None:
+            d.pop(last, None)
+        else:
+            d[last] = v
+    return chart
+
+
+def streamed(frames_):
+    """(frame sent, change line) for each frame, as ``ui.Page.stream`` sends them."""
+    changes, shown = ChartChanges("test"), None
+    for f in frames_:
+        out, line = changes.step(since(f, shown) if f.results_visible is KEEP else f)
+        shown = f
+        yield out, line
+
+
+def size(obj) -> int:
+    return len(json.dumps(obj, separators=(",", ":")))
+
+
+@pytest.mark.parametrize("ops_case", range(200))
+def test_array_ops_rebuild_any_array(ops_case):
+    rng = random.Random(ops_case)
+    pool = [None, 1, 2.5, [3, "a"], [3, "b"], "x"]
+    old = [rng.choice(pool) for _ in range(rng.randrange(0, 40))]
+    new = list(old)
+    for _ in range(rng.randrange(0, 6)):
+        kind = rng.choice(["insert", "delete", "append", "replace"])
+        at = rng.randrange(0, len(new) + 1)
+        if kind == "insert" or kind == "append":
+            at = len(new) if kind == "append" else at
+            new[at:at] = [rng.choice(pool)] * rng.randrange(1, 5)
+        elif kind == "delete" and new:
+            del new[at:at + rng.randrange(1, 4)]
+        elif new:
+            new[min(at, len(new) - 1)] = rng.choice(pool)
+    assert rebuild(old, array_ops(old, new)) == new
+
+
+def test_a_grown_array_is_one_copy_and_its_new_items():
+    assert array_ops([1, 2], [1, 2, 3, 3, 3, 4]) == [["c", 0, 2], ["r", 3, 3], ["v", [4]]]
+    assert chart_changes({"data": [{"type": "scatter", "uid": "a", "x": [1]}], "layout": {}},
+                         {"data": [{"type": "scatter", "uid": "a", "x": [1]}], "layout": {}}) is None
+    # another number of traces: the whole chart
+    new = {"data": [{"type": "scatter", "uid": "a"}, {"type": "bar", "uid": "b"}], "layout": {}}
+    assert chart_changes({"data": [{"type": "scatter", "uid": "a"}], "layout": {}}, new) == {"react": new}
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name[:24])
+def test_changes_rebuild_every_frame_of_a_recording(path):
+    """Every frame of a committed recording (replayed at once: every Round and Finished is a frame): the charts
+    rebuilt from the changes equal the whole figures that frame would have sent; a live frame sends no whole chart;
+    its run's first and last frames do."""
+    drawn = list(frames.drawn(recordings.play(path, float("inf"), sleep=lambda s: None)))
+    charts, whole_bytes, sent_bytes, live = {}, 0, 0, 0
+    shown = None
+    for (out, line), f in zip(streamed(drawn), drawn):
+        sent = since(f, shown) if f.results_visible is KEEP else f
+        shown = f
+        whole = frames.frame_charts(sent)
+        whole_bytes += sum(size(s) for s in whole.values())
+        sent_bytes += sum(size(s) for s in frames.frame_charts(out).values()) + (size(line) if line else 0)
+        if line is None:
+            assert not whole
+            continue
+        if "base" in line:
+            charts = copy.deepcopy(line["base"])
+            assert frames.frame_charts(out) == whole   # the first frame: whole figures too
+        else:
+            for key, change in line["charts"].items():
+                charts[key] = apply(charts.get(key), change)
+            if line.get("final"):
+                assert frames.frame_charts(out) == whole
+            else:
+                live += 1
+                assert frames.frame_charts(out) == {}   # a live frame: no whole chart
+        for key, spec in whole.items():
+            assert charts[key] == json.loads(json.dumps(spec)), (key, line["seq"])
+    assert live >= 10
+    assert whole_bytes >= 5 * sent_bytes, (whole_bytes, sent_bytes)
+
+
+def test_a_retry_starts_its_charts_again():
+    """A run's start (slots laid out) sends its figures whole and a new base line; a stream that never started a
+    run (an error) sends no line."""
+    path = RECORDINGS[0]
+    drawn = list(frames.drawn(recordings.play(path, float("inf"), sleep=lambda s: None)))
+    lines = [line for _, line in streamed(drawn[:5] + drawn)]
+    bases = [i for i, line in enumerate(lines) if line and "base" in line]
+    assert bases == [0, 5] and lines[5]["seq"] == 0
+    assert [line for _, line in streamed([frames.error_frame("no")])] == [None]
