@@ -7,6 +7,7 @@ Rejection settings, each registered rival), a chart and a leader each; a run sho
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
 from components import charts
-from components.frames import KEEP, RACE_LABELS, Frame, since, slots, table_value
+from components.frames import KEEP, RACE_LABELS, ChartChanges, Frame, since, slots, table_value
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
 from components.state.request import MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS, max_arms
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
@@ -75,10 +76,11 @@ def page_head() -> str:
     container go in the page's head): on a phone the container's side padding shrinks to fit 390 px; lecture
     mode's layout and the clicker's keys (``components/lecture.py``); a play pressed while the page still
     cancels the stopped one is held until that cancel is done, then pressed (``assets/presses.js``: Gradio's
-    page would drop it)."""
+    page would drop it); the live charts drawn from changes (``assets/charts.js``)."""
     from components import lecture
 
     return (f"<style>{_read('page.css')}</style><script>{_read('presses.js')}</script>"
+            f"<script>{_read('charts.js')}</script>"
             + lecture.head(_read("lecture.css")))
 
 
@@ -380,6 +382,7 @@ class Arena:
     x_axis: gr.Radio
     summary: gr.Markdown
     step: StepPanel
+    changes: gr.Textbox      # a run's chart changes, lines of JSON (``ChangesBox``): drawn by assets/charts.js
 
 
 def _colour_class(colour: str) -> str:
@@ -478,6 +481,22 @@ RACE_LABEL = RACE_LABELS["work"]
 STEP_LABEL = "This decision: every candidate ranked by its partial reward"   # a rival's: by its own signal
 
 
+class ChangesBox(gr.Textbox):
+    """The hidden textbox a run's chart changes stream through (``frames.ChartChanges``): lines of JSON, appended
+    (Gradio sends a streamed string's appended part alone), read by ``assets/charts.js``. Not part of the API: its
+    lines are the page's drawing, and an API client reads the whole figures of a run's last frame."""
+
+    @property
+    def skip_api(self):
+        return True
+
+    def get_block_name(self) -> str:
+        return "textbox"
+
+
+CHANGES_JS = "(v) => { if (window.specrejCharts) { window.specrejCharts.feed(v); } }"
+
+
 def build_arena() -> Arena:
     with gr.Row(visible=False, elem_id="badge-row") as badge_row:
         badge = gr.Markdown("", elem_id="badge")
@@ -518,8 +537,11 @@ def build_arena() -> Arena:
             x_axis = gr.Radio(X_AXES, value="time", label="Result chart's x-axis", elem_id="x-axis")
         with gr.Column(scale=4, min_width=280):
             summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
+    changes = ChangesBox("", visible="hidden", elem_id="chart-changes", interactive=False, container=False)
+    changes.change(None, [changes], None, js=CHANGES_JS, queue=False, api_visibility="private",
+                   trigger_mode="always_last")
     return Arena(badge_row=badge_row, badge=badge, live=live, status=status, slots=out, race_plot=race_plot, x_axis=x_axis, summary=summary,
-                 step=step)
+                 step=step, changes=changes)
 
 
 # ---------------------------------------------------------------- results
@@ -577,7 +599,7 @@ class Page:
         return ([a.status] + [c for s in a.slots for c in (s.plot, s.leader)]
                 + [a.race_plot, a.summary, r.table, r.trace_file, r.summary_json, self.view, r.group]
                 + [s.column for s in a.slots] + [a.badge_row, a.badge, a.step.group, a.step.plot, a.step.text, a.step.index]
-                + list(self.buttons().values()))
+                + list(self.buttons().values()) + [a.changes])
 
     def buttons(self) -> dict:
         """The buttons that follow the session's phase (``play.TABLE``): Button -> component."""
@@ -600,12 +622,21 @@ class Page:
 
     def stream(self, frames: Iterable[Frame]) -> Iterator[dict]:
         """Each frame's updates: a live frame carries only what changed since the frame before
-        (``frames.since``); the first and the last (the result) carry everything. Closing this closes ``frames``
-        at once (the race behind them ends its run there, not whenever the garbage collector finds it)."""
+        (``frames.since``), its charts as changes (``frames.ChartChanges``: lines appended to the hidden
+        ``changes`` box, drawn by ``assets/charts.js``); the first and the last (the result) carry everything.
+        Closing this closes ``frames`` at once (the race behind them ends its run there, not whenever the garbage
+        collector finds it)."""
         shown = None
+        changes = ChartChanges(f"{id(self):x}-{next(_STREAMS)}", _marked)
+        text = ""
         try:
             for frame in frames:
-                yield self.updates(since(frame, shown) if frame.results_visible is KEEP else frame)
+                out, line = changes.step(since(frame, shown) if frame.results_visible is KEEP else frame)
+                update = self.updates(out)
+                if line is not None:
+                    text += json.dumps(line, separators=(",", ":")) + "\n"
+                    update[self.arena.changes] = text
+                yield update
                 shown = frame
         finally:
             close = getattr(frames, "close", None)
@@ -629,11 +660,7 @@ class Page:
         mark = [] if frame.play is KEEP or not frame.play else [f"play-{frame.play}"]   # the play that drew it
 
         def plot(spec):
-            if spec is None or not mark:
-                return None if spec is None else charts.as_plot(spec)
-            spec = {**spec, "layout": {**spec.get("layout", {}),
-                                       "meta": {**spec.get("layout", {}).get("meta", {}), "play": frame.play}}}
-            return charts.as_plot(spec)
+            return None if spec is None else charts.as_plot(_marked(spec, frame))
 
         out = {
             a.status: gr.skip() if frame.status is KEEP else frame.status if frame.status_kind is KEEP else gr.Markdown(
@@ -646,6 +673,7 @@ class Page:
             r.summary_json: val(frame.summary_json), self.view: val(frame.view),
             r.group: val(frame.results_visible, lambda v: gr.Column(visible=v)),
             a.badge: val(frame.badge), a.badge_row: val(frame.badge, lambda b: gr.Row(visible=bool(b))),
+            a.changes: gr.skip(),
         }
         st = a.step
         if frame.step is KEEP:
@@ -680,6 +708,17 @@ class Page:
                 classes = ["leader"] + ([_colour_class(layout[i][2])] if here else [])
                 out[s.leader] = gr.Textbox(value=text, label=label, **({"elem_classes": classes} if here else {}))
         return out
+
+
+_STREAMS = itertools.count(1)
+
+
+def _marked(spec: dict, frame: Frame) -> dict:
+    """A chart spec marked with the play that drew it (``layout.meta.play``), as the page is sent it."""
+    if frame.play is KEEP or not frame.play:
+        return spec
+    layout = spec.get("layout", {})
+    return {**spec, "layout": {**layout, "meta": {**layout.get("meta", {}), "play": frame.play}}}
 
 
 def build_page(ctx: AppContext) -> Page:

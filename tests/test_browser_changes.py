@@ -1,0 +1,163 @@
+"""The live charts drawn from changes, in a real headless Chromium (issue 62, 5): a replay of a committed recording
+streams its charts as changes (``frames.ChartChanges`` into the hidden ``#chart-changes`` box) that
+``assets/charts.js`` draws once per animation frame. Read from the page's own figure data (the plot div's
+``.data`` and ``.layout``): every chart the script drew equals the frame the server meant at that point (the lines
+it was sent, rebuilt here as tests/test_frames_changes.py rebuilds them); after the race the script's figures equal
+the whole figures Gradio drew from the last frame; a tab in the background draws nothing and catches up once."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_browser import CHROMIUM, serve_tiny  # noqa: E402
+from test_frames_changes import apply  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium"),
+    pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*"),
+]
+HANG_GUARD_MS = 180_000   # only against a hang: nothing here asserts a speed
+ELEMS = {"arm-0": "plot-0", "arm-1": "plot-1", "race": "race-plot"}
+DONE = "document.querySelector('#status [data-testid=markdown]').innerText.includes('Replay done')"
+
+# every draw of the script: the seq it drew and what the page's plot divs hold then (data, and the layout's
+# threshold-free parts that change while racing: shapes, annotations and axis ranges)
+HOOK = """elems => {
+  window.__draws = [];
+  const read = id => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+    return gd ? {data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify({
+      shapes: gd.layout.shapes, annotations: gd.layout.annotations, x: gd.layout.xaxis.range,
+      y: gd.layout.yaxis.range}))} : null; };
+  window.specrejCharts.onDraw = (seq, keys) => {
+    window.__draws.push({seq, charts: Object.fromEntries(keys.map(k => [k, read(elems[k])]))});
+  };
+}"""
+WHOLE = """id => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+  return {data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify(gd.layout))}; }"""
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    for url, _ in serve_tiny(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+        yield url
+
+
+def open_page(context, url):
+    page = context.new_page()
+    page.set_default_timeout(HANG_GUARD_MS)
+    page.goto(url)
+    page.wait_for_selector("#run")
+    page.wait_for_function("window.specrejCharts !== undefined")
+    return page
+
+
+def stream_lines(page) -> list[dict]:
+    text = page.evaluate("document.querySelector('#chart-changes textarea, #chart-changes input').value")
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def meant(lines: list[dict]) -> dict[int, dict]:
+    """The charts at each seq, rebuilt from the lines the page was sent."""
+    charts, out = {}, {}
+    for line in lines:
+        if "base" in line:
+            charts = copy.deepcopy(line["base"])
+        else:
+            for key, change in line["charts"].items():
+                charts[key] = apply(charts.get(key), change)
+        out[line["seq"]] = copy.deepcopy(charts)
+    return out
+
+
+def same_layout(drawn: dict, spec: dict) -> None:
+    lay = spec["layout"]
+    assert drawn["shapes"] == lay.get("shapes", [])
+    assert drawn["annotations"] == lay.get("annotations", [])
+    assert drawn["x"] == lay["xaxis"].get("range") and drawn["y"] == lay["yaxis"].get("range")
+
+
+def test_charts_drawn_from_changes_equal_the_whole_figures(browser, app_url):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = open_page(context, app_url)
+        page.evaluate(HOOK, ELEMS)
+        page.click("#pace input[value='16']")
+        page.click("#replay")
+        page.wait_for_function(DONE)
+        time.sleep(1.0)   # Gradio draws the last frame whole
+        lines = stream_lines(page)
+        draws = page.evaluate("window.__draws")
+        at = meant(lines)
+        final = lines[-1]
+        assert final.get("final") and "base" in lines[0] and len(lines) >= 10
+        # while racing: every chart the script drew is the frame the server meant then (points, markers, the
+        # threshold, the leader: every trace's data; the decision lines, the words and the axes)
+        live = [d for d in draws if 0 < d["seq"] < final["seq"]]
+        assert len(live) >= 3, [d["seq"] for d in draws]
+        for d in draws:
+            for key, got in d["charts"].items():
+                spec = at[d["seq"]][key]
+                assert got["data"] == spec["data"], (key, d["seq"])
+                same_layout(got["layout"], spec)
+        # after the race: the script's figures (the changes, the last one included) equal what Gradio drew whole
+        for key, elem in ELEMS.items():
+            whole = page.evaluate(WHOLE, elem)
+            mine = page.evaluate("k => window.specrejCharts.figure(k)", key)
+            assert mine["data"] == whole["data"], key
+            assert mine["data"] == at[final["seq"]][key]["data"], key
+            for part in ("shapes", "annotations", "meta"):
+                assert mine["layout"].get(part) == whole["layout"].get(part), (key, part)
+        winner = [t for t in whole_of(page, "plot-0")["data"] if t["name"] == "winner"]
+        assert winner and winner[0]["x"], "the winner's star is drawn"
+    finally:
+        context.close()
+
+
+def whole_of(page, elem):
+    return page.evaluate(WHOLE, elem)
+
+
+# A tab in the background, as Chromium keeps one: document.hidden, no animation frames until it is shown again
+# (then a visibilitychange and the frames asked for meanwhile). Headless Chromium keeps every tab visible, so the
+# page is told so here.
+BACKGROUND = """() => {
+  const asked = [], real = window.requestAnimationFrame.bind(window);
+  window.requestAnimationFrame = cb => { asked.push(cb); return asked.length; };
+  Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+  Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});
+  window.__show = () => {
+    delete document.hidden; delete document.visibilityState; window.requestAnimationFrame = real;
+    document.dispatchEvent(new Event('visibilitychange'));
+    for (const cb of asked.splice(0)) { real(cb); }
+  };
+}"""
+
+
+def test_a_background_tab_draws_nothing_and_catches_up_once(browser, app_url):
+    """A tab in the background applies the lines as they come and draws nothing; shown again, it draws once: the
+    latest frame, equal to what the server meant then."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = open_page(context, app_url)
+        page.evaluate(HOOK, ELEMS)
+        page.click("#pace input[value='16']")
+        page.evaluate(BACKGROUND)
+        page.click("#replay")
+        page.wait_for_function("window.specrejCharts.seq() >= 6")
+        assert page.evaluate("window.__draws.length") == 0   # hidden: nothing drawn
+        seq = page.evaluate("window.__show(); window.specrejCharts.seq()")
+        page.wait_for_function("window.__draws.length >= 1")
+        first = page.evaluate("window.__draws[0]")
+        assert first["seq"] >= seq and set(first["charts"]) >= {"arm-0", "arm-1"}   # one draw caught up
+        at = meant(stream_lines(page))
+        for key, got in first["charts"].items():
+            assert got["data"] == at[first["seq"]][key]["data"], key
+    finally:
+        context.close()
