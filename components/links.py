@@ -77,15 +77,35 @@ def _stepped(view, values: dict | None) -> dict | None:
     return values
 
 
-def race_query(view, boxes: Mapping[str, object], defaults: Mapping[str, object], lecture: bool = False) -> str:
+def race_query(view, boxes: Mapping[str, object], defaults: Mapping[str, object], lecture: bool = False,
+               limits=None) -> str:
     """The short query string of the race on screen (``race_values``), else of the settings in the boxes (no race
-    yet); ``lecture=1`` when the page is in lecture mode."""
+    yet), each value one the page accepts (``accepted``, within this deployment's ``limits``); ``lecture=1`` when the
+    page is in lecture mode."""
     values = _stepped(view, race_values(view))
     replay = bool(values and values.pop(REPLAY, False))
-    values = dict(boxes if values is None else values)
+    values = accepted(boxes if values is None else values, limits)
     values["lecture"] = bool(lecture)
     q = query(values, defaults)
     return q + (f"&{REPLAY}=1" if replay else "")
+
+
+def accepted(values: Mapping[str, object], limits=None) -> dict:
+    """Only the values the page accepts (each race field checked by its ``RunRequest`` spec, within ``limits``, a
+    ``components.deploy.limits.Limits``): a link never carries a value its page would refuse (a box's raw value out
+    of range, text for a number)."""
+    from components.state.fields import FieldError
+    from components.state.request import SPECS
+
+    out = {}
+    for k, v in values.items():
+        if k in SPECS:
+            try:
+                v = SPECS[k].check(k, v, limits)
+            except (FieldError, TypeError, ValueError):
+                continue
+        out[k] = v
+    return out
 
 
 MAX_QR_CHARS = 2000   # a link longer than this gets no code (a QR code of 2,000 characters is too dense to scan)

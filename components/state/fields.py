@@ -108,13 +108,17 @@ def check_flag(label: str, value: Any) -> bool:
 
 
 def check_number(label: str, value: Any, lo: float | None = None, hi: float | None = None, *,
-                 whole: bool = False) -> float | int:
-    """``value`` as a number (a number written as text, as a page's number box may send it, is read);
-    with ``lo`` and ``hi``, a finite one in [lo, hi] (a whole number when ``whole``). FieldError
-    naming ``label`` otherwise."""
+                 whole: bool = False, text: bool = False) -> float | int:
+    """``value`` as a number; with ``lo`` and ``hi``, a finite one in [lo, hi] (a whole number when ``whole``).
+    A number written as text ("3") is refused, naming the field (the page's sliders and number boxes send JSON
+    numbers; an API client that sends text has its types wrong), unless ``text``. FieldError naming ``label``
+    otherwise."""
     kind = "a whole number" if whole else "a number"
     span = "" if lo is None or hi is None else f" from {_bound(lo)} to {_bound(hi)}" if hi < MAX_WHOLE \
         else f" of at least {_bound(lo)}"
+    if isinstance(value, str) and not text:
+        raise FieldError(f"{label} must be {kind}{span}, not the text {excerpt(value)}: send it as a number "
+                         "(without quotes).")
     if isinstance(value, str):
         check_text_field(label, value, EXCERPT_CHARS)
         try:

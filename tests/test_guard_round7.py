@@ -1,0 +1,40 @@
+"""The seventh round of the public deployment's guards (issue 65): types exact at the API (a number sent as text is
+refused, naming the field) and links that carry only values the page accepts."""
+from __future__ import annotations
+
+import pytest
+
+PROMPT = "Give me three tips for staying healthy."
+TINY = dict(n=4, alpha=0.5, budget=0, decision="budget", interval=16, max_new_tokens=6, temperature=0.9,
+            top_p=0.95, seed=1)
+
+
+@pytest.fixture(scope="module")
+def limits():
+    from components.deploy.limits import Limits
+
+    return Limits(max_n=8)
+
+
+@pytest.mark.parametrize("field,text", [("n", "3"), ("alpha", "0.5"), ("seed", "7"), ("max_new_tokens", " 6")])
+def test_a_number_sent_as_text_is_refused_naming_the_field(limits, field, text):
+    from components.state.fields import FieldError
+    from components.state.request import RunRequest
+
+    with pytest.raises(FieldError) as e:
+        RunRequest.parse(dict(prompt=PROMPT, **{**TINY, field: text}), limits)
+    said = str(e.value)
+    assert said.startswith(f"{field} must be ") and "not the text" in said and "send it as a number" in said, said
+    good = RunRequest.parse(dict(prompt=PROMPT, **TINY), limits)
+    assert good.n == 4
+
+
+def test_a_link_carries_only_values_the_page_accepts(limits):
+    from components import links
+
+    boxes = {"prompt": "Name two seas.", "n": 10**9, "alpha": "0.5", "temperature": -3.0, "top_p": 0.9, "seed": 7,
+             "step": True}
+    q = links.race_query(None, boxes, {"n": 32, "top_p": 0.95, "seed": 0}, limits=limits)
+    assert "n=" not in q and "alpha=" not in q and "temperature=" not in q, q
+    assert "top_p=0.9" in q and "seed=7" in q and "step=1" in q and "prompt=Name+two+seas." in q, q
+    assert "n=8" in links.race_query(None, {**boxes, "n": 8}, {"n": 32}, limits=limits)
