@@ -38,3 +38,37 @@ def test_a_link_carries_only_values_the_page_accepts(limits):
     assert "n=" not in q and "alpha=" not in q and "temperature=" not in q, q
     assert "top_p=0.9" in q and "seed=7" in q and "step=1" in q and "prompt=Name+two+seas." in q, q
     assert "n=8" in links.race_query(None, {**boxes, "n": 8}, {"n": 32}, limits=limits)
+
+
+def test_a_flood_of_made_up_sessions_evicts_its_own_kind_before_a_visitors_race():
+    """Gradio's table of sessions (its real ``StateHolder``, capacity 3 here) evicts the least recently used session
+    past its capacity: a flood of fresh session ids pushed out a visitor's finished race. With the app's table
+    (``gradio_private.keep_active_sessions``), a session holding a race view goes only after every idle one; when
+    every session did something, the least recently used goes, as before."""
+    from types import SimpleNamespace as NS
+
+    from gradio.state_holder import StateHolder
+
+    from components.deploy import gradio_private, memory
+    from components.state.view import RunView
+    from specrej import RunConfig
+
+    holder = StateHolder()
+    holder.capacity = 3
+    assert gradio_private.keep_active_sessions(NS(state_holder=holder), memory.did_something)
+    race = RunView(RunConfig(prompt="x", n=2, max_new_tokens=4), model_label="m", reward_label="r")
+
+    def arrive(key, *values):
+        holder.session_data[key] = NS(state_data=dict(enumerate(values)))
+        holder.update(key)
+
+    arrive("visitor", race, object())
+    for i in range(2000):   # made-up sessions: each registered, then never seen again
+        arrive(f"made-up-{i}", None, object())
+    assert "visitor" in holder.session_data and len(holder.session_data) == 3
+    arrive("second-visitor", race)
+    arrive("third-visitor", race)
+    arrive("fourth-visitor", race)   # every session in the table did something: the least recently used goes
+    assert list(holder.session_data) == ["second-visitor", "third-visitor", "fourth-visitor"]
+    assert gradio_private.keep_active_sessions(NS(state_holder=holder), memory.did_something)   # once: kept as is
+    assert list(holder.session_data) == ["second-visitor", "third-visitor", "fourth-visitor"]

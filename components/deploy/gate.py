@@ -47,7 +47,7 @@ import gradio as gr
 from starlette.requests import Request
 
 from components.state.fields import excerpt, short
-from components.deploy import gradio_private
+from components.deploy import gradio_private, memory
 from components.deploy.clients import Guard
 from components.deploy.inputs import refuse_values, value_words
 
@@ -68,10 +68,13 @@ class ApiGate:
 
     def __init__(self, app, guard: Guard):
         self.app, self.guard = app, guard
+        self._kept = False   # the sessions table evicts idle sessions first (issue 65, 1), set at the first request
 
     async def __call__(self, scope, receive, send):
         if scope.get("type") != "http":
             return await self.app(scope, receive, send)
+        if not self._kept and self.guard.blocks is not None:
+            self._kept = gradio_private.keep_active_sessions(self.guard.blocks, memory.did_something)
         path, root = scope.get("path", ""), scope.get("root_path", "")
         if root and path.startswith(root + "/"):
             path = path[len(root):]

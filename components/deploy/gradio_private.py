@@ -16,6 +16,7 @@ event's ``_id``, a function's ``_id``, the ``state_holder`` or the server app's 
 from __future__ import annotations
 
 import datetime
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -191,6 +192,44 @@ def drop_idle_sessions(blocks, idle_s: float) -> int:
             holder.session_data.pop(h, None)
             holder.time_last_used.pop(h, None)
     return len(idle)
+
+
+class _ActiveFirst(OrderedDict):
+    """Gradio's table of sessions (``StateHolder.session_data``, least recently used first) whose eviction past its
+    capacity (``StateHolder.update``: ``popitem(last=False)``) takes the least recently used session that did nothing
+    (``active`` false) before any that did: a flood of made-up sessions evicts its own kind, not a visitor's race."""
+
+    def __init__(self, table, active: Callable[[Any], bool]):
+        super().__init__(table)
+        self.active = active
+
+    def popitem(self, last: bool = True):
+        if not last:
+            for key, state in self.items():
+                try:
+                    kept = self.active(state)
+                except Exception:   # a state it cannot read: not worth keeping over others
+                    kept = False
+                if not kept:
+                    return key, super().pop(key)
+        return super().popitem(last=last)
+
+
+def keep_active_sessions(blocks, active: Callable[[Any], bool]) -> bool:
+    """Make the launched app evict sessions that did nothing first (``_ActiveFirst``; ``active(SessionState)``: the
+    session did something worth keeping). Once; False where the app is not launched yet."""
+    holder = getattr(blocks, "state_holder", None)
+    if holder is None or not hasattr(holder, "session_data"):
+        return False
+    with holder.lock:
+        if not isinstance(holder.session_data, _ActiveFirst):
+            holder.session_data = _ActiveFirst(holder.session_data, active)
+    return True
+
+
+def state_values(session_state) -> list:
+    """The values of a session's states (``gr.State``s) as Gradio holds them."""
+    return list(getattr(session_state, "state_data", {}).values())
 
 
 class _RunIterators(dict):

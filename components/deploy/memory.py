@@ -113,3 +113,12 @@ class SessionSweeper:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def did_something(session_state) -> bool:
+    """A session that ran or replayed anything (its page holds a race view): kept before idle ones when Gradio's
+    table of sessions is full (``gradio_private.keep_active_sessions``)."""
+    from components.deploy import gradio_private
+    from components.state.view import RunView
+
+    return any(isinstance(v, RunView) for v in gradio_private.state_values(session_state))
