@@ -207,8 +207,10 @@ class Step:
         in-place write becomes a copy of the whole buffer (functionalisation)."""
         gi = int(g) if gi is None else gi
         mark = torch._dynamo.mark_dynamic if self.compiled else (lambda t, dims: None)
+        t_axis = own[0, 0, 0, 0, :, 0]   # [T]: the own-token buffer's positions (grown by CHUNK)
         mark(tok, 0)
-        x, cos, sin, mask = self._start(tok, pos, g, own[0, 0, 0, 0, :, 0])
+        mark(t_axis, 0)   # dynamic from the first build: a race past ``warm``'s CHUNK positions compiles nothing
+        x, cos, sin, mask = self._start(tok, pos, g, t_axis)
         mark(x, 0)
         mark(mask, 0)
         states = [x] if hidden else None
