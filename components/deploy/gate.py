@@ -55,6 +55,7 @@ NOT_SERVED = "Not served by this deployment."   # the gate's 404 for a route off
 MALFORMED = "This request does not match the event it names: send the values the page sends (gradio_client does)."
 NOT_JSON = "The request body must be a JSON object (nested at most {depth} deep), as gradio_client sends it."
 CANCEL_BODY_LIMIT = 4096
+BODY_TIMEOUT_S = 10.0   # each part of a POST's body must arrive within this (connections.py: the head's own clock)
 MAX_BODY = 1 << 20     # bytes of a POST the gate reads (prompts are capped at a few kB)
 MAX_DEPTH = 32         # nesting of a body's JSON: the app's inputs need three or four levels
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")   # a session hash or event id: the page's (11 of a-z0-9), a uuid
@@ -96,8 +97,12 @@ class ApiGate:
                     + ", ".join(f"/{n}" for n in sorted(self.guard.public_api)))})
         limit = CANCEL_BODY_LIMIT if head == "cancel" else MAX_BODY
         read, size, more = [], 0, True
-        while more and size <= limit:   # read no more than the limit
-            message = await receive()
+        while more and size <= limit:   # read no more than the limit, each part within BODY_TIMEOUT_S
+            try:
+                message = await asyncio.wait_for(receive(), BODY_TIMEOUT_S)
+            except asyncio.TimeoutError:   # a slow body (a few bytes every few seconds) holds nothing for long
+                return await _json(send, 408, {"detail": f"The request's body did not arrive within {BODY_TIMEOUT_S:g} "
+                                                         "s: send it again."})
             read.append(message)
             if message["type"] != "http.request":
                 break

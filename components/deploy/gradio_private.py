@@ -303,3 +303,30 @@ def check(blocks, *, event: Any = None) -> None:
     if missing:
         raise GradioMoved(f"Gradio {gradio.__version__} moved what the guard reads (tested with {TESTED_WITH}): "
                           + ", ".join(missing) + ". Update components/deploy/gradio_private.py.")
+
+
+class uvicorn_options:
+    """``with uvicorn_options(http=..., timeout_keep_alive=...): demo.launch(...)``: the ``uvicorn.Config`` Gradio's
+    ``launch`` builds (``gradio.http_server.Server``, which passes no protocol or timeouts) gets these settings too."""
+
+    def __init__(self, **options):
+        self.options = options
+
+    def __enter__(self):
+        import uvicorn
+
+        self._config = real = uvicorn.Config
+        options = self.options
+
+        class Config(real):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **{**kwargs, **options})
+
+        uvicorn.Config = Config
+        return self
+
+    def __exit__(self, *exc):
+        import uvicorn
+
+        uvicorn.Config = self._config
+        return False
