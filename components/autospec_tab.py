@@ -38,6 +38,7 @@ MAX_DELAY = 1.5        # seconds per frame of the animation (the slider's range)
 MAX_FRAMES = 80        # a sequential run is shown in at most this many frames
 GROUP = "autospec"     # the lab's concurrency group: its places are shared by every visitor
 PLACES = 4             # lab runs at once on the server
+SHARE_S = 20.0         # a lab run's share of its place while others wait: past it, it ends its animation at once
 # Plain names on the page; the values (what the handlers and the API receive) are the library's names.
 # The technical name of each is in the "Details for specialists" accordion (GLOSSARY).
 TARGET_CHOICES = [("One of a few hidden patterns", "mixture"), ("Every cell leans toward the majority", "curie-weiss"),
@@ -133,23 +134,35 @@ class LabClock:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ends: dict = field(default_factory=dict)     # token -> expected end (time.monotonic()), None: not known
     _last: dict = field(default_factory=dict)     # kind -> seconds the last run of that kind took
+    _shared: dict = field(default_factory=dict)   # token -> when its share ends (a sample: it yields then, if others wait)
 
-    def begin(self, kind: str, seconds: float | None = None) -> object:
+    def begin(self, kind: str, seconds: float | None = None, share_s: float | None = None) -> object:
         token = object()
         seconds = self._last.get(kind) if seconds is None else seconds
+        now = time.monotonic()
         with self._lock:
-            self._ends[token] = None if seconds is None else time.monotonic() + seconds
+            self._ends[token] = None if seconds is None else now + seconds
+            if share_s is not None:
+                self._shared[token] = now + share_s
         return token
 
     def end(self, token: object, kind: str, since: float) -> None:
         with self._lock:
             self._ends.pop(token, None)
+            self._shared.pop(token, None)
             self._last[kind] = time.monotonic() - since
 
-    def remaining(self) -> list[float | None]:
+    def remaining(self, waiting: bool = False) -> list[float | None]:
+        """Each running run's seconds left; ``waiting`` (someone waits, so a run with a share yields at its end):
+        the sooner of its own end and its share's."""
         now = time.monotonic()
         with self._lock:
-            return [None if e is None else max(e - now, 0.0) for e in self._ends.values()]
+            out = []
+            for token, e in self._ends.items():
+                share = self._shared.get(token) if waiting else None
+                ends = [x for x in (e, share) if x is not None]
+                out.append(max(min(ends) - now, 0.0) if ends else None)
+            return out
 
 
 _CLOCK_LOCK = threading.Lock()
@@ -167,14 +180,15 @@ def lab_clock(request) -> LabClock | None:
 
 
 class _Timed:
-    """``with _Timed(request, kind, seconds):`` a lab run on the clock while it runs."""
+    """``with _Timed(request, kind, seconds):`` a lab run on the clock while it runs (``share_s``: it yields its
+    place at that age when others wait)."""
 
-    def __init__(self, request, kind: str, seconds: float | None = None):
-        self.clock, self.kind, self.seconds = lab_clock(request), kind, seconds
+    def __init__(self, request, kind: str, seconds: float | None = None, share_s: float | None = None):
+        self.clock, self.kind, self.seconds, self.share_s = lab_clock(request), kind, seconds, share_s
 
     def __enter__(self):
         self.since = time.monotonic()
-        self.token = self.clock.begin(self.kind, self.seconds) if self.clock is not None else None
+        self.token = self.clock.begin(self.kind, self.seconds, self.share_s) if self.clock is not None else None
         return self
 
     def __exit__(self, *exc):
@@ -204,6 +218,12 @@ def wait_words(remaining: list[float | None], running: int, waiting: int, places
                    "lengths: a sample's frames x seconds per frame); it starts on its own then.")
 
 
+def others_wait(request) -> bool:
+    """Whether a lab run waits for a place now (Gradio's queue of the lab's group)."""
+    blocks = gradio_private.blocks_of(request)
+    return blocks is not None and gradio_private.group_load(blocks, GROUP)[1] > 0
+
+
 def lab_place(request: gr.Request = None):
     """What a lab button says the moment it is pressed, before its run joins the queue: why it is refused (the
     guard's cap, which refuses it as it joins), or its place and when a place frees (``wait_words``); nothing when
@@ -217,7 +237,8 @@ def lab_place(request: gr.Request = None):
         return f"**Can't start:** {html.escape(refused)}"
     running, waiting, places = gradio_private.group_load(blocks, GROUP)
     clock = lab_clock(request)
-    words = wait_words(clock.remaining() if clock else [], running, waiting, places or PLACES)
+    full = running >= (places or PLACES)   # this run would wait: every sample ahead then yields at its share's end
+    words = wait_words(clock.remaining(waiting=full) if clock else [], running, waiting, places or PLACES)
     return gr.skip() if words is None else words
 
 
@@ -356,18 +377,23 @@ def sample_handler(target, n, beta, components, lam, q, sampler, seed, delay, re
         yield _error(e), gr.skip(), gr.skip()
         return
     yield f"Sampling {html.escape(plain_describe(t))}…", gr.skip(), grid_html(["open"] * t.n, [-1] * t.n)
-    last = None
+    last, yielded = None, False
     frames = list(_frames(t, sampler, seed))
-    with _Timed(request, "sample", len(frames) * delay):
+    with _Timed(request, "sample", len(frames) * delay, SHARE_S) as timed:
         for status, values, rounds, queries, fixed in frames:
             last = (rounds, queries, grid_html(status, values))
-            yield gr.skip(), counter_markdown(sampler, rounds, queries, fixed, t.n, False), last[2]
-            if delay:
+            if not yielded:
+                yield gr.skip(), counter_markdown(sampler, rounds, queries, fixed, t.n, False), last[2]
+            if delay and not yielded and time.monotonic() - timed.since > SHARE_S and others_wait(request):
+                yielded = True   # past its share with visitors waiting: the sample ends now (the same sample, undrawn)
+            if delay and not yielded:
                 time.sleep(delay)
     memory.release()
     rounds, queries, grid = last
     # The last frame repeats the grid, so that an API caller's result is complete.
-    yield (f"Done: one grid of {html.escape(plain_describe(t))}, exactly as random as one filled cell by cell.",
+    ended = (f" Its animation ended early after {SHARE_S:.0f} s: other visitors waited for a lab place."
+             if yielded else "")
+    yield (f"Done: one grid of {html.escape(plain_describe(t))}, exactly as random as one filled cell by cell.{ended}",
            counter_markdown(sampler, rounds, queries, t.n, t.n, True), grid)
 
 

@@ -236,3 +236,27 @@ def test_the_lab_place_line_says_when_a_place_frees_from_the_running_runs_length
     assert clock.remaining() == []
     clock.begin("measure")                                          # a kind never run here: length unknown
     assert clock.remaining() == [None]
+
+
+def test_a_long_sample_yields_its_place_at_its_share_when_others_wait(monkeypatch):
+    """Issue 65 (3): four addresses' slow samples held the lab's four places for 100 s while a fifth waited. A sample
+    past its share (``SHARE_S``) with a visitor waiting ends its animation at once (the same sample: its last frame
+    is the whole grid), and the waiting visitor's estimate is the share's end, not the slow animation's."""
+    from components import autospec_tab as at
+
+    slept, waiting = [], {"now": False}
+    monkeypatch.setattr(at, "SHARE_S", 0.0)
+    monkeypatch.setattr(at, "others_wait", lambda request: waiting["now"])
+    monkeypatch.setattr(at.time, "sleep", lambda s: slept.append(s))
+    frames, (status, counter, grid) = final(at.sample_handler("curie-weiss", 64, 0.5, 3, 1.0, 2, "sequential", 7, 1.5))
+    assert len(slept) == len(frames) - 2 and "ended early" not in status   # nobody waited: every frame paced
+    slept.clear()
+    waiting["now"] = True
+    frames, (status, counter, grid) = final(at.sample_handler("curie-weiss", 64, 0.5, 3, 1.0, 2, "sequential", 7, 1.5))
+    assert slept == [] and "ended early" in status and status.startswith("Done")
+    assert grid.count("as-cell as-open") == 0                                # the whole sample, drawn at once
+    clock = at.LabClock()
+    clock.begin("sample", 100.0, share_s=20.0)
+    assert clock.remaining() == [pytest.approx(100.0, abs=1)]               # nobody waits: its own length
+    assert clock.remaining(waiting=True) == [pytest.approx(20.0, abs=1)]    # one waits: it yields at its share
+    assert "about 20 s" in at.wait_words(clock.remaining(waiting=True), 1, 0, 1)
