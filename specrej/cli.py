@@ -26,7 +26,7 @@ from .core.budget import sharing
 from .core.events import Finished, Progress, Round, to_dict
 from .analysis.match import StopWhenMatched
 from .backends import BACKENDS, load_lm
-from .origin import provenance
+from .origin import Clock, busy_words, provenance
 from .record import Recorder, make_meta
 from .rewards import check_prompt, load_reward, own_prompt
 
@@ -209,9 +209,27 @@ def _fate(arm: ArmSpec, base: ArmSpec, c: Comparison, rounds: list[Round], cfg: 
     return f"{about.cut_word} {who} at its {about.round_word} {at + 1}"
 
 
+def wall_why(a, b, base_label: str, busy: str | None = None) -> str:
+    """What explains two arms' wall times (ledgers ``a``, the challenger's, and ``b``, the baseline's): their
+    decoding steps where those differ (equal tokens in more steps: passes of fewer rows), the clock only where
+    the work was the same step for step; and, where the machine was busy (``busy``: ``origin.busy_words``), that
+    the clock is not reliable."""
+    same_work = a.generated_tokens == b.generated_tokens and a.flops == b.flops
+    if same_work and a.steps == b.steps:
+        why = "the same tokens and FLOPs: the difference is this machine's clock, not the method's work"
+    elif same_work:
+        why = (f"the same tokens and FLOPs in decoding steps {a.steps} vs {b.steps}: "
+               + (f"{base_label} ran them in more steps of fewer rows" if b.steps > a.steps else
+                  f"{base_label} ran them in fewer steps of more rows")
+               + " (a step's cost grows slower than its rows)")
+    else:
+        why = f"decoding steps {a.steps} vs {b.steps}, the FLOPs above"
+    return why + ("; the machine was busy, so this clock is not reliable" if busy else "")
+
+
 def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison, rounds: list[Round] = (),
                       flat: float | None = None, cfg: RunConfig | None = None, fa: Finished | None = None,
-                      fb: Finished | None = None) -> list[str]:
+                      fb: Finished | None = None, busy: str | None = None) -> list[str]:
     kept = _fate(arm, base, c, list(rounds), cfg)
     lines = [
         f"== {arm.label} against {base.label}",
@@ -221,11 +239,8 @@ def _comparison_lines(arm: ArmSpec, base: ArmSpec, c: Comparison, rounds: list[R
         f"   FLOPs:            {c.flops.words()}",
     ]
     if fa is not None and fb is not None:   # the clock beside the work that explains it
-        same = fa.ledger.generated_tokens == fb.ledger.generated_tokens and fa.ledger.flops == fb.ledger.flops
-        why = ("the same tokens and FLOPs: the difference is this machine's clock, not the method's work" if same
-               else f"decoding steps {fa.ledger.steps} vs {fb.ledger.steps}, the FLOPs above")
         lines.append(f"   wall time:        {c.wall.words()} ({fa.ledger.wall_s:.1f} s vs {fb.ledger.wall_s:.1f} s; "
-                     f"{why})")
+                     f"{wall_why(fa.ledger, fb.ledger, base.label, busy)})")
     else:
         lines.append(f"   wall time:        {c.wall.words()}")
     if c.curve_given:
@@ -281,9 +296,11 @@ def verdict_lines(arms: tuple[ArmSpec, ...], tally: Tally, step) -> list[str]:
     return lines
 
 
-def summary(arms: tuple[ArmSpec, ...], tally: Tally, cfg: RunConfig | None = None, step=None) -> str:
+def summary(arms: tuple[ArmSpec, ...], tally: Tally, cfg: RunConfig | None = None, step=None,
+            busy: str | None = None) -> str:
     """Each arm's winner and ledger, then each challenger against the first arm, then (``step``: this machine's
-    measured step) the time-to-equal-reward verdict of each arm that prunes."""
+    measured step) the time-to-equal-reward verdict of each arm that prunes. ``busy``: the words saying the machine
+    was busy during the race (``origin.busy_words``), printed after the wall times they qualify."""
     lines = []
     for arm in arms:
         if arm.id in tally.finished:
@@ -293,9 +310,11 @@ def summary(arms: tuple[ArmSpec, ...], tally: Tally, cfg: RunConfig | None = Non
     flat = flat_score(tally.finished.get(base.id))
     for arm_id, c in tally.compare_all(base.id).items():
         lines += _comparison_lines(by_id[arm_id], base, c, tally.rounds.get(arm_id, []), flat, cfg,
-                                   tally.finished.get(arm_id), tally.finished.get(base.id))
+                                   tally.finished.get(arm_id), tally.finished.get(base.id), busy)
     if step is not None:
         lines += verdict_lines(arms, tally, step)
+    if busy:
+        lines.append(f"== note: {busy}")
     return "\n".join(lines).rstrip("\n")
 
 
@@ -346,26 +365,32 @@ def main(argv: list[str] | None = None) -> int:
         trace, tally = [], Tally()
         referee = StopWhenMatched(arms[0].id, arms[1].id) if args.stop_when_matched and len(arms) > 1 else None
         recorder = Recorder()
+        clock = Clock()
         for ev in race_arms(lm, reward, cfg, arms, referee):
             trace.append(to_dict(ev))
             tally.add(ev)
             recorder.add(ev)
             if not args.quiet and isinstance(ev, (Round, Progress, Finished)):
                 print(_progress_line(ev, {a.id: a for a in arms}), file=sys.stderr)
+        loads = [clock.stop()]
         walls = [repeat_walls(tally)]
         for k in range(2, repeats + 1):   # the same race again: only its clocks are new
             if not args.quiet:
                 print(f"[specrej] race {k} of {repeats}", file=sys.stderr)
-            again = Tally()
+            again, clock = Tally(), Clock()
             for ev in race_arms(lm, reward, cfg, arms):
                 again.add(ev)
+            loads.append(clock.stop())
             walls.append(repeat_walls(again, tally))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(summary(arms, tally, cfg, cost))
+    busy = busy_words(loads)
+    if busy and not args.quiet:
+        print(f"[specrej] {busy}", file=sys.stderr)
+    print(summary(arms, tally, cfg, cost, busy=busy_words(loads[:1])))
     if repeats > 1:
-        print("\n" + "\n".join(spread_lines(arms, walls)))
+        print("\n" + "\n".join(spread_lines(arms, walls, loads)))
     if referee is not None and referee.match is not None:
         print(match_line(arms, referee.match))
     if record:
@@ -386,9 +411,9 @@ def main(argv: list[str] | None = None) -> int:
             "arms": [{"id": a.id, "spec": a.spec, "method": a.method, "label": a.label,
                       "config": a.config(cfg).flat()} for a in arms],
             "comparison": {k: c.to_dict() for k, c in tally.compare_all(arms[0].id).items()},
-            "wall_s_per_race": walls,
-            "provenance": provenance(dtype=lm.dtype, device=getattr(lm, "device", None),
-                                     command=["python", "-m", "specrej", *argv]),
+            "wall_s_per_race": walls, "load_per_race": loads,
+            "provenance": provenance(dtype=lm.dtype, device=getattr(lm, "device", None), lm=lm, reward=reward,
+                                     load=loads[0], command=["python", "-m", "specrej", *argv]),
             "events": trace}, indent=1))
         print(f"\ntrace written to {args.json}")
     return 0
@@ -451,13 +476,17 @@ def repeat_walls(tally: Tally, first: Tally | None = None) -> dict[str, float]:
     return {arm_id: f.ledger.wall_s for arm_id, f in tally.finished.items()}
 
 
-def spread_lines(arms: tuple[ArmSpec, ...], walls: list[dict[str, float]]) -> list[str]:
+def spread_lines(arms: tuple[ArmSpec, ...], walls: list[dict[str, float]], loads: list[dict] | None = None) -> list[str]:
     """Each challenger's wall-time ratio against the first arm (baseline / challenger, per race) over the
-    repeated races: the median, the range and each race's, and the median seconds of both."""
+    repeated races: the median, the range and each race's, and the median seconds of both. ``loads``: each race's
+    ``origin.Clock`` record; the races run on a busy machine are named (their clocks waited for the CPU)."""
     import statistics
 
     base = arms[0]
     lines = [f"== wall time over {len(walls)} races (the same settings and seed: each race wrote the same tokens)"]
+    busy = [i + 1 for i, x in enumerate(loads or ()) if x.get("busy")]
+    if busy:
+        lines.append(f"   note (race{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}): {busy_words(loads)}")
     for arm in arms[1:]:
         pairs = [(w[base.id], w[arm.id]) for w in walls if base.id in w and arm.id in w]
         ratios = [b / a for b, a in pairs if a > 0 and b > 0]

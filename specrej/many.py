@@ -8,9 +8,10 @@ calls it.
 
 A row (``result_row``) is plain JSON: the prompt; the settings it was raced with (model, reward, arms and every
 RunConfig field but the prompt); each arm's winner (id, score, its tokens, finish reason, text) and ledger
-(tokens generated, tokens the reward read, FLOPs, wall time, decoding steps, rounds); each arm against the first
-(``analysis.compare.Comparison.to_dict``); and the provenance (``origin.provenance``: versions, device, dtype,
-threads, time, command). With ``candidates=True`` it also holds the race's flat per-candidate table
+(tokens generated, tokens the reward read, FLOPs, wall time, decoding steps, rounds, the engine's step kind); each
+arm against the first (``analysis.compare.Comparison.to_dict``); and the provenance (``origin.provenance``: versions,
+device, dtype, threads, time, command, the weights' content digests, the machine's load around the race). A resumed
+run refuses rows made by other weights or another dtype. With ``candidates=True`` it also holds the race's flat per-candidate table
 (``Tally.to_rows``).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -26,9 +28,10 @@ from .analysis.compare import Tally
 from .arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from .core.config import RunConfig
 from .core.events import Finished
-from .origin import provenance
+from . import fingerprint
+from .origin import Clock, busy_words, provenance, weights_of
 
-__all__ = ["read_prompts", "race_many", "race_one", "result_row", "read_rows", "row_table"]
+__all__ = ["BusyMachineWarning", "read_prompts", "race_many", "race_one", "result_row", "read_rows", "row_table"]
 
 
 def _prompt_of(item, where: str) -> str:
@@ -109,7 +112,7 @@ def _arm_row(arm: ArmSpec, f: Finished) -> dict:
             "text": w.text, "generated_tokens": led.generated_tokens, "reward_tokens": led.reward_tokens,
             "prompt_tokens": led.prompt_tokens, "flops": led.flops, "wall_s": led.wall_s, "reward_s": led.reward_s,
             "steps": led.steps, "rounds": f.rounds, "candidates": len(f.candidates),
-            "peak_kv_slots": led.peak_kv_slots, "budget": led.budget, "dtype": led.dtype}
+            "peak_kv_slots": led.peak_kv_slots, "budget": led.budget, "dtype": led.dtype, "step": led.step}
 
 
 def result_row(prompt: str, arms: Sequence[ArmSpec], tally: Tally, settings: dict, origin: dict,
@@ -180,28 +183,28 @@ def _warm(lm, arms: Sequence[ArmSpec]) -> None:
 class _Lines:
     """The progress bar's stand-in where tqdm is not installed: a line per prompt on stderr."""
 
-    def __init__(self, total: int, initial: int, disable: bool):
-        self.n, self.total, self.disable = initial, total, disable
+    def __init__(self, total: int, initial: int, disable: bool, unit: str = "prompt"):
+        self.n, self.total, self.disable, self.unit = initial, total, disable, unit
 
     def update(self, k: int = 1) -> None:
         self.n += k
 
     def set_postfix_str(self, text: str) -> None:
         if not self.disable:
-            print(f"[specrej] prompt {self.n + 1}/{self.total}: {text}", file=sys.stderr)
+            print(f"[specrej] {self.unit} {self.n + 1}/{self.total}: {text}", file=sys.stderr)
 
     def close(self) -> None:
         pass
 
 
-def _bar(total: int, initial: int, progress: bool):
+def _bar(total: int, initial: int, progress: bool, unit: str = "prompt"):
     if not progress:
-        return _Lines(total, initial, True)
+        return _Lines(total, initial, True, unit)
     try:
         from tqdm.auto import tqdm
     except ImportError:
-        return _Lines(total, initial, False)
-    return tqdm(total=total, initial=initial, desc="prompts", unit="prompt", file=sys.stderr, dynamic_ncols=True)
+        return _Lines(total, initial, False, unit)
+    return tqdm(total=total, initial=initial, desc=f"{unit}s", unit=unit, file=sys.stderr, dynamic_ncols=True)
 
 
 def _postfix(row: dict) -> str:
@@ -209,9 +212,102 @@ def _postfix(row: dict) -> str:
     return ", ".join(f"{k} {v['score']:.3g}" for k, v in row["arms"].items() if v["score"] is not None)
 
 
+def _check_dtype(lm, dtype) -> None:
+    """A generator given loaded with a ``dtype=`` that is not its own: refused (convert it, or load by path)."""
+    if dtype is None or not hasattr(lm, "dtype"):
+        return
+    import torch
+
+    from .engine import precision
+
+    want = precision.resolve(dtype, getattr(lm, "device", None) or torch.device("cpu"))
+    if want != lm.dtype:
+        raise ValueError(f"dtype={dtype!r} asks for {precision.short_name(want)}, but the generator given is loaded in "
+                         f"{precision.short_name(lm.dtype)}: give its spec (a folder, a hub id) to load it in "
+                         f"{dtype}, or leave out dtype=")
+
+
+def _same_weights(path: Path, row: dict, weights: dict) -> None:
+    """ValueError where a row of ``path`` was made by other weights, tokenizer, reward code or dtype than these."""
+    diff = fingerprint.differences((row.get("provenance") or {}).get("weights"), weights)
+    if diff:
+        raise ValueError(f"{path} holds rows made by other weights or another dtype than these (the row for "
+                         f"{row['prompt'][:40]!r}: {'; '.join(diff[:4])}): resuming would mix their results; give "
+                         "another out file, or delete this one to race them again")
+
+
+def _run(jobs: list[tuple[tuple, str, RunConfig]], lm, reward, arm_specs: Sequence[ArmSpec], path: Path | None, *,
+         progress: bool, warm_up: bool, candidates: bool, command, key_of, unit: str = "prompt",
+         extra=None) -> dict[tuple, dict]:
+    """Race each job (``(key, prompt, config)``) not already in ``path`` (a row whose ``key_of(row)`` is a job's
+    key, made with the same settings, weights and dtype), appending each new row as it is done; every job's row by
+    key. ``extra(key) -> dict``: fields added to a new row (a sweep's setting)."""
+    weights = weights_of(lm, reward)
+    by_key = {k: (t, c) for k, t, c in jobs}
+    done: dict[tuple, dict] = {}
+    if path is not None:
+        for row in read_rows(path):
+            key = key_of(row)
+            if key not in by_key:
+                continue
+            diff = _differences(row.get("settings", {}), settings_of(by_key[key][1], arm_specs, lm, reward))
+            if diff:
+                raise ValueError(f"{path} holds rows raced with other settings ({'; '.join(diff[:4])}): give "
+                                 "another out file, or delete this one to race them again")
+            _same_weights(path, row, weights)
+            done[key] = row
+        _cut_partial_line(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    todo = [(k, t, c) for k, t, c in jobs if k not in done]
+    rows: dict[tuple, dict] = dict(done)
+    loads = []
+    bar = _bar(len(jobs), len(jobs) - len(todo), progress, unit)
+    try:
+        if todo and warm_up:
+            _warm(lm, arm_specs)
+        sink = open(path, "a", encoding="utf-8") if path is not None and todo else None
+        try:
+            for i, (key, text, c) in enumerate(todo):
+                clock = Clock()
+                try:
+                    tally = race_one(lm, reward, c, arm_specs)
+                except Exception as e:
+                    at = [k for k, _, _ in jobs].index(key) + 1
+                    e.add_note(f"{'while racing' if unit == 'prompt' else 'in'} {unit} {at} of {len(jobs)}: "
+                               f"{text[:80]!r}")
+                    raise
+                load = clock.stop()
+                loads.append(load)
+                origin = provenance(dtype=getattr(lm, "dtype", None), device=getattr(lm, "device", None),
+                                    command=command, weights=weights, load=load)
+                row = result_row(text, arm_specs, tally, settings_of(c, arm_specs, lm, reward), origin, candidates)
+                if extra is not None:
+                    row.update(extra(key))
+                if sink is not None:
+                    sink.write(json.dumps(row) + "\n")
+                    sink.flush()
+                rows[key] = row
+                bar.set_postfix_str(_postfix(row) + (" (machine busy)" if load["busy"] else ""))
+                bar.update(1)
+        finally:
+            if sink is not None:
+                sink.close()
+    finally:
+        bar.close()
+    words = busy_words(loads, unit)
+    if words:
+        warnings.warn(f"specrej: {words}", BusyMachineWarning, stacklevel=3)
+    return rows
+
+
+class BusyMachineWarning(RuntimeWarning):
+    """Rows raced while the machine had more runnable work than cores: their wall clocks are not reliable."""
+
+
 def race_many(prompts, lm, reward, cfg: RunConfig | Mapping | None = None,
               arms: Sequence[str | ArmSpec] = DEFAULT_ARMS, out=None, *, progress: bool = True,
-              warm_up: bool = True, candidates: bool = False, command: list[str] | None = None) -> list[dict]:
+              warm_up: bool = True, candidates: bool = False, command: list[str] | None = None,
+              dtype: str | None = None) -> list[dict]:
     """Race ``arms`` on every prompt; return one row per prompt (``result_row``), in the prompts' order.
 
     ``prompts``: a list of prompts (strings, or dicts with a ``prompt``; a prompt given twice is raced once), or
@@ -219,17 +315,23 @@ def race_many(prompts, lm, reward, cfg: RunConfig | Mapping | None = None,
     anything ``backends.load_lm`` takes (a spec such as "embedded" or a folder, a text-generation pipeline);
     ``reward``: a reward, a plain function or a spec (``load_reward``). ``cfg``: the settings of every race, a
     ``RunConfig`` (its prompt is replaced by each prompt) or a dict of RunConfig fields (default: RunConfig's
-    defaults). ``arms``: arm specs, the first the baseline (``specrej.arms``).
+    defaults). ``arms``: arm specs, the first the baseline (``specrej.arms``). ``dtype``: the generator's, as
+    ``load_generator`` takes it ("auto", "fp32", "bf16"); for a generator given loaded, it must be its own.
 
     ``out``: a JSONL file each row is appended to as soon as its prompt is raced. Resumable: the prompts whose
     rows the file already holds are not raced again (their rows are read back and returned); the file must hold
-    rows raced with the same settings (model, reward, arms, config), else ValueError saying which differ (give
-    another file). A last line cut short by a killed run is dropped and raced again.
+    rows raced with the same settings (model, reward, arms, config) and made by the same weights, tokenizers and
+    dtype (their content digests, ``fingerprint``), else ValueError saying which differ (give another file). A
+    last line cut short by a killed run is dropped and raced again.
 
     ``progress``: a progress bar on stderr (tqdm where installed, else a line per prompt). ``warm_up``: build
     the decoding step once before the first race, so that the first arm of the first prompt does not pay for it
     in its wall time. ``candidates``: each row also holds the race's flat per-candidate table (``Tally.to_rows``).
     ``command``: the command line each row's provenance records (default: this process's).
+
+    Each row's provenance holds the weights' digests and the machine's load around its race (``origin.Clock``);
+    where the machine was busy (load above its cores), a ``BusyMachineWarning`` says the wall clocks are not
+    reliable.
 
     Every prompt and the arms are checked before any model work (ValueError naming the prompt's number); an error
     while racing a prompt leaves the rows written so far and carries a note naming the prompt."""
@@ -246,50 +348,15 @@ def race_many(prompts, lm, reward, cfg: RunConfig | Mapping | None = None,
             raise ValueError(f"prompt {i} ({text[:60]!r}): {e}") from None
     for arm in arm_specs:
         arm.config(configs[texts[0]])   # ArmSpecError naming the arm, before any model loads
-    lm = load_lm(lm)
+    given = lm
+    lm = load_lm(lm, dtype=dtype)
+    if lm is given:
+        _check_dtype(lm, dtype)
     reward = load_reward(reward)
     path = Path(out) if out is not None else None
-    done: dict[str, dict] = {}
-    if path is not None:
-        for row in read_rows(path):
-            if row["prompt"] not in configs:
-                continue
-            diff = _differences(row.get("settings", {}), settings_of(configs[row["prompt"]], arm_specs, lm, reward))
-            if diff:
-                raise ValueError(f"{path} holds rows raced with other settings ({'; '.join(diff[:4])}): give "
-                                 "another out file, or delete this one to race them again")
-            done[row["prompt"]] = row
-        _cut_partial_line(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-    todo = [(t, c) for t, c in configs.items() if t not in done]
-    rows: dict[str, dict] = dict(done)
-    bar = _bar(len(texts), len(texts) - len(todo), progress)
-    try:
-        if todo and warm_up:
-            _warm(lm, arm_specs)
-        sink = open(path, "a", encoding="utf-8") if path is not None and todo else None
-        try:
-            for text, c in todo:
-                try:
-                    tally = race_one(lm, reward, c, arm_specs)
-                except Exception as e:
-                    e.add_note(f"while racing prompt {texts.index(text) + 1} of {len(texts)}: {text[:80]!r}")
-                    raise
-                origin = provenance(dtype=getattr(lm, "dtype", None), device=getattr(lm, "device", None),
-                                    command=command)
-                row = result_row(text, arm_specs, tally, settings_of(c, arm_specs, lm, reward), origin, candidates)
-                if sink is not None:
-                    sink.write(json.dumps(row) + "\n")
-                    sink.flush()
-                rows[text] = row
-                bar.set_postfix_str(_postfix(row))
-                bar.update(1)
-        finally:
-            if sink is not None:
-                sink.close()
-    finally:
-        bar.close()
-    return [rows[t] for t in texts]
+    rows = _run([((t,), t, c) for t, c in configs.items()], lm, reward, arm_specs, path, progress=progress,
+                warm_up=warm_up, candidates=candidates, command=command, key_of=lambda row: (row["prompt"],))
+    return [rows[(t,)] for t in texts]
 
 
 def row_table(rows: Iterable[dict]) -> str:

@@ -1,8 +1,9 @@
 """Where a result came from: the versions, the machine and the command that made it.
 
 ``provenance()`` is the one record every file the library writes carries (the CLI's ``--json`` trace, the
-bench's ``meta``), so that two results that differ in the last digits can be traced to a transformers
-release, a dtype or a CPU. It reads versions from the installed packages' metadata and imports nothing
+bench's ``meta``, every ``race_many`` row), so that two results that differ in the last digits can be traced to a
+transformers release, a dtype, a CPU or other weights (``fingerprint``: content digests), and a wall clock to the
+load the machine was under (``Clock``). It reads versions from the installed packages' metadata and imports nothing
 heavy of its own: torch is read only where the caller has already imported it (it says the device, the
 GPU and the threads).
 """
@@ -13,6 +14,7 @@ import os
 import platform
 import shlex
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -55,14 +57,67 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def provenance(*, dtype=None, device=None, command: list[str] | None = None) -> dict:
+def cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS says it, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):   # no load average on this OS (Windows)
+        return None
+
+
+class Clock:
+    """The machine's load and this process's CPU time around a timed piece of work (a race, a row).
+
+    ``Clock()`` at the start, ``.stop()`` at the end: a plain record of the load average (1, 5, 15 min) at both
+    ends, the cores, the wall and CPU seconds between, and ``busy``: whether the machine had more runnable work
+    than cores at either end (the 1-minute load above the core count), where wall-clock ratios are not reliable
+    (issue 64: identical races' ratios from 0.74 to 8.29 at load 3-4 on 2 cores)."""
+
+    def __init__(self):
+        self.load_start = _loadavg()
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+
+    def stop(self) -> dict:
+        end, n = _loadavg(), cores()
+        wall, cpu = time.perf_counter() - self.wall0, time.process_time() - self.cpu0
+        peak = max((x[0] for x in (self.load_start, end) if x), default=None)
+        return {"load_start": self.load_start, "load_end": end, "cores": n, "wall_s": round(wall, 3),
+                "process_cpu_s": round(cpu, 3), "busy": peak is not None and peak > n}
+
+
+def busy_words(loads: list[dict], what: str = "race") -> str | None:
+    """A warning in words where any of ``loads`` (``Clock.stop()`` records) was taken on a busy machine; None where
+    none was."""
+    busy = [x for x in loads if x and x.get("busy")]
+    if not busy:
+        return None
+    peak = max(max((v[0] for v in (x.get("load_start"), x.get("load_end")) if v), default=0.0) for x in busy)
+    n = busy[0].get("cores")
+    which = (f"this {what}" if len(loads) == 1 else f"{len(busy)} of {len(loads)} {what}s")
+    return (f"the machine was busy during {which} (load up to {peak:.1f} on {n} core{'s' if n != 1 else ''}): other "
+            "work shared the CPU, so wall-clock times and their ratios are not reliable here (tokens, FLOPs and "
+            "decoding steps are). Time on a quiet machine, after warm_up, and take the median of several races.")
+
+
+def provenance(*, dtype=None, device=None, command: list[str] | None = None, lm=None, reward=None,
+               weights: dict | None = None, load: dict | None = None) -> dict:
     """The versions (specrej, torch, transformers, Python), the device and its name (the GPU's where it is one,
     always the CPU's), the dtype (where given: a ``torch.dtype`` or its name), torch's threads, the UTC time
     and the command line, as plain JSON values.
 
     ``device``: the device the run used (e.g. ``lm.device``); default: CUDA where torch sees a GPU, else the CPU.
     ``command``: the command line as its words (the CLI's own, e.g. ``["python", "-m", "specrej", ...]``);
-    default: this process's (the interpreter and ``sys.argv``)."""
+    default: this process's (the interpreter and ``sys.argv``).
+    ``lm``, ``reward``: add ``weights``, the content digests of what made the result (``fingerprint``: the
+    generator's and the reward's weights, tokenizers, the generator's dtype); ``weights``: those digests, taken
+    already (``weights_of``). ``load``: a ``Clock.stop()`` record of the machine's load around the work."""
     torch = sys.modules.get("torch")   # only where the caller has loaded it: this module never pays for torch
     cuda = torch is not None and torch.cuda.is_available()
     device = str(device) if device is not None else ("cuda" if cuda else "cpu")
@@ -86,4 +141,15 @@ def provenance(*, dtype=None, device=None, command: list[str] | None = None) -> 
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(command if command is not None else [Path(sys.executable).name, *sys.argv]),
+        **({"weights": weights if weights is not None else weights_of(lm, reward)}
+           if weights is not None or lm is not None or reward is not None else {}),
+        **({"load": load} if load is not None else {}),
     }
+
+
+def weights_of(lm=None, reward=None) -> dict:
+    """``{"generator": ..., "reward": ...}``: the content digests of a generator and a reward (``fingerprint``)."""
+    from .fingerprint import generator_fingerprint, reward_fingerprint
+
+    return {"generator": None if lm is None else generator_fingerprint(lm),
+            "reward": None if reward is None else reward_fingerprint(reward)}

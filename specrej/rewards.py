@@ -104,6 +104,7 @@ class HFRewardModel:
                 where, trust_remote_code=trust_remote_code, **kwargs).eval()
         except OSError as e:
             raise RewardError(f"could not load reward model {source!r}: {e}") from e
+        self.source = where   # the weights' folder or hub id (``fingerprint`` hashes its files)
         self._ready(f"hf:{source}", batch_size, max_length, label)
 
     @classmethod
@@ -145,6 +146,7 @@ class HFRewardModel:
             raise RewardError(f"tokenizer= must be a transformers tokenizer, not {type(tokenizer).__name__}.")
         self = cls.__new__(cls)
         self.tokenizer, self.model = tokenizer, model.eval()
+        self.source = None   # an object: ``fingerprint`` hashes its state dict
         self._ready(f"hf:{shown}", batch_size, max_length, label)
         return self
 
@@ -245,6 +247,7 @@ class _Embedder:
     def __init__(self, source: str):
         from transformers import AutoModel, AutoTokenizer
 
+        self.source = source
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.model = AutoModel.from_pretrained(source, dtype=torch.float32).eval().to(default_device())
         self.n_params = sum(p.numel() for p in self.model.parameters())

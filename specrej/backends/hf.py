@@ -55,6 +55,7 @@ class LM:
     tokenizer: object
     eos_ids: frozenset[int]
     shares_prefix: bool = False   # the shared-prefix attention is installed: rows can share the prompt's cache
+    source: str | None = None     # the folder, file or hub id the weights were read from (None: an object's)
 
     @property
     def device(self) -> torch.device:
@@ -135,7 +136,7 @@ def load_generator(spec=EMBEDDED, *, tokenizer=None, trust_remote_code: bool = F
             _loaded.pop(key, None)   # a stale copy goes before the new one loads (one model in memory, not two)
             model, tokenizer, eos, shares = load_weights(spec, trust_remote_code, torch_dtype)
             held = _loaded[key] = (stamp, LM(name=spec, model=model, tokenizer=tokenizer, eos_ids=eos,
-                                             shares_prefix=shares))
+                                             shares_prefix=shares, source=str(Path(source) / gguf) if gguf else source))
         return held[1]
 
 

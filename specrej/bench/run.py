@@ -254,10 +254,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     from ..core.cost import StepCost
     from .protocol import aggregate, measure_pass, run_prompt, summary
     from .report import engine_table, paper_png, paper_table
-    from ..origin import package_version, provenance
+    from ..origin import Clock, busy_words, package_version, provenance
 
     rank, world, main_proc = state.process_index, state.num_processes, state.is_main_process
     prompts = load_prompts(args.prompts)[: args.limit or None]
+    clock = Clock()
     lm = load_lm(args.model, backend=args.backend, dtype=args.dtype)
     reward = load_reward(args.reward)
     base = RunConfig(prompt="-", n=args.n_ref, max_new_tokens=args.max_new_tokens, seed=args.seed,
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "torch": torch.__version__, "transformers": package_version("transformers"),
             "command": " ".join(["python -m specrej.bench", *(argv or sys.argv[1:])]),
-            "provenance": provenance(dtype=lm.dtype, device=lm.device,
+            "provenance": provenance(dtype=lm.dtype, device=lm.device, lm=lm, reward=reward,
                                      command=["python", "-m", "specrej.bench", *(argv or sys.argv[1:])]),
             "protocol": (
                 "Reference Best-of-N_ref: one coupled run in one batch (its tokens do not depend on the batch). "
@@ -369,6 +370,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         text.append(engine_table(result["engine"]))
     meta["wall_s"] = time.perf_counter() - started
     meta["load_average_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    meta["provenance"]["load"] = clock.stop()   # the load at both ends and the process's CPU time (issue 64, 3)
+    if busy := busy_words([meta["provenance"]["load"]], "bench"):
+        print(f"note: {busy}", file=sys.stderr)
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     (out / "bench.partial.json").unlink(missing_ok=True)
     print("\n\n".join(text))
