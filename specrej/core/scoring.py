@@ -124,12 +124,18 @@ def _loaded_model(obj) -> bool:
 
 def checked(reward: Reward, prompt: str, responses: Sequence[str],
             stats: Sequence[TokenStats] | None = None) -> Scored:
-    """Score and check the result: one finite float per response, else RewardError."""
+    """Score and check the result: one finite float per response, else RewardError. An exception raised inside the
+    reward goes on as it is, with a note naming the reward."""
     if not responses:
         return Scored([], 0)
     reward = as_reward(reward)   # any reward: only score is required
-    out = reward.score(prompt, list(responses), stats)
     name = reward.name
+    try:
+        out = reward.score(prompt, list(responses), stats)
+    except Exception as e:   # the reward's own failure keeps its type; the note names the reward it came from
+        e.add_note(f"raised inside the reward {name!r} (its score() on {len(responses)} response"
+                   f"{'s' if len(responses) != 1 else ''} to the prompt {prompt[:40]!r})")
+        raise
     if isinstance(out, Scored):
         raw, read = out.scores, out.tokens_read
     elif isinstance(out, (str, bytes)) or not isinstance(out, Iterable):

@@ -90,11 +90,26 @@ def resolve_spec(spec: str) -> tuple[str, str | None]:
         if not (path / "config.json").is_file():
             raise ModelSpecError(f"folder {spec!r} has no config.json: it is not a transformers model.")
         return str(path), None
+    if (missing := missing_folder(spec)) is not None:
+        raise ModelSpecError(f"{missing}; use 'embedded', a hub id like 'org/name', a local folder or a .gguf file.")
     if is_hub_id(spec):
         return spec, None  # hub id; from_pretrained says if it cannot be fetched
     raise ModelSpecError(
         f"unknown model {spec!r}: use 'embedded', a hub id like 'org/name', a local folder or a .gguf file."
     )
+
+
+def missing_folder(spec: str) -> str | None:
+    """Words for a spec shaped like a hub id (``models/nope``) whose first part is a folder here, so that it names a
+    local folder that does not exist (said at once: the hub would be asked, and retried, for 'models/nope');
+    None where it is not such a spec."""
+    if not is_hub_id(spec):
+        return None
+    first, _, rest = spec.partition("/")
+    if not Path(first).expanduser().is_dir() or Path(spec).expanduser().exists():
+        return None
+    return (f"no such folder {spec!r}: {first!r} is a folder here, with no {rest!r} in it (a hub id 'org/name' is "
+            f"looked up on the hub only where no folder {first!r} is here)")
 
 
 def is_hub_id(spec: str) -> bool:
