@@ -30,6 +30,7 @@ _WHERE = {  # name -> the module (relative to this package) that defines it
     "ModelSpecError": ".engine.models",
     "ModelError": ".engine.models",
     **dict.fromkeys(["race_many", "read_prompts", "read_rows"], ".many"),
+    **dict.fromkeys(["sweep", "Sweep"], ".sweeps"),
     "candidate_rows": ".core.events",
     **dict.fromkeys(["CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward"],
                     ".rewards"),
@@ -43,6 +44,7 @@ __all__ = [
     "METHODS", "best_of_n", "race", "run_to_completion", "speculative_rejection", "LM", "ModelError", "ModelSpecError",
     "load_generator", "CallableReward", "Reward", "RewardError", "Scored", "TokenStats", "as_reward", "load_reward",
     "unload", "provenance", "warm_up", "__version__", "race_many", "read_prompts", "read_rows", "candidate_rows",
+    "sweep", "Sweep",
 ]
 
 

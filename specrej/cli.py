@@ -70,6 +70,14 @@ def build_parser(record: bool = False) -> argparse.ArgumentParser:
         p.add_argument("--out", type=Path, default=None, metavar="RESULTS.jsonl",
                        help="with --prompts: append one result row a prompt here as it finishes; a rerun skips the "
                             "prompts already in it (specrej.many.race_many)")
+        p.add_argument("--sweep", action="store_true",
+                       help="with --prompts: race every prompt at every seed (--seeds) and alpha (--alphas), one row "
+                            "each, then a summary of the speed-ups with 90%% bootstrap intervals over prompts and "
+                            "seeds (specrej.sweep)")
+        p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                       help="with --sweep: the seeds (default: 0 1 2)")
+        p.add_argument("--alphas", type=float, nargs="+", default=None, metavar="ALPHA",
+                       help="with --sweep: the rejection rates (default: --alpha's one value)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--method", choices=list(METHOD_ARMS), default="both", help="which method(s) to run")
     which.add_argument("--arms", nargs="+", metavar="ARM", default=None,
@@ -322,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     record = bool(argv) and argv[0] == "record"
     args = build_parser(record).parse_args(argv[1:] if record else argv)
-    if not record and (args.prompts is not None or args.out is not None):
+    if not record and (args.prompts is not None or args.out is not None or args.sweep):
         return many_main(args, argv)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     try:
@@ -426,8 +434,10 @@ def many_main(args, argv: list[str]) -> int:
 
     try:
         if args.prompts is None:
-            raise ValueError("--out (a results file) goes with --prompts FILE.jsonl; for one prompt, --json writes "
-                             "its trace")
+            raise ValueError(f"{'--sweep' if args.sweep else '--out (a results file)'} goes with --prompts "
+                             "FILE.jsonl; for one prompt, --json writes its trace")
+        if not args.sweep and (args.seeds or args.alphas):
+            raise ValueError("--seeds and --alphas go with --sweep")
         clash = [flag for flag, given in (("--prompt", args.prompt != RunConfig.prompt), ("--json", args.json),
                                           ("--stop-when-matched", args.stop_when_matched)) if given]
         if clash:
@@ -451,6 +461,15 @@ def many_main(args, argv: list[str]) -> int:
             print(f"[specrej] models ready in {time.perf_counter() - t0:.1f} s ({precision.short_name(lm.dtype)}); "
                   f"racing {len(prompts)} prompts" + (f", results to {args.out}" if args.out else ""),
                   file=sys.stderr)
+        if args.sweep:
+            from .sweeps import sweep
+
+            done = sweep(prompts, lm, reward, settings, arms, seeds=args.seeds or (0, 1, 2), alphas=args.alphas,
+                         out=args.out, progress=not args.quiet, command=["python", "-m", "specrej", *argv])
+            print(done.table())
+            if args.out:
+                print(f"\n{len(done.rows)} result rows in {args.out}")
+            return 0
         rows = race_many(prompts, lm, reward, settings, arms, args.out, progress=not args.quiet,
                          command=["python", "-m", "specrej", *argv])
     except ValueError as e:
