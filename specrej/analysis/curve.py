@@ -19,9 +19,13 @@ The compute of Best-of-k is an expectation too:
 - decode steps with slots refilled (``refill_steps``): the same ``rows_per_pass`` slots, but a
   slot takes the next candidate the step after its answer ends, as continuous batching (vLLM)
   does; the steps are the makespan of that list schedule, averaged over random orders;
-- decode steps with a paged KV cache (``paged_refill_steps``): no slot is reserved for a full-length
-  answer; each answer holds its real length, and the next starts as soon as its memory fits
-  (first come, first served), as vLLM admits requests: the strongest of the three baselines;
+- decode steps with a paged KV cache that reserves at admission (``paged_refill_steps``, ``steps_paged``): no
+  slot is reserved for a full-length answer, but each answer holds its real (final) length from its start, and
+  the next starts as soon as that fits (first come, first served);
+- engine steps as vLLM v1 schedules Best-of-N (``paging.vllm_steps``, ``steps_vllm``): KV blocks (16 slots)
+  taken as tokens are written, a waiting answer admitted while its blocks fit, the latest admitted answer
+  preempted and later recomputed when a running one needs a block and none is free: the baseline the claims
+  are priced against (``wall_vllm``: each of its steps priced at ``step_s`` of its rows, as below);
 - wall time, modelled from step times measured by batch size (``step_s(rows)``), by the one
   Best-of-k pricing rule the page's verdict uses too (``core.cost.expected_pass_cost``): within a
   pass a row leaves the step after its answer ends, so each step is priced at the rows still
@@ -45,8 +49,9 @@ from typing import Callable, Sequence
 from ..core.budget import KVBudget
 from ..core.cost import best_of_k
 from .metrics import SpeedUp, speedup
+from .paging import BLOCK_SIZE, vllm_curve
 
-MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "wall")
+MEASURES = ("flops", "steps", "steps_refill", "steps_paged", "steps_vllm", "wall", "wall_vllm")
 
 
 @functools.lru_cache(maxsize=256)
@@ -239,30 +244,54 @@ def improvement_gains(bests: Sequence[float], runs: Sequence[PromptRun], capped:
     return metrics.improvement_gains(bests, top, top, [min(r.scores) for r in runs], capped=capped)
 
 
-def bon_curve(runs: Sequence[PromptRun], ks: Sequence[int], rows_per_pass: Sequence[int],
-              step_s: Callable[[int], float] | None = None,
-              budgets: Sequence[KVBudget] | None = None) -> list[dict]:
-    """Best-of-k over prompts, for each k: the expected improvement score and the compute summed
-    over prompts (tokens, flops, steps in fixed passes, steps_refill with refilled slots,
-    steps_paged with a paged KV cache when ``budgets`` gives each prompt's, and wall_s when
-    ``step_s`` models it)."""
+def prompt_curves(runs: Sequence[PromptRun], ks: Sequence[int], rows_per_pass: Sequence[int],
+                  step_s: Callable[[int], float] | None = None, budgets: Sequence[KVBudget] | None = None,
+                  block_size: int = BLOCK_SIZE) -> list[dict[str, list[float]]]:
+    """Best-of-k on each prompt, for each k of ``ks``: ``{"best", "tokens", "flops", "steps", "steps_refill"}``
+    (and ``steps_paged`` and ``steps_vllm`` when ``budgets`` gives each prompt's, ``wall`` when ``step_s``
+    models it: Best-of-k in fixed passes, and ``wall_vllm`` with both: each of vLLM's steps priced at its rows),
+    one list over ``ks`` each. What ``bon_curve`` sums and a bootstrap over prompts resamples."""
     if not runs or len(rows_per_pass) != len(runs):
         raise ValueError("bon_curve needs one rows_per_pass per prompt run")
     if budgets is not None and len(budgets) != len(runs):
         raise ValueError("bon_curve needs one budget per prompt run")
-    refill = [refill_steps(r.lengths, b) for r, b in zip(runs, rows_per_pass)]
-    paged = [paged_refill_steps(r.lengths, kv) for r, kv in zip(runs, budgets)] if budgets is not None else None
-    memos: list[dict] = [{} for _ in runs]
     out = []
-    for k in ks:
-        pts = [bon_point(r, k, b, step_s, memo) for r, b, memo in zip(runs, rows_per_pass, memos)]
-        row = {"k": k, "improvement": improvement([p.best for p in pts], runs),
-               "tokens": sum(p.tokens for p in pts), "flops": sum(p.flops for p in pts),
-               "steps": sum(p.steps for p in pts), "steps_refill": sum(rf[k - 1] for rf in refill)}
-        if paged is not None:
-            row["steps_paged"] = sum(pg[k - 1] for pg in paged)
+    for i, (r, b) in enumerate(zip(runs, rows_per_pass)):
+        memo: dict = {}
+        pts = [bon_point(r, k, b, step_s, memo) for k in ks]
+        refill = refill_steps(r.lengths, b)
+        row = {"best": [p.best for p in pts], "tokens": [p.tokens for p in pts], "flops": [p.flops for p in pts],
+               "steps": [p.steps for p in pts], "steps_refill": [refill[k - 1] for k in ks]}
+        if budgets is not None:
+            paged = paged_refill_steps(r.lengths, budgets[i])
+            vllm, vllm_s = vllm_curve(r.lengths, budgets[i], block_size, step_s)
+            row["steps_paged"] = [paged[k - 1] for k in ks]
+            row["steps_vllm"] = [vllm[k - 1] for k in ks]
         if step_s is not None:
-            row["wall"] = sum(p.wall_s for p in pts)
+            row["wall"] = [p.wall_s for p in pts]
+            if budgets is not None:
+                row["wall_vllm"] = [vllm_s[k - 1] + r.fixed_s * k / r.n for k in ks]
+        out.append(row)
+    return out
+
+
+def bon_curve(runs: Sequence[PromptRun], ks: Sequence[int], rows_per_pass: Sequence[int],
+              step_s: Callable[[int], float] | None = None,
+              budgets: Sequence[KVBudget] | None = None, block_size: int = BLOCK_SIZE,
+              per_prompt: list[dict[str, list[float]]] | None = None) -> list[dict]:
+    """Best-of-k over prompts, for each k: the expected improvement score and the compute summed
+    over prompts (tokens, flops, steps in fixed passes, steps_refill with refilled slots,
+    steps_paged reserving each answer's length at its start and steps_vllm as vLLM v1 schedules it when
+    ``budgets`` gives each prompt's, and wall_s when ``step_s`` models it). ``per_prompt``: ``prompt_curves``
+    computed before, for the same arguments."""
+    per = per_prompt if per_prompt is not None else prompt_curves(runs, ks, rows_per_pass, step_s, budgets,
+                                                                  block_size)
+    out = []
+    for j, k in enumerate(ks):
+        row = {"k": k, "improvement": improvement([p["best"][j] for p in per], runs)}
+        for m in ("tokens", "flops", "steps", "steps_refill", "steps_paged", "steps_vllm", "wall", "wall_vllm"):
+            if m in per[0]:
+                row[m] = sum(p[m][j] for p in per)
         out.append(row)
     return out
 
