@@ -18,8 +18,9 @@ The protocol (``protocol``), per prompt:
 
 Over prompts (``protocol.aggregate``): improvement score against Best-of-N_ref, raw and capped at
 its best, with 90% bootstrap intervals; relative compute; the speed-up at equal improvement in
-decode steps (against fixed passes, refilled slots and a paged KV cache, each with an interval),
-FLOPs and wall time (a lower bound when SR beats Best-of-N_ref), what became of Best-of-N's winner
+decode steps (against fixed passes, refilled slots, a paged KV cache reserving at admission, and Best-of-N
+as vLLM v1 schedules it, ``analysis.paging``; each with a bootstrap interval over prompts and the plateau's
+sensitivity, ``analysis.boot``), FLOPs and wall time (a lower bound when SR beats Best-of-N_ref), what became of Best-of-N's winner
 (kept, pruned at decision d, never drawn), the oracle ceiling at each point, and the Spearman of
 partial against final reward at each decision (``specrej.analysis.compare``). The simulator (``simulate``)
 is the live method driving a replay of one coupled run (``backends.replay``); ``reward_study``

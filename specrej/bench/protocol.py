@@ -10,8 +10,9 @@ Per prompt:
    expected best of k random candidates, and the expected compute of Best-of-k *under the
    budget*: tokens, FLOPs, decode steps in fixed passes of the rows that fit at full length,
    decode steps with those slots refilled as answers end (static refill), decode steps with a
-   paged KV cache (each answer holds its real length; the next starts when its memory fits, as
-   vLLM admits requests: the strongest baseline), and wall time MODELLED from step times measured at the budgeted batch
+   paged KV cache that reserves each answer's real length at its start (``steps_paged``), engine steps as
+   vLLM v1 schedules Best-of-N (``steps_vllm``, ``analysis.paging``: blocks of 16 slots taken as tokens
+   are written, preemption by recompute: the baseline the claims are priced against), and wall time MODELLED from step times measured at the budgeted batch
    (``core.cost.StepCost.from_passes``: real passes of ``rows_per_pass`` rows and of 1 row, linear in rows).
 3. **Speculative Rejection** with each rejection rule (``specrej.core.rules``) at each (alpha, first
    decision): its starting N fills the budget at the first decision (``n = auto``). Grid points
@@ -31,6 +32,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ..analysis.compare import decision_rank, live_at_decision, winner_fate
@@ -38,11 +40,13 @@ from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
 from ..core.cost import StepCost, flops
 from ..core.oracle import OracleRule
-from ..analysis.curve import (PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, improvement, improvement_gains,
-                     speedups)
+from ..analysis.curve import (MEASURES, PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, improvement,
+                              improvement_gains, prompt_curves, speedups)
 from ..core.events import Finished, Round
 from ..methods import speculative_rejection
 from ..analysis.metrics import bootstrap_ci, speedup
+from ..analysis import boot
+from ..analysis.paging import BLOCK_SIZE
 from .coupled import CoupledRun, PrefixScorer, collect
 from .simulate import simulate_sr
 from ..core.about import DEEPCONF, PASSES
@@ -341,16 +345,19 @@ def gpu_priced(records: list[dict], gpu, curve: list[dict], runs: list[PromptRun
             "extrapolated_beyond": gpu.cost.measured_max}
 
 
-def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | None, gpu=None) -> dict:
+def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | None, gpu=None,
+              block_size: int = BLOCK_SIZE) -> dict:
     """The paper's metrics over prompts against Best-of-N_ref under the same budget.
 
     Relative compute = sum over prompts of the method's / Best-of-N_ref's (budgeted, expected);
     speed-up = compute Best-of-N needs for the method's improvement score (log-interpolated on
     the order-statistics curve, every k) over the method's, per measure: decode steps against
-    fixed passes (``steps``), refilled slots (``steps_refill``) and a paged KV cache
-    (``steps_paged``), FLOPs, and wall time (only where every prompt's point ran for real). A lower
-    bound when the method beats Best-of-N_ref; ``speedup_<m>_ci90``: the speed-up at each end of the
-    improvement's 90% interval. The improvement score comes raw and capped (each prompt's best at most
+    fixed passes (``steps``), refilled slots (``steps_refill``), a paged KV cache reserving each answer's length
+    at its start (``steps_paged``) and vLLM v1's schedule (``steps_vllm``, blocks of ``block_size`` slots), FLOPs,
+    and wall time (only where every prompt's point ran for real). A lower bound when the method beats
+    Best-of-N_ref; ``speedup_<m>_ci90``: the speed-up at each end of the improvement's 90% interval;
+    ``speedup_<m>_boot90``: the speed-up's 90% bootstrap interval over prompts (``analysis.boot``: the curve and
+    the point both resampled); ``speedup_<m>_less``: the speed-up had the method scored 0.1 and 1 point less. The improvement score comes raw and capped (each prompt's best at most
     Best-of-N_ref's), each with a 90% bootstrap interval over prompts; beside it the oracle ceiling and
     the gap to it, and Best-of-N_ref's winner's fate on each prompt. A prompt where every Best-of-N_ref answer
     scored the same decides nothing (any arm's answer is "the best" there): it is left out of every figure and
@@ -366,10 +373,16 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
     n_ref = records[0]["bon"]["n"]
     runs = [prompt_run(r, flops(gen_params, 1)) for r in records]
     budgets = [KVBudget(r["budget"], r["prompt_tokens"], r.get("kv_shared", True)) for r in records]
-    curve = bon_curve(runs, default_ks(n_ref), [r["rows_per_pass"] for r in records],
-                      step_model.step if step_model else None, budgets)
+    ks = default_ks(n_ref)
+    per = prompt_curves(runs, ks, [r["rows_per_pass"] for r in records], step_model.step if step_model else None,
+                        budgets, block_size)
+    curve = bon_curve(runs, ks, [], per_prompt=per)
     ref = curve[-1]
     by = curves_by_measure(curve)
+    # the bootstrap over prompts: each prompt's Best-of-k improvement term and compute, and the resamples
+    bon_gains = np.array([improvement_gains([p["best"][j] for p in per], runs) for j in range(len(ks))]).T
+    bon_compute = {m: np.array([p[m] for p in per]) for m in MEASURES if m in per[0]}
+    weights = boot.resamples(len(records))
     points = []
     for j, first in enumerate(records[0]["sr"]):
         runs_j = [r["sr"][j] for r in records]
@@ -377,11 +390,15 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
         walls = [s.get("wall_s") for s in runs_j]
         method = {"flops": sum(s["flops"] for s in runs_j), "steps": sum(s["steps"] for s in runs_j),
                   "tokens": sum(s["generated_tokens"] for s in runs_j)}
-        method["steps_refill"] = method["steps_paged"] = method["steps"]
+        method["steps_refill"] = method["steps_paged"] = method["steps_vllm"] = method["steps"]
+        own = {"flops": [s["flops"] for s in runs_j], "steps": [s["steps"] for s in runs_j]}
+        own["steps_refill"] = own["steps_paged"] = own["steps_vllm"] = own["steps"]
         if all(w is not None for w in walls):
-            method["wall"] = sum(walls)
+            method["wall"] = method["wall_vllm"] = sum(walls)
+            own["wall"] = own["wall_vllm"] = walls
         imp = improvement(bests, runs)
         sp = speedups(by, imp, method)
+        gains = improvement_gains(bests, runs)
         imp_ci = _ci(improvement_gains(bests, runs))
         sources = {s.get("source", "run") for s in runs_j}
         point = {
@@ -395,6 +412,9 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
             **{f"rel_{m}": method[m] / ref[m] for m in method if m in ref},
             **{f"speedup_{m}": {"value": v.value, "lower_bound": v.lower_bound} for m, v in sp.items()},
             **{f"speedup_{m}_ci90": _speedup_ci(by[m], imp_ci, method[m]) for m in sp},
+            **{f"speedup_{m}_boot90": boot.bootstrap_speedup(bon_gains, bon_compute[m], gains, own[m], weights)
+               for m in sp},
+            **{f"speedup_{m}_less": boot.sensitivity(by[m], imp, method[m]) for m in sp},
             "kept_bon_winner": sum(s["kept_bon_winner"] for s in runs_j) / len(runs_j),
             "mean_rounds": sum(s["rounds"] for s in runs_j) / len(runs_j), "rank_correlation": _by_decision(runs_j),
             **_fates(records, runs_j), **_oracle_point(runs_j, runs, imp)}
@@ -405,11 +425,13 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
             point["simulator_agrees"] = f"{sum(checked)}/{len(checked)}"
         points.append(point)
     bon_rows = [{"method": "bon", "k": row["k"], "improvement": row["improvement"],
-                 **{f"rel_{m}": row[m] / ref[m] for m in ("flops", "steps", "steps_refill", "steps_paged", "wall", "tokens")
-                    if m in row}}
+                 **{f"rel_{m}": row[m] / ref[m] for m in ("flops", "steps", "steps_refill", "steps_paged", "steps_vllm",
+                                                          "wall", "wall_vllm", "tokens") if m in row}}
                 for row in curve]
     return {"n_ref": n_ref, "prompts": len(records), "flat_prompts": flat, "bon": bon_rows, "sr": points,
-            "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "steps_paged", "flops", "tokens", "wall") if m in ref},
+            "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "steps_paged", "steps_vllm", "flops", "tokens",
+                                            "wall", "wall_vllm") if m in ref},
+            "vllm_block_size": block_size,
             "step_model": step_model.points if step_model else None,
             "gpu": gpu_priced(records, gpu, curve, runs, points) if gpu is not None else None}
 
@@ -469,7 +491,8 @@ def _by_decision(runs: list[dict]) -> list[dict]:
 
 SUMMARY_KEYS = ("method", "label", "rule", "alpha", "first_decision", "source", "improvement", "improvement_ci90",
                 "improvement_capped", "improvement_capped_ci90", "rel_flops", "rel_wall", "speedup_flops",
-                "speedup_steps", "speedup_steps_refill", "speedup_steps_paged", "speedup_wall", "kept_bon_winner",
+                "speedup_steps", "speedup_steps_refill", "speedup_steps_paged", "speedup_steps_vllm", "speedup_wall",
+                "speedup_wall_vllm", "kept_bon_winner",
                 "oracle_improvement", "gap_to_oracle", "winner_fate_counts")
 
 
@@ -482,17 +505,25 @@ def summary(agg: dict) -> list[dict]:
              "speedup_steps": 1.0, "speedup_steps_refill": agg["bon_ref"]["steps_refill"] / agg["bon_ref"]["steps"],
              "speedup_steps_paged": (agg["bon_ref"]["steps_paged"] / agg["bon_ref"]["steps"]
                                      if "steps_paged" in agg["bon_ref"] else None),
+             "speedup_steps_vllm": (agg["bon_ref"]["steps_vllm"] / agg["bon_ref"]["steps"]
+                                    if "steps_vllm" in agg["bon_ref"] else None),
              "speedup_wall": 1.0 if agg["bon"][-1].get("rel_wall") else None,
+             "speedup_wall_vllm": (agg["bon_ref"]["wall_vllm"] / agg["bon_ref"]["wall"]
+                                   if "wall_vllm" in agg["bon_ref"] else None),
              "speedup_gpu": 1.0 if agg.get("gpu") else None, "kept_bon_winner": 1.0,
              "n": agg["n_ref"]}]
     for p in agg["sr"]:
         row = {k: p.get(k) for k in SUMMARY_KEYS}
-        for m in ("flops", "steps", "steps_refill", "steps_paged", "wall", "gpu"):
+        for m in ("flops", "steps", "steps_refill", "steps_paged", "steps_vllm", "wall", "wall_vllm", "gpu"):
             s = p.get(f"speedup_{m}")
             row[f"speedup_{m}"] = s["value"] if s else None
             row[f"speedup_{m}_lower_bound"] = s["lower_bound"] if s else None
             ci = p.get(f"speedup_{m}_ci90")
             row[f"speedup_{m}_ci90"] = [ci["low"], ci["high"]] if ci else None
+            b = p.get(f"speedup_{m}_boot90")
+            row[f"speedup_{m}_boot90"] = [b["low"], b["high"]] if b else None
+            less = p.get(f"speedup_{m}_less")
+            row[f"speedup_{m}_less"] = {d: v["value"] for d, v in less.items()} if less else None
         row["n"] = p["n"]
         rows.append(row)
     return rows

@@ -73,8 +73,9 @@ def engine_table(eng: dict) -> str:
 
 # ---------------------------------------------------------------------------------- the paper's protocol
 PAPER_MEASURES = (("steps", "decode steps"), ("steps_refill", "decode steps, BoN slots refilled"),
-                  ("steps_paged", "decode steps, BoN paged KV cache"),
-                  ("flops", "FLOPs"), ("wall", "wall time"))
+                  ("steps_paged", "decode steps, BoN paged, reserving at admission"),
+                  ("steps_vllm", "engine steps, BoN as vLLM v1 schedules it"),
+                  ("flops", "FLOPs"), ("wall_vllm", "wall time, BoN as vLLM schedules it"))
 
 
 def _flat_line(agg: dict) -> list[str]:
@@ -104,7 +105,8 @@ def paper_table(agg: dict, meta: dict) -> str:
         f"({_step_model_text(agg)}); Speculative Rejection's is measured where it ran ('run'). Wall: {wall_note}.",
         "",
         f"{'method':<44}{'src':>5}{'improv':>7}{'90% CI':>14}{'capped':>7}{'90% CI':>14}"
-        f"{'x steps':>9}{'x refill':>9}{'x paged':>9}{'x FLOPs':>9}{'x wall':>9}{'kept win':>9}",
+        f"{'x steps':>9}{'x refill':>9}{'x paged':>9}{'x vLLM':>9}{'x FLOPs':>9}{'x wall':>9}{'x wallV':>9}"
+        f"{'kept win':>9}",
     ]
     for b in agg["bon"]:
         if b["k"] & (b["k"] - 1) == 0 or b["k"] == n_ref:
@@ -116,16 +118,21 @@ def paper_table(agg: dict, meta: dict) -> str:
                      f"{_ci(s.get('improvement_ci90')):>14}{s.get('improvement_capped', s['improvement']):>7.1f}"
                      f"{_ci(s.get('improvement_capped_ci90')):>14}{_speed(s.get('speedup_steps')):>9}"
                      f"{_speed(s.get('speedup_steps_refill')):>9}{_speed(s.get('speedup_steps_paged')):>9}"
-                     f"{_speed(s.get('speedup_flops')):>9}"
-                     f"{_speed(s.get('speedup_wall')):>9}{s['kept_bon_winner']:>9.0%}")
+                     f"{_speed(s.get('speedup_steps_vllm')):>9}{_speed(s.get('speedup_flops')):>9}"
+                     f"{_speed(s.get('speedup_wall')):>9}{_speed(s.get('speedup_wall_vllm')):>9}"
+                     f"{s['kept_bon_winner']:>9.0%}")
     lines += ["", "x = speed-up at equal improvement score (raw): the compute Best-of-N needs for SR's score "
               "(log-interpolated on its curve, every k) over SR's; '>=' = SR beat Best-of-%d (a lower bound). "
               "capped = each prompt's best counted at most Best-of-%d's best. src: sim = replayed by the simulator "
-              "from the coupled run; run = ran for real. Best-of-N's decode steps three ways: fixed passes of the "
+              "from the coupled run; run = ran for real. Best-of-N's decode steps four ways: fixed passes of the "
               "rows that fit at full length (x steps, the paper's), those slots refilled as answers end (x refill), "
-              "and a paged KV cache where each answer holds its real length and the next starts when its memory "
-              "fits, as vLLM admits requests (x paged, the strongest). kept win: the share of prompts where SR kept "
-              "Best-of-%d's winner to the end (see the fates below)." % (n_ref, n_ref, n_ref),
+              "a paged KV cache where each answer reserves its real length when it starts (x paged), and as vLLM v1 "
+              "schedules it (x vLLM: blocks of %d slots taken as tokens are written, the latest admitted answer "
+              "preempted and recomputed when a block is short; the baseline the claims are priced against). x wall: "
+              "against Best-of-N in fixed passes, rows leaving as answers end; x wallV: against Best-of-N as vLLM "
+              "schedules it, each step priced at its rows (both modelled; the step model is extrapolated past the "
+              "largest batch measured). kept win: the share of prompts where SR kept Best-of-%d's winner to the end "
+              "(see the fates below)." % (n_ref, n_ref, agg.get("vllm_block_size", 16), n_ref),
               "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
               "FLOPs track total work; CPU wall time sits between."]
     gpu = agg.get("gpu")
@@ -166,6 +173,19 @@ def _speed_ci(s: dict | None, ci: dict | None) -> str:
     return out
 
 
+def _speed_boot(s: dict, m: str) -> str:
+    """'2.23x {1.88, 2.55} (1.78x, 1.34x)': the speed-up, its bootstrap interval over prompts, and what it would
+    be had the method scored 0.1 and 1 point less."""
+    b, less = s.get(f"speedup_{m}_boot90"), s.get(f"speedup_{m}_less") or {}
+    out = _speed(s.get(f"speedup_{m}"))
+    if b:
+        out += (f" {{{'>=' if b['low_lower_bound'] else ''}{b['low']:.2f}, "
+                f"{'>=' if b['high_lower_bound'] else ''}{b['high']:.2f}}}")
+    if less:
+        out += " (" + ", ".join(_speed(v) for v in less.values()) + ")"
+    return out
+
+
 def fate_words(counts: dict | None, prompts: int) -> str:
     """'kept 5, pruned at decision 1: 4, at decision 2: 1, never drawn 2 (of 12)': what became of
     Best-of-N's winner. Never drawn = outside SR's first batch (no rule could keep it), not pruned."""
@@ -182,7 +202,8 @@ def _ceiling_lines(agg: dict) -> list[str]:
     """Per point: decode-step speed-ups against each Best-of-N baseline with their intervals, the oracle
     ceiling and the rule's gap to it, and what became of Best-of-N's winner."""
     lines = ["", "Speed-up in decode steps against each Best-of-N baseline, [at the ends of the improvement's 90% "
-             "interval]; the oracle ceiling (a rule keeping the best FINAL rewards through the same loop: the most "
+             "interval]; against vLLM's schedule, in steps and wall time, {90% bootstrap interval over prompts} and "
+             "(the speed-up had the method scored 0.1 / 1 point less); the oracle ceiling (a rule keeping the best FINAL rewards through the same loop: the most "
              "any rule reaches at that point) and the gap to it; Best-of-N's winner: kept to the end, pruned at a "
              "decision, or never drawn (outside SR's first batch). A rival (DeepConf, ST-BoN) starts all N_ref "
              "candidates, so its oracle is Best-of-N_ref's own winner (100) and its gap is all it lost:"]
@@ -193,6 +214,9 @@ def _ceiling_lines(agg: dict) -> list[str]:
         lines.append(f"  {name}: fixed {_speed_ci(s.get('speedup_steps'), s.get('speedup_steps_ci90'))}, refill "
                      f"{_speed_ci(s.get('speedup_steps_refill'), s.get('speedup_steps_refill_ci90'))}, paged "
                      f"{_speed_ci(s.get('speedup_steps_paged'), s.get('speedup_steps_paged_ci90'))}; {oracle}")
+        for m, word in (("steps_vllm", "vLLM steps"), ("wall_vllm", "vLLM wall")):
+            if s.get(f"speedup_{m}"):
+                lines.append(f"    {word} {_speed_boot(s, m)}")
         lines.append(f"    Best-of-{agg['n_ref']}'s winner: {fate_words(s.get('winner_fate_counts'), agg['prompts'])}")
     return lines
 
