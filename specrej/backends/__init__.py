@@ -201,13 +201,11 @@ def planned_budget(budget: int | None) -> int | None:
     """The budget a run will get, known before its model loads: its own; else on a CPU the CPU budget
     (every backend's default there, ``core.budget.cpu_budget``); None on a GPU, where the loaded backend
     sizes it from free memory (``BackendFactory.default_budget``)."""
-    if budget is not None:
-        return budget
     import torch
 
-    from ..core.budget import cpu_budget
+    from ..core.budget import granted_budget
 
-    return None if torch.cuda.is_available() else cpu_budget()
+    return granted_budget(budget, on_gpu=budget is None and torch.cuda.is_available())
 
 
 def load_lm(spec="embedded", *, backend: str | None = None, trust_remote_code: bool = False,

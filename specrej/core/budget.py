@@ -28,6 +28,18 @@ def cpu_budget() -> int:
     return env_int(CPU_BUDGET_ENV, DEFAULT_CPU_BUDGET, error=BudgetError)
 
 
+def granted_budget(budget: int | None, *, lm=None, engine=None, on_gpu: bool = False) -> int | None:
+    """What budget does this run get (the one answer; the methods, the page's planner and ``planned_budget`` ask
+    here): its own ``budget`` when it asks for one; else, with its model loaded, ``engine``'s default for ``lm``
+    (``Backend.default_budget``: on a GPU sized from free memory); else, before the model loads, the CPU budget on
+    a CPU (every backend's default there) and None on a GPU (``on_gpu``: not known until the model loads)."""
+    if budget is not None:
+        return budget
+    if lm is not None:
+        return (engine or lm.backend).default_budget(lm)
+    return None if on_gpu else cpu_budget()
+
+
 def sharing(lm, backend) -> bool:
     """Do a run's rows hold the prompt's slots once? When the LM can (``lm.shares_prefix``: a shared
     prefix, vLLM's prefix cache) and the backend allows it (``allow_sharing``; the bench's reference

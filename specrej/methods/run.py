@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
-from ..core.budget import Admission, admit, sharing
+from ..core.budget import Admission, admit, granted_budget, sharing
 from ..core.cost import flops, read_key, reads_of
 from ..core.decisions import Moment
 from ..core.rules import Contender
@@ -98,7 +98,7 @@ class _Run:
         if _admits(admission, cfg, len(self.prompt_ids), self.shared):
             admitted = admission   # the caller's (the page's planner): one admission a race, never a second
         else:
-            admitted = admit(cfg, budget=cfg.budget if cfg.budget is not None else engine.default_budget(lm),
+            admitted = admit(cfg, budget=granted_budget(cfg.budget, lm=lm, engine=engine),
                              prompt_len=len(self.prompt_ids), shared=self.shared, max_positions=lm.max_positions)
         cfg = self.cfg = admitted.granted()
         self.kv, self.budget = admitted.kv, admitted.slots
