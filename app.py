@@ -22,15 +22,14 @@ from components.autospec_tab import build_autospec_tab
 from components.deploy import gradio_private
 from components.deploy.clients import FullQueue, Guard, forwarded_headers_ignored
 from components.deploy.gate import ApiGate
-from components.frames import Frame, as_seen, drawn, error_frame, final_frame, race_label, step_frame
+from components.frames import Frame, as_seen, drawn, final_frame, race_label, step_frame
 from components.panels import STOPPED
 from components.deploy import memory
-from components.session import busy, paper
+from components.session import planner, startup, stream
 from components.session.context import AppContext
-from components.session.pace import warming_words
-from components.session.recordings import check_replay, replay_updates, stoppable_sleep
-from components.session.stream import race_events, updates
-from components.state.play import Button, Effect, Phase, Sessions
+from components.session.planner import Press
+from components.session.stream import race_events
+from components.state.play import Button, Effect, Phase, Session, Sessions
 from components.state.request import RunRequest
 from components.state.shared import PREFERENCE
 from specrej.core.config import env_int
@@ -63,10 +62,9 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
         with gr.Tab("Parallel sampling lab"):
             build_autospec_tab()
         sessions = Sessions()   # each browser session's play (page.session), found by its hash where no input carries it
-        on_run = wire_race(ctx, page, guard, events_fn, sessions)
-        on_replay, on_paper = wire_recordings(ctx, page, guard, sessions)
-        wire_stop(page, guard, [on_run, on_replay, on_paper], sessions)
-        lecture.wire(page, ends=[on_run, on_replay, on_paper])
+        plays = wire_plays(ctx, page, guard, events_fn, sessions)
+        wire_stop(page, guard, plays, sessions)
+        lecture.wire(page, ends=plays)
         wire_steps(page, sessions)
         wire_links(ctx, page, demo)
         # each browser session's play registered as the page loads: the queued handlers (Run, Replay, Paper scale)
@@ -79,12 +77,14 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
     # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
     # guard's gate lets through only the page's unqueued ones.
     # the guard's validator refuses a run past ctx.max_queue waiting (saying how long the queue is) or moves a
-    # race with a recording to it (busy.py); Gradio's own bare "Queue is full" only past twice that
+    # race with a recording to it (``Press.FULL_QUEUE``); Gradio's own bare "Queue is full" only past twice that
     demo.queue(default_concurrency_limit=ctx.concurrency, max_size=ctx.max_queue and 2 * ctx.max_queue, api_open=False)
     quiet_queue(demo)
     guard.bind(demo, queue_size=ctx.max_queue, full=FullQueue(
-        race="run", busy="recorded_race", recorded=lambda data: busy.has_recording(ctx, data),
-        message=lambda waiting: busy.full_message(waiting, run_s=ctx.limits.max_run_seconds, at_once=ctx.concurrency)))
+        race="run", busy="recorded_race",
+        recorded=lambda data: planner.plan(ctx, Press.FULL_QUEUE, data).action == planner.RECORDING,
+        message=lambda waiting: planner.full_message(waiting, run_s=ctx.limits.max_run_seconds,
+                                                     at_once=ctx.concurrency)))
     demo.specrej_guard = guard   # for launch(): the HTTP gate in front of the app
     # sessions idle for SPECREJ_SESSION_TTL_S are forgotten whole (Gradio's copy of the page per session too)
     demo.specrej_sweeper = memory.SessionSweeper(demo, ctx.session_ttl_s)
@@ -97,12 +97,13 @@ def own(sessions: Sessions, session, request) -> "Session":
     return sessions.register(getattr(request, "session_hash", None), session)
 
 
-def bind(sessions: Sessions, guard: Guard, request, phase: Phase):
+def bind(sessions: Sessions, guard: Guard, request, phase: Phase, *, own: bool = True):
     """A play's first line: this browser session's ``Session`` (registered by the page's press), a new play id (any
     other play of the session goes stale: its handler wakes and ends at once, ``Session.on_stale``), and the one
     stop flag the play asks at every event: the guard's (Stop, /stop, a closed tab) or the play gone stale. The
-    flag can say when it is set (``on_set``), so a reader waiting on a held decoding step wakes at once."""
-    session = sessions.get(getattr(request, "session_hash", None))
+    flag can say when it is set (``on_set``), so a reader waiting on a held decoding step wakes at once. ``own``
+    False: a play of its own, which leaves the session's alone (a Run the full queue moved to its recording)."""
+    session = sessions.get(getattr(request, "session_hash", None)) if own else Session()
     play = session.begin(phase)
     stop = guard.on_start(request)
 
@@ -127,7 +128,7 @@ def playing(page: ui.Page, session, play: int, stop_requested, updates):
     a thread of its own, between two steps: the race's run leaves the machine and frees its KV cache then, even
     when Gradio never resumes nor closes this handler (a cancel that arrives during the handler's first step
     cancels its task before Gradio holds the generator: it is left suspended until a garbage collection)."""
-    stream = page.stream(drawn(session.follow(play, updates)))
+    sent = page.stream(drawn(session.follow(play, updates)))
     turn = threading.Lock()   # one step of the stream at a time: its next() here, or its close() on a stop
     asked = threading.Lock()  # guards ``in_step``
     in_step = [False]   # inside next(): Gradio asked for the next frame, so it holds every frame yielded so far
@@ -142,7 +143,7 @@ def playing(page: ui.Page, session, play: int, stop_requested, updates):
 
     def end() -> None:
         with turn:
-            stream.close()   # the race's own finally runs now (its run leaves ``machine.active``)
+            sent.close()   # the race's own finally runs now (its run leaves ``machine.active``)
         session.leave(play)
 
     on_set = getattr(stop_requested, "on_set", None)
@@ -156,7 +157,7 @@ def playing(page: ui.Page, session, play: int, stop_requested, updates):
                 in_step[0] = True
             try:
                 with turn:
-                    update = next(stream, None)
+                    update = next(sent, None)
             finally:
                 with asked:
                     in_step[0] = False
@@ -168,7 +169,7 @@ def playing(page: ui.Page, session, play: int, stop_requested, updates):
             yield update
     finally:
         with turn:
-            stream.close()
+            sent.close()
         session.leave(play)
 
 
@@ -179,149 +180,120 @@ def quiet_end(page: ui.Page, session, play: int):
         yield page.updates(Frame())
 
 
-def wire_race(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions: Sessions):
-    """Run (and Shift+Enter in the prompt): the race, streamed; returns its event (Stop cancels it)."""
+def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions: Sessions) -> list:
+    """Every play button through one handler (``play``: bind, plan, execute): Run (and Shift+Enter in the prompt),
+    Replay, Paper scale, a Run the full queue moved, and "Run it live" (its settings, then Run); returns the events
+    Stop cancels."""
     c, a = page.controls, page.arena
 
-    def run(*values):
-        """Race Speculative Rejection against Best-of-N on one prompt; streams every arm."""
-        *values, request = values   # RunRequest's fields (raw: checked by the planner, before any work), Gradio's request
-        session, play, stop_requested = bind(sessions, guard, request, Phase.RACING)
+    def play(press: Press, values, request):
+        """This session's new play (``bind``), what the press does (``planner.plan``: nothing measured) and the
+        plan played (``stream.execute``). The settings a plan sets reach the page at once (no frame of a play
+        touches them, so they need not wait for an older play's last frame), the rest once it has ended."""
+        moved = press is Press.FULL_QUEUE   # a play of its own: the session's (the race it waits for) goes on
+        session, play, stop_requested = bind(sessions, guard, request, PHASES[press], own=not moved)
         try:
-            yield from playing(page, session, play, stop_requested, updates(
-                ctx, values, events_fn=events_fn, stop_requested=stop_requested))
+            queue = dict(waiting=guard.waiting(), capped=guard.capped(request)) if moved else {}
+            p = planner.plan(ctx, press, values, **queue)
+            shown = ui.paper_scale_updates(ctx, page, p.paper, p.prompt) if p.paper is not None else {}
+            if shown:
+                race_owned = {id(x) for x in page.outputs()}
+                if session.current(play) and not stop_requested():
+                    yield {k: v for k, v in shown.items() if id(k) not in race_owned}
+                session.settle(play)   # an older play's last frame first
+                if not session.current(play) or stop_requested():
+                    return   # another play started (or Stop) meanwhile: it draws nothing
+                if not p.plays:
+                    session.end(play)   # it only set the settings: the page rests as it was
+                yield {**shown, **page.button_updates(session.phase)}
+            if p.plays:
+                yield from playing(page, session, play, stop_requested, stream.execute(
+                    ctx, p, events_fn=events_fn, stop_requested=stop_requested))
         finally:
             session.leave(play)
-            memory.release_soon()   # the allocator keeps freed KV caches otherwise; not in this play's slot
+            if press is Press.RUN:
+                memory.release_soon()   # the allocator keeps freed KV caches otherwise; not in this play's slot
 
-    run.__signature__ = request_signature()  # the API's parameters: RunRequest's fields, by name
-    run.__annotations__ = {"request": gr.Request}
-    # preprocess=False: the raw values reach RunRequest.parse (in stream.updates), whose messages name
-    # the field; the guard's validator runs when a run joins the queue (the per-client and per-address
-    # caps, set by guard.bind on every queued event).
-    race = dict(fn=run, inputs=page.run_inputs(), outputs=page.outputs(), concurrency_id="race",
-                concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
-                preprocess=False, trigger_mode=PRESSED_AGAIN)
+    def handler(press: Press, name: str, fields: tuple[str, ...] | None, doc: str):
+        """``play`` as one event's function: its name (the API's, and the guard's ``FullQueue.busy``), its
+        parameters (``fields``; None: RunRequest's, raw: checked by the planner before any work) and Gradio's
+        request."""
+        def fn(*values):
+            *values, request = values
+            yield from play(press, values if fields is None else dict(zip(fields, values)), request)
+
+        fn.__name__ = fn.__qualname__ = name
+        fn.__doc__ = doc
+        fn.__signature__ = request_signature(fields)
+        fn.__annotations__ = {"request": gr.Request}
+        return fn
+
+    # preprocess=False: the raw values reach the planner (RunRequest.parse), whose messages name the field; the
+    # guard's validator runs when a play joins the queue (the per-client and per-address caps, set by guard.bind
+    # on every queued event). A play pressed while something plays stops it at once (``play.TABLE``), so the race in
+    # progress frees the machine; in lecture mode every other control locks first (``lecture.lock_step``).
+    replayed = ("prompt", "pace", "step", "lecture")
+    replay_inputs = [c.prompt, c.pace, c.step, c.lecture]
+    queued = dict(preprocess=False, trigger_mode=PRESSED_AGAIN)
     # Run and Shift+Enter in the prompt (a two-line box: Enter is a new line): say at once that the run is
     # starting, or waiting when every slot is taken (the queue position shows on the status line), then start
     # the race in the queue; one handler, one API name.
-    # A Run pressed while something plays stops it at once (``play.TABLE``), so the race in progress frees the
-    # machine for this one. In lecture mode every other control locks first (``lecture.lock_step``).
     def press_run(session, request: gr.Request):
         own(sessions, session, request).press(Button.RUN)
         return ui.waiting_status(ctx)
 
-    on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page, press_run, a.status)) \
-        .then(api_name="run", **race)
+    race = "Race Speculative Rejection against Best-of-N on one prompt; streams every arm."
+    on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page, press_run, a.status)).then(
+        handler(Press.RUN, "run", None, race), page.run_inputs(), page.outputs(), api_name="run",
+        concurrency_id="race", concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
+        **queued)
     on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
-
-    def recorded_race(*values):
-        """A Run the full queue had no place for: the recording of this exact race, at once (the guard's gate
-        moves such a join here, components/session/busy.py)."""
-        *values, request = values
-        guard.on_start(request)
-        yield from page.stream(drawn(busy.recorded_race(ctx, values, waiting=guard.waiting(),
-                                                        capped=guard.capped(request))))
-
-    recorded_race.__signature__ = request_signature()
-    recorded_race.__annotations__ = {"request": gr.Request}
+    # a Run the full queue had no place for: the recording of this exact race, at once (the guard's gate moves such
+    # a join here: ``FullQueue.busy`` names this handler)
     gr.Button(visible=False, elem_id="recorded-race").click(
-        recorded_race, page.run_inputs(), page.outputs(), concurrency_id="replay", concurrency_limit=4,
-        api_visibility="private", preprocess=False)
-    return on_run
+        handler(Press.FULL_QUEUE, "recorded_race", None, "A full queue's Run: the recording of its race, at once."),
+        page.run_inputs(), page.outputs(), concurrency_id="replay", concurrency_limit=4, api_visibility="private",
+        preprocess=False)
 
-
-def wire_recordings(ctx: AppContext, page: ui.Page, guard: Guard, sessions: Sessions):
-    """Replay, Paper scale and "Run it live" (the recording's settings scaled to fit, run here)."""
-    c, a = page.controls, page.arena
-
-    def replay(prompt, pace, step, lecture_on, request: gr.Request):
-        """Replay the recorded paper-scale race of an example prompt (instantly, or at a pace)."""
-        session, play, stop_requested = bind(sessions, guard, request, Phase.REPLAYING)
-        yield from playing(page, session, play, stop_requested, replay_updates(
-            prompt, pace, min_frame_interval=ctx.min_frame_interval, max_prompt_chars=ctx.limits.max_prompt_chars,
-            step=step is True, lecture=lecture_on is True, sleep=stoppable_sleep(stop_requested)))
-
-    on_replay = c.replay.click(**lecture.lock_step(page)) \
-        .then(replay, [c.prompt, c.pace, c.step, c.lecture], page.outputs(), concurrency_id="replay",
-              concurrency_limit=4, api_visibility="private", preprocess=False, trigger_mode=PRESSED_AGAIN)
+    on_replay = c.replay.click(**lecture.lock_step(page)).then(
+        handler(Press.REPLAY, "replay", replayed, "Replay the recorded paper-scale race of an example prompt."),
+        replay_inputs, page.outputs(), concurrency_id="replay", concurrency_limit=4, api_visibility="private",
+        **queued)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
-
-    def paper_scale(prompt, pace, step, lecture_on, request: gr.Request):
-        """Paper scale: the paper's setting where it fits the run limit live; else a scaled-down one
-        that fits, with the recorded paper-scale race played meanwhile."""
-        session, play, stop_requested = bind(sessions, guard, request, Phase.REPLAYING)
-        try:
-            yield from paper_play(prompt, pace, step, lecture_on, session, play, stop_requested)
-        finally:
-            session.leave(play)
-
-    def paper_play(prompt, pace, step, lecture_on, session, play, stop_requested):
-        if ctx.warming:   # answered at once: no worker thread waits for the warm-up (issue 61)
-            session.settle(play)
-            if session.end(play):
-                yield {**page.updates(Frame(status=warming_words(ctx), status_kind="live")),
-                       **page.button_updates(session.phase)}
-            return
-        try:
-            prompt, _ = check_replay(prompt, pace, ctx.limits.max_prompt_chars)
-            plan = paper.plan(ctx, prompt)
-        except (ValueError, OSError) as e:   # a bad field, a model that cannot load (PolicyError too)
-            session.settle(play)
-            if session.end(play):
-                yield {**page.updates(error_frame(str(e))), **page.button_updates(session.phase)}
-            return
-        # the settings, the note and the prompt at once: no frame of a play touches them (``page.outputs``), so they
-        # need not wait for an older play's last frame (a race stops at its next decoding step: a second and more
-        # under load, when Paper scale during a race took 2.2-2.7 s to say what it set)
-        race_owned = {id(comp) for comp in page.outputs()}
-        if session.current(play) and not stop_requested():
-            yield {k: v for k, v in ui.paper_scale_updates(ctx, page, plan, prompt).items() if id(k) not in race_owned}
-        session.settle(play)   # an older play's last frame first
-        if not session.current(play) or stop_requested():
-            return   # another play started (or Stop) while this machine was measured: it draws nothing
-        plays = not plan.fits and plan.replay_prompt is not None
-        if not plays:
-            session.end(play)   # it only set the settings: the page rests as it was
-        # the outputs by name only: building the updates at page build would place components on the page
-        yield {**ui.paper_scale_updates(ctx, page, plan, prompt), **page.button_updates(session.phase)}
-        if plays:
-            yield from playing(page, session, play, stop_requested, replay_updates(
-                plan.replay_prompt, pace, min_frame_interval=ctx.min_frame_interval,
-                max_prompt_chars=ctx.limits.max_prompt_chars, step=step is True, lecture=lecture_on is True,
-                sleep=stoppable_sleep(stop_requested)))
 
     def press_paper(session, request: gr.Request):
         own(sessions, session, request).press(Button.PAPER)
         return ui.paper_measuring(ctx)
 
-    on_paper = c.paper.click(**lecture.lock_step(page, press_paper, a.status)) \
-        .then(paper_scale, [c.prompt, c.pace, c.step, c.lecture], ui.paper_outputs(page), concurrency_id="replay",
-              concurrency_limit=4, api_visibility="private", preprocess=False, trigger_mode=PRESSED_AGAIN)
+    on_paper = c.paper.click(**lecture.lock_step(page, press_paper, a.status)).then(
+        handler(Press.PAPER, "paper_scale", replayed, "Paper scale: the paper's setting where it fits the run limit "
+                "live; else a scaled-down one that fits, with the recorded paper-scale race played meanwhile."),
+        replay_inputs, ui.paper_outputs(page), concurrency_id="replay", concurrency_limit=4,
+        api_visibility="private", **queued)
 
     def recorded_settings(prompt, view):
-        """The recording's settings set on the page; the race then starts as Run starts it. A recording of
-        the page's own race: its settings as they were. A paper-scale one: the paper's protocol scaled down to
-        fit this deployment (``paper.plan``)."""
-        recording = getattr(view, "recording", None) or {}
-        if recording.get("page_race") and isinstance(recording.get("request"), dict):
-            return ui.same_race_updates(ctx, page, view.cfg.prompt, recording["request"])
-        if ctx.warming:   # answered at once: no worker thread waits for the warm-up (issue 61)
-            return {a.status: gr.Markdown(warming_words(ctx), elem_classes=["status-live"])}
-        try:
-            plan = paper.plan(ctx, check_replay(prompt, "inf", ctx.limits.max_prompt_chars)[0])
-        except (ValueError, OSError) as e:
-            return {a.status: gr.Markdown(panels.error_markdown(str(e)), elem_classes=["status-error"])}
-        return ui.live_updates(ctx, page, plan)
+        """"Run it live": the recording's settings set on the page (``planner.plan``), then the page's own Run
+        races them (one handler runs every race)."""
+        p = planner.plan(ctx, Press.LIVE, {"prompt": prompt, "view": view})
+        if p.same_race is not None:
+            return ui.same_race_updates(ctx, page, p.prompt, p.same_race)
+        if p.paper is not None:
+            return ui.live_updates(ctx, page, p.paper)
+        if p.action == planner.WARM:   # answered at once: no worker thread waits for the warm-up (issue 61)
+            return {a.status: gr.Markdown(p.message, elem_classes=["status-live"])}
+        return {a.status: gr.Markdown(panels.error_markdown(p.message), elem_classes=["status-error"])}
 
-    # the settings first, then the page's own Run (one handler runs every race: Run, Enter, Run it live)
-    # unqueued: nothing is measured here (``paper.plan`` reads the profile), and a queue's round trip under load
-    # was a second of the click's 3.1 s
+    # unqueued: nothing is measured (the planner reads the profile), and a queue's round trip under load was a
+    # second of the click's 3.1 s
     a.live.click(recorded_settings, [c.prompt, page.view], ui.paper_outputs(page), api_visibility="private",
                  queue=False) \
         .then(None, None, None, js="() => { document.querySelector('#run')?.click(); }", queue=False,
               api_visibility="private")
-    return on_replay, on_paper
+    return [on_run, on_replay, on_paper]
+
+
+PHASES = {Press.RUN: Phase.RACING, Press.REPLAY: Phase.REPLAYING, Press.PAPER: Phase.REPLAYING,
+          Press.FULL_QUEUE: Phase.REPLAYING}
 
 
 def wire_stop(page: ui.Page, guard: Guard, events: list, sessions: Sessions) -> None:
@@ -448,10 +420,11 @@ def quiet_queue(demo: gr.Blocks) -> None:
     gradio_private.slow_queue_polling(demo, QUEUE_POLL_SECONDS)
 
 
-def request_signature() -> inspect.Signature:
-    """``RunRequest``'s fields as keyword parameters with their defaults, and Gradio's request."""
-    return inspect.Signature([inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
-                              for f in dataclasses.fields(RunRequest)]
+def request_signature(fields: tuple[str, ...] | None = None) -> inspect.Signature:
+    """``fields`` (default: ``RunRequest``'s, with their defaults) as keyword parameters, and Gradio's request."""
+    known = {f.name: f.default for f in dataclasses.fields(RunRequest)} if fields is None else dict.fromkeys(fields)
+    return inspect.Signature([inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=v)
+                              for k, v in known.items()]
                              + [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
                                                   annotation=gr.Request)])
 
@@ -507,7 +480,7 @@ def __getattr__(name: str):
 
 if gpu.ZERO_GPU:  # ZeroGPU wants the models loaded at import
     _context = AppContext.from_env()
-    _context.warm()
+    startup.warm(_context)
     demo = build_demo(_context)
     memory.freeze_startup()
 
@@ -518,7 +491,7 @@ def main() -> None:
         ctx = AppContext.from_env()
         print(f"specrej: loading {ctx.default_model} and the {ctx.default_reward} reward, and compiling the "
               "decoding step, while the page is served (a Run pressed before then waits for it)…", flush=True)
-        ctx.warm_in_background(log=lambda msg: print(msg, flush=True))   # a failure: the page shows it on Run
+        startup.warm_in_background(ctx, log=lambda msg: print(msg, flush=True))   # a failure: the page shows it
         built = globals()["demo"] = build_demo(ctx)
     launch(built)  # prints the local URL; show_error off: no raw Python message reaches a client
 

@@ -16,9 +16,11 @@ Presentation (this folder):
 
 ``state/``: the run's state, the room both wings read (imports only ``specrej``): the run's ``view``,
 the ``request``, the runtime's ``update``, the JSON ``summary``, ``shared`` names and presets.
-``session/``: the run's runtime (the one torch thread ``worker``, the orchestrator ``stream``, ``retry``,
-``memory``, the shared models' ``context``, ``trace``, ``replay``, ``pace``, Paper scale's ``paper``,
-``gpu``); it writes state and never imports presentation, nor presentation it: ``app.py`` wires them.
+``session/``: the run's runtime (the shared models' ``context``, plain data; the ``startup`` room that warms up and
+measures this machine, its measurements' ``profile``; the ``planner`` that decides every play button's press and the
+executor ``stream`` that plays it; ``pace``, Paper scale's ``paper``, ``recordings``, the page's ``budget`` rule, the
+one torch thread ``worker``, ``retry``, ``trace``, ``gpu``); it writes state and never imports presentation, nor
+presentation it: ``app.py`` wires them. Every import in ``components/`` runs one way (no circle).
 ``deploy/``: the public deployment: ``clients`` (identity, caps), the ``gate``, its ``surface``, ``gradio_private``
 (every read of Gradio's private state), ``limits``, ``memory``.
 """

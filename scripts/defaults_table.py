@@ -46,7 +46,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, default=None, help="only the first K example prompts")
     args = p.parse_args(argv)
     ctx = AppContext.from_env()
-    ctx.warm()
+    from components.session import startup
+
+    startup.warm(ctx)
     settings = {k.strip(): _value(v.strip()) for k, _, v in (s.partition("=") for s in args.set)}
     print(f"CPU: {cpu()}, {__import__('os').cpu_count()} cores; settings: {settings or 'the page defaults'}")
     print("| prompt | SR opens with | decisions (at token) | verdict: Best-of-N needs | time SR / Best-of-k "

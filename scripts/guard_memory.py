@@ -73,7 +73,9 @@ def main() -> None:
     mb = lambda b: round(b / 2**20)   # noqa: E731
     rss = memory.rss_bytes
     ctx = AppContext.from_env()
-    ctx.warm()
+    from components.session import startup
+
+    startup.warm(ctx)
     demo = app.build_demo(ctx)
     handler = {fn.name: fn.fn for fn in demo.fns.values()}
     lim = ctx.limits

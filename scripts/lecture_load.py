@@ -38,12 +38,14 @@ def serve():
 
     ctx = AppContext.from_env({})
     t0 = time.perf_counter()
-    ctx.warm()
+    from components.session import startup
+
+    startup.warm(ctx)
     print(f"warmed in {time.perf_counter() - t0:.1f} s", flush=True)
     demo = app.build_demo(ctx)
     from components.deploy import memory
 
-    memory.freeze_startup()   # as the served app does once warm (``AppContext.warm_in_background``)
+    memory.freeze_startup()   # as the served app does once warm (``startup.warm_in_background``)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -44,7 +44,9 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("SPECREJ_DTYPE", "fp32")
     ctx = AppContext.from_env()
-    ctx.warm()
+    from components.session import startup
+
+    startup.warm(ctx)
     for name, preset in presets().items():
         if args.only and name != args.only:
             continue

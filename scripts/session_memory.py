@@ -68,7 +68,9 @@ def main() -> None:
             model, reward = model or tiny[0], reward or f"hf:{tiny[1]}"
         ctx = AppContext.from_env({"SPECREJ_MODEL": model, "SPECREJ_REWARD": reward,
                                    "SPECREJ_SESSION_TTL_S": str(args.ttl)}, trace_dir=str(Path(tmp) / "traces"))
-        ctx.warm()
+        from components.session import startup
+
+        startup.warm(ctx)
         demo = app.build_demo(ctx, guard=Guard(max_runs_per_client=2))
         import socket
 

@@ -6,7 +6,7 @@
 
 Each start: ``python app.py`` in a subprocess on a free port; **page**: seconds until ``GET /`` answers 200;
 **ready**: seconds until the app prints that the models are loaded and the decoding step compiled and measured
-(``AppContext.warm_in_background``; a checkout that warms before it listens is ready when its page answers).
+(``startup.warm_in_background``; a checkout that warms before it listens is ready when its page answers).
 Then the server is stopped. Run it on a quiet machine (``uptime``): it times whole processes.
 """
 from __future__ import annotations

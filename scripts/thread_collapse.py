@@ -14,7 +14,7 @@ the running count of ``/proc/loadavg`` read just before each run, and what the a
 
 Then, per condition, the compiled step at one thread, 8 and 32 rows: its fastest wall time and its thread's CPU
 time (``steptime.measure(cpu=...)``): what a server started under load keeps as its quiet step
-(``context.Sample``: the one thread's CPU time, the step without the waits).
+(``profile.Sample``: the one thread's CPU time, the step without the waits).
 
 What it shows: with two OpenMP threads on a 2-core machine, a busy core makes every barrier wait for a thread the
 scheduler has parked (docs/performance.md, "Threads under load"); the app's torch worker therefore races with the

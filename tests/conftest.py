@@ -169,7 +169,9 @@ def tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory, **env):
     env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}", **env}
     c = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.0,
                             concurrency=2)
-    c.warm()
+    from components.session import startup
+
+    startup.warm(c)
     return c
 
 

@@ -35,7 +35,9 @@ def serve_tiny(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
 
     env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}"}
     ctx = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")))
-    ctx.warm()
+    from components.session import startup
+
+    startup.warm(ctx)
     demo = app.build_demo(ctx)
     url = launch_local(demo)
     yield url, ctx

@@ -37,24 +37,24 @@ def slow_events(*args, **kw):
 @pytest.fixture(scope="module")
 def served(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     import app
-    from components.session import pace
+    from components.session import startup
     from components.session.context import AppContext
     from specrej.backends import steptime
 
     env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}", "SPECREJ_MAX_N": "8",
            "SPECREJ_MAX_NEW_TOKENS": "24"}
     ctx = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.1)
-    ctx.warm()
+    startup.warm(ctx)
     # from here on, any measurement of this machine is a failure of the planner's promise: recorded, and checked
-    real = (pace.measure, steptime.measure)
-    pace.measure = lambda *a, **kw: MEASURED.append("pace.measure") or real[0](*a, **kw)
+    real = (startup.measure, steptime.measure)
+    startup.measure = lambda *a, **kw: MEASURED.append("startup.measure") or real[0](*a, **kw)
     steptime.measure = lambda *a, **kw: MEASURED.append("steptime.measure") or real[1](*a, **kw)
     demo = app.build_demo(ctx, events_fn=slow_events)
     url = launch_local(demo)
     try:
         yield url, ctx
     finally:
-        pace.measure, steptime.measure = real
+        startup.measure, steptime.measure = real
         demo.close()
 
 

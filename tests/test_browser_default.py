@@ -39,7 +39,9 @@ def default_app():
     from conftest import launch_local
 
     ctx = AppContext.from_env({})
-    ctx.warm()
+    from components.session import startup
+
+    startup.warm(ctx)
     demo = app.build_demo(ctx)
     return demo, launch_local(demo), ctx
 

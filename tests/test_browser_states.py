@@ -43,7 +43,9 @@ def served(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
     env = {"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}", "SPECREJ_MAX_N": "8",
            "SPECREJ_MAX_NEW_TOKENS": "24"}
     ctx = AppContext.from_env(env, trace_dir=str(tmp_path_factory.mktemp("traces")), min_frame_interval=0.1)
-    ctx.warm()
+    from components.session import startup
+
+    startup.warm(ctx)
     demo = app.build_demo(ctx, events_fn=slow_events)
     url = launch_local(demo)
     yield url, ctx

@@ -30,20 +30,26 @@ def recorded(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
 
 
 def test_the_full_queues_words_and_the_recorded_race_alone(recorded):
+    """The full queue's fallback is a plan like every press's (``planner.plan``, ``Press.FULL_QUEUE``), played by
+    the one executor."""
     from components.frames import drawn
-    from components.session import busy
+    from components.session import planner, stream
+    from components.session.planner import Press
 
-    words = busy.full_message(10, run_s=120, at_once=1)
+    def full(values):
+        return planner.plan(recorded, Press.FULL_QUEUE, values, waiting=2)
+
+    words = planner.full_message(10, run_s=120, at_once=1)
     assert "10 runs are waiting" in words and "about 120 s" in words and "about 20 min" in words
     values = request_values(recorded, SETTINGS)
-    assert busy.has_recording(recorded, values)
-    assert not busy.has_recording(recorded, request_values(recorded, SETTINGS, seed=7))
-    assert not busy.has_recording(recorded, {"n": "junk"})   # values the race refuses: no recording, no error
-    frames = list(drawn(busy.recorded_race(recorded, values, waiting=2)))
+    assert full(values).action == planner.RECORDING
+    assert full(request_values(recorded, SETTINGS, seed=7)).action == planner.REFUSE
+    assert full({"n": "junk"}).action == planner.REFUSE   # values the race refuses: no recording, no error
+    frames = list(drawn(stream.execute(recorded, full(values))))
     last = frames[-1]
     assert last.view.fallback == {"reason": "queue_full", "waiting": 2} and last.view.done
     assert "The queue is full" in last.status and "recording of the same race" in last.status
-    none = list(drawn(busy.recorded_race(recorded, request_values(recorded, SETTINGS, seed=7), waiting=2)))
+    none = list(drawn(stream.execute(recorded, full(request_values(recorded, SETTINGS, seed=7)))))
     assert len(none) == 1 and none[0].status_kind == "error" and "2 runs are waiting" in none[0].status
 
 

@@ -411,7 +411,7 @@ def test_a_five_arm_race_at_the_limits_is_refused_for_the_memory_all_its_arms_ho
     deployment's budget is now for the whole race (``Limits.check_race``, before anything loads or is
     measured), on a CPU and a GPU alike; five arms sharing it pass."""
     from components.deploy.limits import LimitError
-    from components.session.stream import prepare
+    from components.session.planner import prepare
 
     top = ctx.limits.max_budget
     five = dict(second=True, rivals=["deepconf", "stbon"])

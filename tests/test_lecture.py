@@ -120,7 +120,7 @@ def test_a_lecture_race_that_runs_past_its_stated_time_switches_to_the_recording
     from components.state.view import RunView
 
     machine(1.0)
-    plan = planner.plan(recorded, run_request(recorded, SETTINGS, lecture=True))
+    plan = planner.plan(recorded, planner.Press.RUN, run_request(recorded, SETTINGS, lecture=True))
     assert plan.action == planner.LIVE and plan.recording is not None
     assert 0 < plan.switch_s <= pace.TOLERANCE * plan.fit.estimate_s + pace.LATE_SLACK_S + 1e-9
     real = RunView.elapsed
@@ -134,7 +134,7 @@ def test_a_lecture_race_that_runs_past_its_stated_time_switches_to_the_recording
     assert "lecture mode ends a race near the time it stated" in last.status
     assert last.status.startswith("**Done from the recording**: the live race fell behind at")   # the first line
     # outside lecture mode the same race keeps racing to the limit's share: no switch time
-    assert planner.plan(recorded, run_request(recorded, SETTINGS)).switch_s == 0.0
+    assert planner.plan(recorded, planner.Press.RUN, run_request(recorded, SETTINGS)).switch_s == 0.0
 
 
 def test_the_status_says_the_expected_end_and_when_a_race_runs_late(ctx):

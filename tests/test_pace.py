@@ -94,14 +94,14 @@ def test_specrej_threads_pins_the_threads_whatever_the_load(tiny_app, monkeypatc
     profile a click reads, with when it was measured."""
     import dataclasses
 
-    from components.session import pace
+    from components.session import startup
     from components.session.context import AppContext, Machine
     from specrej.backends.steptime import RIVAL_READS
 
     model = tiny_app.default_model
-    both = tiny_app.quiet_step(model)
+    both = startup.quiet_step(tiny_app, model)
     assert both.read_keys == RIVAL_READS   # measured in the warm-up, with the plain step
-    assert tiny_app.quiet_step(model, reads=RIVAL_READS) is both   # measured once
+    assert startup.quiet_step(tiny_app, model, reads=RIVAL_READS) is both   # measured once
     profile = tiny_app.machine.profile()
     assert profile.step(model) is both and profile.load is not None and profile.threads
     assert profile.measured_at is not None and "measured at" in profile.when()
@@ -109,14 +109,14 @@ def test_specrej_threads_pins_the_threads_whatever_the_load(tiny_app, monkeypatc
     quiet = StepCost((1, 8, 32, 128), (0.01, 0.012, 0.02, 0.05))
     probed = []
 
-    def slow_probe(lm, threads):   # 3x the quiet step: past pace.SLOW
+    def slow_probe(lm, threads):   # 3x the quiet step: past startup.SLOW
         probed.append(threads)
-        return [3 * quiet.step(r) for r in pace.PROBE_ROWS]
+        return [3 * quiet.step(r) for r in startup.PROBE_ROWS]
 
-    monkeypatch.setattr(pace, "_probe", slow_probe)
+    monkeypatch.setattr(startup, "_probe", slow_probe)
     for threads, want, tried in ((2, 2, [2]), (None, 2, [2, 1])):
         ctx = dataclasses.replace(tiny_app, threads=threads, machine=Machine(threads=2,
                                                                              step_costs={tiny_app.default_model: quiet}))
         probed.clear()
-        _, load, got = pace.measure(ctx, ctx.default_model, None)
+        _, load, got = startup.measure(ctx, ctx.default_model, None)
         assert (got, probed) == (want, tried) and load == pytest.approx(3.0)

@@ -106,7 +106,9 @@ def test_paper_scale_plan_fits_or_scales_down_and_names_a_recording(ctx):
     from components.session.recordings import find
     from specrej.core.cost import StepCost
 
-    measured = ctx.quiet_step(ctx.default_model)     # measured for real on the tiny model
+    from components.session import startup
+
+    measured = startup.quiet_step(ctx, ctx.default_model)     # measured for real on the tiny model
     from specrej.backends.steptime import CALIBRATION_ROWS
 
     assert measured.rows == CALIBRATION_ROWS and all(s > 0 for s in measured.seconds)

@@ -17,7 +17,7 @@ QUIET1 = StepCost(ROWS, (0.014, 0.017, 0.030, 0.085))     # one thread, nothing 
 
 
 def sample(cost, threads, share, *, cpu=None, at=1.7e9, loadavg=0.1):
-    from components.session.context import Sample
+    from components.session.profile import Sample
 
     return Sample(cost, threads, share, at, loadavg, 0, cpu)
 
@@ -34,7 +34,7 @@ def test_a_sample_under_load_never_makes_the_quiet_step_slower_and_a_quieter_one
     better = m.add_sample("g", sample(QUIET2.scaled(0.9), 2, 0.95), 2)                        # quiet and faster: yes
     assert better.seconds == pytest.approx(QUIET2.scaled(0.9).seconds)
     assert m.best["g"].share == 0.95 and len(m.samples["g"]) == 4
-    m.measured_at = 1.7e9   # the probe's time (``pace.refresh``): the profile then says how quiet its best was
+    m.measured_at = 1.7e9   # the probe's time (``startup.refresh``): the profile then says how quiet its best was
     profile = m.profile()
     assert profile.step("g") == better and "quiet step: 2 threads at" in profile.when("g") and "95%" in profile.when("g")
 
@@ -43,7 +43,8 @@ def test_a_server_started_under_load_keeps_one_threads_cpu_time_not_the_slow_ste
     """Issue 61: a server started at load 15.6 stored its slow step as "quiet" and stated 83-86 s for a race of
     about 19 s. Under load the worker measures at one thread, and that thread's CPU time is the step without the
     waits: that is kept, never the loaded wall time."""
-    from components.session.context import Machine, Sample
+    from components.session.context import Machine
+    from components.session.profile import Sample
 
     clocks = {r: [(5 * q, q, 1.1 * q)] * 3 for r, q in zip(ROWS, QUIET1.seconds)}   # wall 5x the thread's CPU
     loaded_one = Sample.taken(QUIET1.scaled(5.0), clocks, 1, loadavg=15.6, others=3)
@@ -61,7 +62,7 @@ def test_a_server_started_under_load_keeps_one_threads_cpu_time_not_the_slow_ste
 def test_only_loaded_samples_at_more_threads_keep_the_fastest_seen():
     """SPECREJ_THREADS=2 on a busy machine: nothing says what the quiet machine does; the fastest seen stands (as
     before), and the profile says it was measured under load."""
-    from components.session.context import quiet_of
+    from components.session.profile import quiet_of
 
     cost, best = quiet_of([sample(QUIET2.scaled(3.0), 2, 0.5), sample(QUIET2.scaled(2.0), 2, 0.6)], 2)
     assert cost.seconds == pytest.approx(QUIET2.scaled(2.0).seconds) and best.words().endswith("under load")
@@ -83,7 +84,9 @@ def test_the_rivals_reads_come_from_every_sample_and_the_samples_kept_are_bounde
 def test_the_quiet_step_is_kept_across_starts(tmp_path):
     """A server started under load states the quiet times an earlier quiet start measured: the samples are kept
     in the profile file under this machine's and this generator's key, and read back by the next start."""
-    from components.session.context import AppContext, Machine, keep_profile, kept_profile, profile_key
+    from components.session import startup
+    from components.session.context import AppContext, Machine
+    from components.session.profile import keep_profile, kept_profile, profile_key
 
     path = tmp_path / "profile.json"
     ctx = AppContext.from_env({"SPECREJ_PROFILE_FILE": str(path)})
@@ -96,7 +99,7 @@ def test_the_quiet_step_is_kept_across_starts(tmp_path):
     assert [s.share for s in kept] == [0.97, 0.3] and ready == 38.5
     assert kept_profile(path, key + "another")[0] == [] and kept_profile(tmp_path / "none.json", key) == ([], None)
     fresh = dataclasses.replace(ctx, machine=Machine(threads=2))
-    assert fresh.loaded.restore(fresh, fresh.default_model) == 2
+    assert startup.restore(fresh, fresh.default_model) == 2
     assert fresh.machine.step_costs[fresh.default_model] == QUIET2 and fresh.loaded.ready_s == 38.5
     path.write_text("{not json")                                 # a broken file is no file, and is rewritten
     assert kept_profile(path, key) == ([], None)
@@ -107,7 +110,7 @@ def test_the_quiet_step_is_kept_across_starts(tmp_path):
 def test_a_probe_quiet_at_the_quiet_count_measures_the_quiet_step_again(monkeypatch):
     """The idle refresh of a server started under load (its quiet step one thread's): once a probe at the quiet
     thread count is quiet, the step is measured there again; a probe under load measures nothing."""
-    from components.session import pace
+    from components.session import startup
     from components.session.context import AppContext, Machine
 
     ctx = dataclasses.replace(AppContext.from_env({"SPECREJ_PROFILE_FILE": "off"}), machine=Machine(threads=2))
@@ -116,7 +119,7 @@ def test_a_probe_quiet_at_the_quiet_count_measures_the_quiet_step_again(monkeypa
 
     def probe(share, factor):
         def fake(lm, threads):
-            out = pace.Probed([factor * QUIET2.step(r) for r in pace.PROBE_ROWS])
+            out = startup.Probed([factor * QUIET2.step(r) for r in startup.PROBE_ROWS])
             out.share = share
             return out
         return fake
@@ -125,12 +128,12 @@ def test_a_probe_quiet_at_the_quiet_count_measures_the_quiet_step_again(monkeypa
         sampled.append(threads)
         return ctx_.machine.add_sample(model, sample(QUIET2, threads, 0.97), 2)
 
-    monkeypatch.setattr(ctx.loaded, "sample", take)
-    monkeypatch.setattr(pace, "_probe", probe(0.4, 6.0))        # under load: the one-thread quiet step stands
-    pace.measure(ctx, ctx.default_model, object())
+    monkeypatch.setattr(startup, "sample", take)
+    monkeypatch.setattr(startup, "_probe", probe(0.4, 6.0))        # under load: the one-thread quiet step stands
+    startup.measure(ctx, ctx.default_model, object())
     assert sampled == [] and ctx.machine.quiet_threads(ctx.default_model) == 1
-    monkeypatch.setattr(pace, "_probe", probe(0.97, 1.0))       # quiet at two threads: measured again there
-    cost, load, _ = pace.measure(ctx, ctx.default_model, object())
+    monkeypatch.setattr(startup, "_probe", probe(0.97, 1.0))       # quiet at two threads: measured again there
+    cost, load, _ = startup.measure(ctx, ctx.default_model, object())
     assert sampled == [2] and ctx.machine.quiet_threads(ctx.default_model) == 2 and load == pytest.approx(1.0)
 
 
@@ -162,19 +165,19 @@ def test_a_profile_measured_under_load_states_the_quiet_time_for_a_lecture_race(
     model = ctx.default_model
     quiet, loaded = StepCost(ROWS, (0.001, 0.0012, 0.002, 0.005)), 6.0
     clocks = {r: [(loaded * q, q, q)] for r, q in zip(ROWS, quiet.seconds)}
-    from components.session.context import Sample
+    from components.session.profile import Sample
 
     machine = Machine(threads=2, last_load=1.0, measured_at=1.7e9)
     machine.add_sample(model, sample(quiet.scaled(loaded), 2, 0.4), 2)
     machine.add_sample(model, Sample.taken(quiet.scaled(loaded), clocks, 1, loadavg=15.6), 2)
     busy = dataclasses.replace(ctx, machine=machine, page_races=None)
     settings = dict(prompt="Name three rivers.", n=8, max_new_tokens=24, budget=160, first_decision=8)
-    p = planner.plan(busy, request_values(busy, settings, lecture=True))
+    p = planner.plan(busy, planner.Press.RUN, request_values(busy, settings, lecture=True))
     assert p.action == planner.LIVE and p.fit.cost.seconds == pytest.approx(quiet.seconds)
     assert "one thread's CPU time" in p.fit.measured
     calm = dataclasses.replace(busy, machine=Machine(threads=2, last_load=1.0, measured_at=1.7e9))
     calm.machine.add_sample(model, sample(quiet, 2, 0.98), 2)
-    assert planner.plan(calm, request_values(calm, settings, lecture=True)).fit.estimate_s == \
+    assert planner.plan(calm, planner.Press.RUN, request_values(calm, settings, lecture=True)).fit.estimate_s == \
         pytest.approx(p.fit.estimate_s)   # the same stated time as a server started quiet
 
 
@@ -225,16 +228,17 @@ def test_others_running_reads_proc_and_leaves_this_process_out():
 
 def test_follow_free_cores_is_off_where_the_threads_are_pinned():
     from components.session.context import AppContext
+    from components.session.startup import follow_free_cores
     from components.session.worker import FreeCores, torch_worker
 
     w = torch_worker()
     before = w._threads
     try:
-        AppContext.from_env({"SPECREJ_THREADS": "2", "SPECREJ_PROFILE_FILE": "off"}).follow_free_cores()
+        follow_free_cores(AppContext.from_env({"SPECREJ_THREADS": "2", "SPECREJ_PROFILE_FILE": "off"}))
         assert w._threads is None
-        AppContext.from_env({"SPECREJ_FOLLOW_CORES": "0", "SPECREJ_PROFILE_FILE": "off"}).follow_free_cores()
+        follow_free_cores(AppContext.from_env({"SPECREJ_FOLLOW_CORES": "0", "SPECREJ_PROFILE_FILE": "off"}))
         assert w._threads is None
-        AppContext.from_env({"SPECREJ_PROFILE_FILE": "off"}).follow_free_cores()
+        follow_free_cores(AppContext.from_env({"SPECREJ_PROFILE_FILE": "off"}))
         assert isinstance(w._threads, FreeCores)
     finally:
         w.follow(before)

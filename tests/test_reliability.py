@@ -663,7 +663,8 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     from components.frames import drawn
     from components.session.stream import WARMING, updates
 
-    from components.session.context import AppContext, Models
+    from components.session import startup
+    from components.session.context import Models
 
     from components.deploy import memory
 
@@ -672,9 +673,9 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     # it); recorded here, not done: the test process's heap stays collectable
     monkeypatch.setattr(memory, "freeze_startup", lambda: frozen.append(True) or 0)
     warm = dataclasses.replace(ctx, machine=ctx.machine.copy(), loaded=Models())   # a server that just started
-    warmed = AppContext.warm   # the context is frozen (its settings): its warm-up is patched on the class
-    monkeypatch.setattr(AppContext, "warm", lambda self: release.wait(HANG_GUARD_S) and warmed(ctx))
-    warm.warm_in_background(log=said.append)
+    warmed = startup.warm
+    monkeypatch.setattr(startup, "warm", lambda c: release.wait(HANG_GUARD_S) and warmed(ctx))
+    startup.warm_in_background(warm, log=said.append)
     assert warm.warming
     frames = drawn(updates(warm, request(warm, **DECIDING)))
     assert next(frames).status == WARMING
@@ -692,8 +693,8 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     assert got[-1].view.state == "done"
 
     stop, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(AppContext, "warm", lambda self: release.wait(HANG_GUARD_S))
-    second = warm.warm_in_background(log=said.append)
+    monkeypatch.setattr(startup, "warm", lambda c: release.wait(HANG_GUARD_S))
+    second = startup.warm_in_background(warm, log=said.append)
     frames = drawn(updates(warm, request(warm, **DECIDING), stop_requested=stop.is_set))
     assert next(frames).status == WARMING
     stop.set()
@@ -701,10 +702,10 @@ def test_a_run_pressed_while_the_server_warms_up_says_so_waits_and_then_races(ct
     release.set()
     second.join(HANG_GUARD_S)
 
-    def broken(self):
+    def broken(c):
         raise OSError("no such file: the embedded model's wheel")
-    monkeypatch.setattr(AppContext, "warm", broken)
-    warm.warm_in_background(log=said.append).join(HANG_GUARD_S)
+    monkeypatch.setattr(startup, "warm", broken)
+    startup.warm_in_background(warm, log=said.append).join(HANG_GUARD_S)
     assert "no such file" in warm.warm_error and "could not load the default models" in said[-1]
     assert frozen == [True, True]   # the second warm-up froze; the failed one did not
     assert race_frames(warm, request(warm, **DECIDING))[-1].view.state == "done"   # a Run loads them itself

@@ -194,7 +194,7 @@ class _QueuedRun:
 
 @dataclass(frozen=True)
 class FullQueue:
-    """What a Run does when the queue is full (the app says, through ``components/session/busy.py``): a join of
+    """What a Run does when the queue is full (the app says, through ``components/session/planner.py``, ``Press.FULL_QUEUE``): a join of
     the event ``race`` (its API name) whose values have a labelled recording (``recorded``) is moved to the event
     whose handler is named ``busy`` (it plays the recording at once, in the replays' group); any other join past
     the queue's size is refused with ``message(waiting)``."""

@@ -1,1 +1,1 @@
-"""The run's runtime: the one torch thread, the orchestrator (request -> frames), the run's state, retry, memory, the shared models' context, traces, replays, Paper scale's plan."""
+"""The run's runtime: the shared models' context, the start-up room (warm-up, measurements), the planner and its executor, pace, recordings, Paper scale, the one torch thread, retry, traces."""

@@ -10,7 +10,10 @@ It is three things, kept apart:
   step per generator, the last probe's load and threads, what races took over their bound, the runs in flight),
   written by several threads, every field read and written under its one lock.
 - **the loaded models** (``Models``, ``ctx.loaded``): the loader (``get_models``, the single one; the library
-  caches loaded models per process) and the background warm-up.
+  caches loaded models per process) and where the background warm-up stands.
+
+Plain data: nothing here measures or warms up. The warm-up and every measurement of the machine are the start-up
+room's (``startup.py``), the measurements' rule and file the profile's (``profile.py``).
 
 Environment:
   SPECREJ_MODEL        generator spec(s), comma-separated, the first preselected
@@ -44,10 +47,8 @@ Environment:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import statistics
 import tempfile
 import threading
 import time
@@ -58,11 +59,12 @@ from specrej import load_reward
 from specrej.backends import load_lm
 from specrej.arms import DEFAULT_ARMS, parse_arms
 from specrej.core.config import env_int
-from specrej.core.cost import StepCost
-from components.deploy.limits import Limits, ModelPolicy
 from specrej.engine.models import EMBEDDED, EMBEDDED_GGUF, EMBEDDED_HUB_ID, wheel_folder
 from specrej.rewards import DEFAULT_PREFERENCE, EMBEDDED_EMBEDDER, EMBEDDER_HUB_ID, offered_kinds
 
+from components.deploy.limits import Limits, ModelPolicy
+from components.session.profile import DEFAULT_PROFILE_FILE, Sample, quiet_of
+from components.session.worker import torch_worker
 from components.state.shared import ASSETS, PAGE_RACES, PREFERENCE, model_label, reward_kind_label  # noqa: F401  (the names both wings read)
 
 MODEL_REWARD = "model:"  # prefix of a reward-model choice's key
@@ -99,100 +101,10 @@ def load_examples() -> tuple[str, ...]:
 FRAME_MS_CPU, FRAME_MS_GPU = 1000, 250
 
 
-QUIET_SHARE = 0.85   # a measurement whose threads held at least this share of their cores was taken quiet
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One measurement of a generator's decoding step (``steptime.measure``) and the load it was taken under.
-
-    ``share``: the median over its timed steps of the share of its threads' cores the process held (its CPU time
-    over threads x wall time; 1: nothing else ran on them). A sample of at least ``QUIET_SHARE`` was taken quiet:
-    its wall times are the quiet machine's at ``threads``. One taken under load says nothing of the quiet machine
-    at its thread count, except at one thread, where the step runs on the calling thread and that thread's CPU
-    time (``cpu``) is the step without the waits the load added."""
-
-    cost: StepCost                    # the fastest step at each size, wall time (with the rivals' reads measured)
-    threads: int                      # torch threads it ran with
-    share: float                      # see the class
-    at: float                         # when (time.time())
-    loadavg: float | None = None      # the 1-minute load average then
-    others: int | None = None         # other processes' runnable tasks as it started (``worker.others_running``)
-    cpu: StepCost | None = None       # one thread: the thread's fastest CPU time per step at each size
-
-    @property
-    def quiet(self) -> bool:
-        return self.share >= QUIET_SHARE
-
-    def quiet_cost(self) -> StepCost | None:
-        """What this sample says of the quiet machine at ``threads``: its wall times when taken quiet; at one
-        thread under load its CPU times (the steps without the waits); else nothing."""
-        if self.quiet:
-            return self.cost
-        if self.threads == 1 and self.cpu is not None:
-            return StepCost(self.cpu.rows, self.cpu.seconds, self.cost.reads)
-        return None
-
-    def words(self) -> str:
-        """'2 threads at 17:55 UTC, load average 0.2, 97% of their cores': how quiet it was."""
-        at = time.strftime("%H:%M UTC", time.gmtime(self.at))
-        avg = "" if self.loadavg is None else f", load average {self.loadavg:.1f}"
-        how = (f"{self.share:.0%} of {'its core' if self.threads == 1 else 'their cores'}" if self.quiet else
-               "under load: one thread's CPU time" if self.quiet_cost() is not None else "under load")
-        return f"{self.threads} thread{'s' * (self.threads != 1)} at {at}{avg}, {how}"
-
-    def to_record(self) -> dict:
-        return {"cost": self.cost.to_record(), "threads": self.threads, "share": round(self.share, 4),
-                "at": self.at, "loadavg": self.loadavg, "others": self.others,
-                "cpu": self.cpu.to_record() if self.cpu is not None else None}
-
-    @classmethod
-    def from_record(cls, d: dict) -> "Sample":
-        return cls(StepCost.from_record(d["cost"]), int(d["threads"]), float(d["share"]), float(d["at"]),
-                   d.get("loadavg"), d.get("others"), StepCost.from_record(d["cpu"]) if d.get("cpu") else None)
-
-    @classmethod
-    def taken(cls, cost: StepCost, clocks: dict, threads: int, *, loadavg: float | None = None,
-              others: int | None = None, at: float | None = None) -> "Sample":
-        """A sample from ``steptime.measure``'s cost and its ``cpu`` clocks ({rows: [(wall, thread CPU, process
-        CPU), ...]}) at ``threads``."""
-        shares = [min(1.0, (th if threads == 1 else pr) / (threads * w)) for steps in clocks.values()
-                  for w, th, pr in steps if w > 0]
-        cpu = None
-        if threads == 1 and clocks and all(clocks.get(r) for r in cost.rows):
-            cpu = StepCost(cost.rows, tuple(max(1e-9, min(th for _, th, _ in clocks[r])) for r in cost.rows))
-        return cls(cost, threads, statistics.median(shares) if shares else 1.0, time.time() if at is None else at,
-                   loadavg, others, cpu)
-
-
-def quiet_of(samples: list[Sample], most: int) -> tuple[StepCost | None, Sample | None]:
-    """(the quiet step, the best sample behind it) from a generator's samples, for a machine that races ``most``
-    threads when quiet: the fastest at each size of what the samples say of the quiet machine (``quiet_cost``) at
-    ``most`` threads; where none was taken quiet at ``most``, at one thread (the quiet time of a race on one
-    thread: at most the quiet time on more); where no sample says anything of the quiet machine (every one under
-    load at more threads, e.g. SPECREJ_THREADS), the fastest seen. A sample taken under load never makes it
-    slower; an extra read's ratio comes from every sample (a paired ratio, load or not)."""
-    rows = samples[-1].cost.rows if samples else ()
-    samples = [s for s in samples if s.cost.rows == rows]
-    if not samples:
-        return None, None
-    usable = [s for s in samples if s.threads == most and s.quiet_cost() is not None] or \
-        [s for s in samples if s.threads == 1 and s.quiet_cost() is not None] or samples
-    costs = [s.quiet_cost() or s.cost for s in usable]
-    best = min(usable, key=lambda s: sum((s.quiet_cost() or s.cost).seconds))
-    quiet = costs[0]
-    for c in costs[1:]:
-        quiet = quiet.merged(c)
-    for s in samples:   # the rivals' reads measured by any sample
-        if s not in usable and s.cost.reads:
-            quiet = StepCost(quiet.rows, quiet.seconds, quiet.merged(s.cost).reads)
-    return quiet, best
-
-
 @dataclass
 class Machine:
     """This machine as the app has measured it: learnt as races run, shared by every session, written by several
-    threads. Read and write a field under ``lock`` (``with ctx.machine.lock: ...``); ``Models.quiet_step``
+    threads. Read and write a field under ``lock`` (``with ctx.machine.lock: ...``); ``startup.quiet_step``
     measures a generator's step once."""
 
     # races here take this times their decode-time bound (reward scoring, sampling, frames, the browser's drawing):
@@ -212,29 +124,23 @@ class Machine:
     _measuring: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def started(self, run: str) -> None:
-        import time
-
         with self.lock:
             self.active.add(run)
             self.last_play = time.monotonic()
 
     def ended(self, run: str) -> None:
-        import time
-
         with self.lock:
             self.active.discard(run)
             self.last_play = time.monotonic()
 
     def idle_for(self) -> float:
         """Seconds since a run last started or ended (0 while one is in flight)."""
-        import time
-
         with self.lock:
             return 0.0 if self.active else time.monotonic() - self.last_play
 
     KEEP = 12   # samples kept per generator (the best at each thread count always among them)
 
-    def add_sample(self, model: str, sample: Sample, most: int) -> StepCost:
+    def add_sample(self, model: str, sample: Sample, most: int):
         """Keep ``sample`` of ``model``'s step and return the quiet step now (``quiet_of``: never slower for a
         sample taken under load)."""
         with self.lock:
@@ -276,7 +182,7 @@ class Machine:
 class MachineProfile:
     """This machine as measured, frozen for one plan (``Machine.profile``): each generator's quiet decoding step
     (with the rivals' reads, measured during the warm-up), the load factor and the threads of the last probe (at
-    start-up, then refreshed only while the page is idle: ``context.ProfileKeeper``), what races here took over
+    start-up, then refreshed only while the page is idle: ``startup.keep_fresh``), what races here took over
     their bound, and when and under what load the probe ran. Nothing is measured when a visitor clicks."""
 
     step_costs: dict
@@ -303,127 +209,9 @@ class MachineProfile:
         return f"measured at {at} while idle{avg}{quiet}"
 
 
-def take_sample(lm, reads: tuple[str, ...] = (), threads: int | None = None) -> Sample:
-    """On the torch thread: ``lm``'s step measured (``steptime.measure``, with ``reads``) at ``threads`` (default:
-    the threads torch has now, which the worker set from the free cores), with the load it was taken under
-    (``Sample``)."""
-    import torch
-
-    from specrej.backends.steptime import measure
-
-    from components.session.worker import others_running
-
-    if threads:
-        torch.set_num_threads(threads)
-    threads = torch.get_num_threads()
-    others = others_running()
-    loadavg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    clocks: dict = {}
-    cost = measure(lm, reads=reads, cpu=clocks)
-    return Sample.taken(cost, clocks, threads, loadavg=loadavg, others=others)
-
-
-# ---------------------------------------------------------------- the quiet step's measurements, kept across starts
-
-DEFAULT_PROFILE_FILE = Path.home() / ".cache" / "specrej" / "machine-profile.json"
-PROFILE_ENTRIES = 16      # machines x generators kept in the file (the least recently written dropped first)
-_ENGINE_CODE = ("engine/compiled.py", "engine/packed.py", "engine/kvcache.py", "engine/shared_prefix.py",
-                "engine/models.py", "backends/hf.py")
-_files_lock = threading.Lock()
-
-
-def _engine_code() -> str:
-    """A short hash of the decoding step's code: a profile measured with other code is another profile."""
-    import specrej
-
-    h = hashlib.sha256()
-    root = Path(specrej.__file__).parent
-    for name in _ENGINE_CODE:
-        try:
-            h.update((root / name).read_bytes())
-        except OSError:
-            h.update(name.encode())
-    return h.hexdigest()[:12]
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
-def profile_key(ctx: "AppContext", model: str) -> str:
-    """What a kept profile must match: this CPU, its usable cores, torch, the generator, its dtype, the compile
-    setting and the step's code."""
-    import torch
-
-    from components.session.worker import usable_cores
-
-    return "|".join([_cpu_name(), f"{usable_cores()} cores", f"torch {torch.__version__}", model, ctx.dtype,
-                     f"compile {os.environ.get('SPECREJ_COMPILE', 'auto')}", f"code {_engine_code()}"])
-
-
-def _read_profiles(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) and isinstance(data.get("entries"), dict) else {"entries": {}}
-    except (OSError, ValueError):
-        return {"entries": {}}
-
-
-def kept_profile(path: Path | None, key: str) -> tuple[list[Sample], float | None]:
-    """(the samples kept under ``key``, the seconds the last start took to be ready) from the profile file."""
-    if path is None:
-        return [], None
-    entry = _read_profiles(path)["entries"].get(key) or {}
-    samples = []
-    for d in entry.get("samples") or ():
-        try:
-            samples.append(Sample.from_record(d))
-        except (KeyError, TypeError, ValueError):
-            continue
-    ready = entry.get("ready_s")
-    return samples, float(ready) if isinstance(ready, (int, float)) else None
-
-
-def keep_profile(path: Path | None, key: str, samples: list[Sample] | None = None,
-                 ready_s: float | None = None) -> None:
-    """Write ``samples`` (and ``ready_s``) under ``key`` in the profile file, atomically (a temp file, then a
-    rename); never the page's problem (an unwritable folder: nothing kept)."""
-    if path is None:
-        return
-    with _files_lock:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = _read_profiles(path)
-            entry = dict(data["entries"].get(key) or {})
-            if samples is not None:
-                entry["samples"] = [x.to_record() for x in samples]
-            if ready_s is not None:
-                entry["ready_s"] = round(ready_s, 1)
-            entry["written"] = time.time()
-            data["entries"][key] = entry
-            if len(data["entries"]) > PROFILE_ENTRIES:
-                order = sorted(data["entries"], key=lambda k: data["entries"][k].get("written", 0))
-                for k in order[:len(order) - PROFILE_ENTRIES]:
-                    del data["entries"][k]
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".profile-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
-        except OSError:
-            pass
-
-
 class Models:
     """The loaded models: generators and rewards loaded once per process on the app's torch thread, and the
-    background warm-up (``AppContext.warm_in_background``) that loads the default ones when a server starts."""
+    background warm-up (``startup.warm_in_background``) that loads the default ones when a server starts."""
 
     def __init__(self) -> None:
         self._lms: dict = {}        # model spec -> its loaded generator (``cached``: no torch thread needed)
@@ -441,8 +229,6 @@ class Models:
 
     def generator(self, ctx: "AppContext", model: str):
         """The generator ``model`` (loaded once per process), loaded on the torch thread."""
-        from components.session.worker import torch_worker
-
         lm = self._lms.get(model)
         if lm is None:
             lm = self._lms[model] = torch_worker().call(
@@ -459,46 +245,6 @@ class Models:
             return None
         return max(0.0, self.ready_s - (time.monotonic() - self.warm_started))
 
-    def quiet_step(self, ctx: "AppContext", model: str, lm=None, reads: tuple[str, ...] = ()):
-        """This machine's quiet decoding step for ``model``: the best of its measurements (``quiet_of`` the
-        ``Sample``s in ``ctx.machine``, those kept from earlier starts included), measured on first use
-        (``take_sample``: the fastest of 3 steps at 1, 8, 32 and 128 rows on the torch thread, with the load it ran
-        under), so never the load of the moment: a sample taken under load never makes it slower. Measured once
-        even when a Run asks while the warm-up measures it. ``reads`` (a race with a rival:
-        ``steptime.RIVAL_READS``): those extra reads' steps too, timed in turn with the plain one
-        (``StepCost.reads``: the verdict prices a rival's steps with them), each measured once, when a race first
-        needs it (a race of Best-of-N and Speculative Rejection builds no rival's step)."""
-        machine = ctx.machine
-        with machine._measuring:
-            with machine.lock:
-                known = machine.step_costs.get(model)
-            missing = tuple(k for k in reads if known is None or k not in known.read_keys)
-            if known is None or missing:
-                known = self.sample(ctx, model, lm, missing)
-            return known
-
-    def sample(self, ctx: "AppContext", model: str, lm=None, reads: tuple[str, ...] = (), threads: int | None = None):
-        """Measure ``model``'s step now (``take_sample``, at ``threads`` or the worker's), keep the sample (and the
-        profile file) and return the quiet step."""
-        from components.session.worker import torch_worker
-
-        fresh = torch_worker().call(take_sample, lm or self.generator(ctx, model), reads, threads)
-        known = ctx.machine.add_sample(model, fresh, ctx.quiet_threads())
-        with ctx.machine.lock:
-            kept = list(ctx.machine.samples.get(model, ()))
-        keep_profile(ctx.profile_path, profile_key(ctx, model), kept)
-        return known
-
-    def restore(self, ctx: "AppContext", model: str) -> int:
-        """The samples of ``model``'s step kept by earlier starts on this machine, added to ``ctx.machine``;
-        how many."""
-        kept, self.ready_s = kept_profile(ctx.profile_path, profile_key(ctx, model))
-        with ctx.machine.lock:
-            have = ctx.machine.samples.get(model, [])
-            ctx.machine.samples[model] = []
-            for x in kept + have:
-                ctx.machine.add_sample(model, x, ctx.quiet_threads())
-        return len(kept)
 
 
 @dataclass(frozen=True)
@@ -609,71 +355,9 @@ class AppContext:
     def profile_path(self) -> Path | None:
         return Path(self.profile_file) if self.profile_file else None
 
-    def quiet_threads(self) -> int:
-        """The torch threads a race runs with when the machine is quiet: SPECREJ_THREADS, else torch's own count on
-        the worker before anything set one (``TorchWorker.quiet_threads``)."""
-        from components.session.worker import torch_worker
-
-        with self.machine.lock:
-            known = self.threads or self.machine.threads
-        return known or torch_worker().quiet_threads()
-
-    def follow_free_cores(self) -> None:
-        """From now on the torch worker sets, before each job, the threads the machine can give it now
-        (``worker.FreeCores``: the quiet count, or one where other work holds a core); not where SPECREJ_THREADS
-        pins them or SPECREJ_FOLLOW_CORES=0."""
-        from components.session.worker import FreeCores, torch_worker
-
-        if self.threads or not self.follow_cores:
-            torch_worker().follow(None)
-            return
-        torch_worker().follow(FreeCores(self.quiet_threads()))
-
-    def warm(self) -> None:
-        """Load the default models now (on the app's torch thread), compiling the decoding step with the first
-        engine (``specrej.engine.compiled.step_for``: at the quiet thread count and at one) and measuring it, so
-        the first Run starts at once. From then on the worker's threads follow the free cores."""
-        from components.session.worker import torch_worker
-
-        from specrej.core.cost import RIVAL_READS
-
-        from components.session import pace
-
-        def load():
-            import torch
-
-            from specrej.methods.run import warm_up
-
-            most = self.quiet_threads()
-            with self.machine.lock:   # the quiet count: torch's own before anything follows the load
-                self.machine.threads = self.machine.threads or most
-            torch.set_num_threads(most)   # the compiled step built at it (and at one), whatever the worker follows
-            lm = get_models(*self.resolve(self.default_model, self.default_reward, self.default_preference),
-                            dtype=self.dtype)[0]
-            warm_up(lm)   # the compiled step for both thread counts (``compiled.warm``), before threads follow
-            return lm
-
-        lm = torch_worker().call(load)
-        self.loaded._lms[self.default_model] = lm
-        self.follow_free_cores()
-        # the machine profile, before any visitor's run: the quiet step (the best of this start's measurement and
-        # those kept by earlier starts here, with the rivals' reads: a race with a rival never waits for them) and
-        # a probe of the load; a click never measures (``planner.plan``)
-        self.loaded.restore(self, self.default_model)
-        self.quiet_step(self.default_model, lm, RIVAL_READS)
-        pace.refresh(self, self.default_model, lm)
-        # the recordings' headers and the reference step Paper scale prices with, read now: a click reads them
-        # from memory (``recordings.meta_of``)
-        from components.session import paper, recordings
-
-        recordings.index()
-        if self.page_races is not None:
-            recordings.find_race({}, self.page_races)   # an empty key matches none: every header read
-        paper.reference_step()
-
     @property
     def warming(self) -> bool:
-        """The background warm-up (``warm_in_background``) is still running."""
+        """The background warm-up (``startup.warm_in_background``) is still running."""
         return self.loaded.warming
 
     @property
@@ -685,41 +369,6 @@ class AppContext:
     def active(self) -> set:
         """Ids of runs in flight (``machine.active``)."""
         return self.machine.active
-
-    def warm_in_background(self, log=print) -> threading.Thread:
-        """``warm`` on a daemon thread, so the page is served while the models load and the step compiles; a
-        failure is logged and kept in ``warm_error`` (a Run then loads the models itself and shows the error)."""
-        def run() -> None:
-            t0 = time.perf_counter()
-            self.loaded.warm_error = ""
-            try:
-                self.warm()
-                from components.deploy import memory
-
-                memory.freeze_startup()   # no later collection walks what start-up made (a click never waits on it)
-                ready = time.perf_counter() - t0
-                keep_profile(self.profile_path, profile_key(self, self.default_model), ready_s=ready)
-                log(f"specrej: ready to race in {ready:.1f} s (models loaded, decoding step "
-                    f"compiled, this machine profiled: {self.machine.profile().when(self.default_model)})")
-                from components.session import pace
-
-                every = env_int("SPECREJ_PROFILE_REFRESH_S", int(pace.REFRESH_S))
-                if every > 0:   # refreshed only while the page is idle; 0: measured at start-up only
-                    pace.keep_fresh(self, every_s=float(every))
-            except Exception as e:
-                self.loaded.warm_error = f"{type(e).__name__}: {e}"
-                log(f"specrej: could not load the default models ({e}); the page stays up.")
-
-        self.loaded.warm_started = time.monotonic()
-        self.loaded.ready_s = kept_profile(self.profile_path, profile_key(self, self.default_model))[1]
-        thread = self.loaded.warm_thread = threading.Thread(target=run, name="specrej-warm", daemon=True)
-        thread.start()
-        return thread
-
-    def quiet_step(self, model: str, lm=None, reads: tuple[str, ...] = ()):
-        """This machine's quiet decoding step for ``model`` (``Models.quiet_step``: measured once, kept in
-        ``machine``)."""
-        return self.loaded.quiet_step(self, model, lm, reads)
 
     def generator(self, model: str):
         """The generator ``model`` (loaded once per process), loaded on the torch thread (``Models.generator``)."""

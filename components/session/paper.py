@@ -22,10 +22,9 @@ from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.cost import StepCost, race_rows
 
 from components.session import budget as kv_rule
-from components.session.context import AppContext, Machine
+from components.session.context import AppContext, Machine, MachineProfile
 from components.state.shared import PAPER_SCALE, PaperPlan
 from components.session.recordings import RECORDINGS, RecordingError, find, load
-from components.session.planner import prompt_tokens
 
 FIT_SHARE = 0.5
 # The paper's protocol (auto first batch, memory-full decisions, alpha 0.5), smaller: each step halves the
@@ -102,12 +101,17 @@ def scaled_down(ctx: AppContext, prompt_len: int, shared: bool, cost: StepCost) 
     return s, live_seconds(ctx, s, prompt_len, shared, ref, REFERENCE_OVERHEAD)
 
 
-def plan(ctx: AppContext, prompt: str, model: str | None = None) -> PaperPlan:
-    """Paper scale for ``prompt`` on this deployment (the default generator unless ``model``)."""
+def plan(ctx: AppContext, prompt: str, profile: MachineProfile | None = None, model: str | None = None) -> PaperPlan:
+    """Paper scale for ``prompt`` on this deployment (the default generator unless ``model``), priced at the quiet
+    step the machine profile holds (measured during the warm-up: nothing is measured here); ValueError where it
+    holds none (the warm-up failed: its words)."""
     model = model or ctx.default_model
     lm = ctx.generator(model)
-    cost = ctx.quiet_step(model, lm)
-    prompt_len = prompt_tokens(lm, prompt or "-")   # off the torch thread: a race in progress never holds it up
+    cost = (profile or ctx.machine.profile()).step(model)
+    if cost is None:
+        raise ValueError("this machine's decoding step is not measured yet (the server's warm-up did not finish"
+                         + (f": {ctx.warm_error}" if ctx.warm_error else "") + "): try again in a minute.")
+    prompt_len = kv_rule.prompt_tokens(lm, prompt or "-")   # off the torch thread: a race never holds it up
     shared = sharing(lm, lm.backend)
     limit = ctx.limits.max_run_seconds
     paper = capped(ctx, {})

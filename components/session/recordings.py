@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -21,6 +22,7 @@ from specrej.record import Recording, RecordingError, load, paced
 from specrej.core.about import settings_fields
 from specrej.core.cost import StepCost
 
+from components.session import budget
 from components.state.fields import check_choice, check_text_field
 from components.state.shared import ASSETS, PACES, PAGE_RACES, model_label, reward_kind_label
 from components.state.update import Kind, Update
@@ -62,8 +64,6 @@ def race_key(model_spec: str, reward_spec: str, cfg: RunConfig, arms, stop_when_
     the arms. Never the machine, its load or its threads (the same answers either way in both dtypes). The
     config is flat (``RunConfig.flat``): the rivals' settings under their own names, defaults filled, as the
     recordings hold them."""
-    from components.session import budget
-
     settings = {k: v for k, v in cfg.flat().items() if k not in _IGNORED}   # flat: the rivals' settings by name
     settings["prompt"] = _norm(cfg.prompt)
     settings["budget"] = budget.planned(cfg.budget)
@@ -185,8 +185,6 @@ def stoppable_sleep(stop_requested) -> Callable[[float], None]:
     a flag that says when it is set, ``on_set``; else asked every 0.1 s): a paced recording can wait tens of
     seconds between events, and a handler asleep there kept its event pending, so the next Replay pressed waited
     for it (Gradio runs a button's next press after its pending one)."""
-    import threading
-
     woken = threading.Event()
     on_set = getattr(stop_requested, "on_set", None)
     if on_set is not None:
@@ -203,19 +201,29 @@ def stoppable_sleep(stop_requested) -> Callable[[float], None]:
     return sleep
 
 
+NO_RECORDING = ("there is no recorded race for this prompt: recordings exist for the example prompts. Press Run to "
+                "run it live.")
+
+
+def replay_of(prompt, pace, max_prompt_chars: int = 2000, folder: Path = RECORDINGS) -> tuple[Path, float]:
+    """(the recording, the speed) a Replay of ``prompt`` at ``pace`` plays (``check_replay``); ValueError with the
+    words otherwise (a bad field, or no recording of this prompt)."""
+    prompt, speed = check_replay(prompt, pace, max_prompt_chars)
+    path = find(prompt, folder)
+    if path is None:
+        raise ValueError(NO_RECORDING)
+    return path, speed
+
+
 def replay_updates(prompt: str, pace: str = "inf", *, folder: Path = RECORDINGS, max_prompt_chars: int = 2000,
                    min_frame_interval: float = 0.25, sleep=time.sleep, step: bool = False,
                    lecture: bool = False) -> Iterator[Update]:
-    """Updates of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once)."""
+    """Updates of the recorded race for ``prompt`` at ``pace`` (a factor, or 'inf': at once): a Replay outside the
+    page (the page's plays through ``planner.plan`` and ``stream.execute``)."""
     try:
-        prompt, speed = check_replay(prompt, pace, max_prompt_chars)
+        path, speed = replay_of(prompt, pace, max_prompt_chars, folder)
     except ValueError as e:
         yield Update(Kind.ERROR, message=str(e))
-        return
-    path = find(prompt, folder)
-    if path is None:
-        yield Update(Kind.ERROR, message="there is no recorded race for this prompt: recordings exist for the example "
-                                      "prompts. Press Run to run it live.")
         return
     yield from play(path, speed, min_frame_interval=min_frame_interval, sleep=sleep, step=step, lecture=lecture)
 

@@ -1,7 +1,7 @@
 """The executor: a Plan (``planner.plan``) played into a stream of ``Update``s, live or recorded.
 
-``updates(ctx, request)`` plans the Run at once (nothing measured: the planner reads the machine profile) and
-plays it (``execute``): a refusal is one "Can't run" update; a recording plays through ``recordings.play``; a live
+``execute(ctx, plan)`` plays every press's plan (``planner.plan``; ``updates(ctx, request)``: a Run outside the page,
+planned and played): a refusal is one "Can't run" update; a recording plays through ``recordings.play``; a live
 race (``live``) starts ``race_arms(...)`` over the run's arms (the context's arms, Best-of-N and Speculative
 Rejection by default, plus a second Speculative Rejection setting when asked; interleaved by FLOPs spent: an
 equal-compute race), feeds every event to a fresh ``RunView``, and yields an update per Round and Finished and at
@@ -15,7 +15,6 @@ so on ZeroGPU (``spaces.GPU``) it runs in the GPU process and only picklable dat
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -26,19 +25,19 @@ from specrej import Progress, RunConfig
 from specrej.analysis.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.core.config import env_int
+from specrej.record import Recorder, make_meta
 from components.deploy.limits import PolicyError
 
-from components.state.request import REQUEST_FIELDS, RunRequest
+from components.state.request import REQUEST_FIELDS
 from components.state.update import Kind, Update
 from components.state.view import RunState, RunView
-from components.state.shared import CLASSROOM
 from components.session.context import PREFERENCE, AppContext, get_models, model_label, reward_kind_label
 from components.session import recordings
 from components.deploy import memory
 from components.session.gpu import GPU
 from components.session.retry import OutOfMemory, retry_on_oom
 from components.session.trace import write_traces
-from components.session import pace, planner
+from components.session import pace, planner, startup
 from components.session.worker import torch_worker
 
 log = logging.getLogger("specrej.app")
@@ -88,49 +87,7 @@ def _write(ctx: AppContext, view: RunView) -> str | None:
         return None
 
 
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """A request that passed every check: what the race needs."""
-
-    model_spec: str
-    reward_spec: str
-    cfg: RunConfig
-    arms: tuple
-    x_axis: str
-    race_kw: dict          # extra keyword arguments of ``events_fn`` (remote code, stop once matched, dtype)
-
-
-def prepare(ctx: AppContext, request, *, fits: bool = True) -> tuple[RunRequest, Prepared]:
-    """Every check on a request before anything starts or is measured: ``request`` (a RunRequest, or the raw
-    values by name) field by field against this deployment's limits (``RunRequest.parse``), the model and
-    reward offered here, each arm's settings, and whether each arm's rows fit its memory budget at this
-    prompt (``check_fits``; not with ``fits=False``: it needs the model). ValueError (a FieldError, a
-    BudgetError ...) or PolicyError with a message that names what to change."""
-    if isinstance(request, RunRequest):
-        request.check_limits(ctx.limits)
-    else:
-        request = RunRequest.parse(request, ctx.limits)
-    model_spec, reward_spec = ctx.resolve(request.model, request.reward, request.preference)
-    if ctx.policy.allow_remote_code:
-        ctx.policy.check(model_spec, trust_remote_code=True)
-    cfg = request.config(ctx.progress_every)
-    arms = request.arms(ctx.arms)
-    for arm in arms:
-        ctx.limits.check(arm.config(cfg))   # an arm's own N, and the rows an 'auto' start opens with
-    ctx.limits.check_race([arm.config(cfg) for arm in arms])   # every arm's cache, held at once
-    kw = {"trust_remote_code": True} if ctx.policy.allow_remote_code else {}
-    kw["dtype"] = ctx.dtype
-    if request.stop_when_matched:
-        kw["stop_when_matched"] = True
-    prep = Prepared(model_spec, reward_spec, cfg, arms, request.x_axis, kw)
-    if fits:
-        from components.session.planner import admissions
-
-        admissions(prep, ctx.generator(prep.model_spec))
-    return request, prep
-
-
-def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
+def new_view(ctx: AppContext, request, prep: planner.Prepared, fitted) -> RunView:
     """The run's view, priced at this machine's step times now when they were measured."""
     view = RunView(prep.cfg, model_label=model_label(prep.model_spec),
                    reward_label=reward_label(ctx, request.reward, request.preference), x_axis=prep.x_axis,
@@ -142,22 +99,7 @@ def new_view(ctx: AppContext, request, prep: Prepared, fitted) -> RunView:
     return view
 
 
-def too_long(fitted: pace.Fit, prep: Prepared) -> str:
-    """Why a race does not start live, and the smaller races that would: the visitor chooses."""
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
-    small = dataclasses.replace(prep.cfg, **{k: v for k, v in CLASSROOM.items() if k in fields})
-    small_s = fitted.estimate(small, sr_auto=CLASSROOM["sr_start"] == "auto")
-    busy = (f" (this machine is {fitted.load:.1f}x slower than when quiet: other work shares its cores)"
-            if fitted.load >= 1.3 else "")
-    classroom = (f"the Classroom preset (N = {CLASSROOM['n']}, {CLASSROOM['max_new_tokens']} tokens) would take "
-                 f"about {small_s:.0f} s; " if 0 < small_s <= pace.LIVE_SHARE * fitted.limit_s else "")
-    return (f"live, this race would take about {fitted.estimate_s:.0f} s here{busy}, past this deployment's "
-            f"time limit of {fitted.limit_s:.0f} s, and there is no recording of this exact race. Choose a smaller "
-            f"race: {classroom}fewer answers (N) or fewer new tokens shorten it; or try again when the machine is "
-            "quieter. Nothing was changed for you.")
-
-
-def race_updates(ctx: AppContext, view: RunView, prep: Prepared, events_fn,
+def race_updates(ctx: AppContext, view: RunView, prep: planner.Prepared, events_fn,
                  stop_requested: Callable[[], bool], fallback: Path | None = None,
                  admissions: tuple = (), switch_s: float = 0.0) -> Iterator[Update]:
     """One attempt at the race on ``view``: its start update, then a live update per Round and Finished and a
@@ -203,34 +145,38 @@ WARMING = ("**Warming up:** this server has just started and is still loading th
 
 def updates(ctx: AppContext, request, *, events_fn=race_events,
             stop_requested: Callable[[], bool] = lambda: False) -> Iterator[Update]:
-    """A Run: planned at once (``planner.plan``: nothing measured), then played (``execute``)."""
-    yield from execute(ctx, planner.plan(ctx, request), events_fn=events_fn, stop_requested=stop_requested)
+    """A Run outside the page (the tests, the scripts): planned at once (``planner.plan``), then played."""
+    yield from execute(ctx, planner.plan(ctx, planner.Press.RUN, request), events_fn=events_fn,
+                       stop_requested=stop_requested)
 
 
 def execute(ctx: AppContext, plan: planner.Plan, *, events_fn=race_events,
             stop_requested: Callable[[], bool] = lambda: False) -> Iterator[Update]:
     """The one executor: a Plan played into updates, live or recorded, until it ends (or the generator is closed).
+    A plan that only sets the page's settings plays nothing (``Plan.plays``: the page shows them).
 
     Every outcome is an update: a refusal a "Can't run" status (nothing starts); a failure mid-run a status-only
     update (the charts keep what they showed) and a trace marked failed; a GPU out-of-memory error one retry with
     half the budget (``retry.retry_on_oom``), said on the page. ``stop_requested`` (what
     ``deploy.clients.Guard.on_start`` returns) is asked at every event: a run whose client cancelled it stops there."""
-    if plan.action == planner.WARM:   # a server just started: its models load and its step compiles, then this Run
+    if plan.action == planner.WARM and plan.wait:   # a server just started: its models load, its step compiles
         yield Update(Kind.WARMING, message=WARMING)
         while ctx.warming and not stop_requested():
             ctx.loaded.warm_thread.join(0.25)
         if stop_requested():
             return
         plan = planner.replanned(ctx, plan)
-    if plan.action == planner.REFUSE:
+    if plan.action == planner.WARM:   # answered at once, and the page rests as it was
+        yield Update(Kind.WARMING, message=plan.message, rests=True)
+    elif plan.action == planner.REFUSE:
         yield Update(Kind.ERROR, message=plan.message)
     elif plan.action == planner.RECORDING:
         yield from recordings.play(plan.recording, plan.speed, min_frame_interval=ctx.min_frame_interval,
-                                   step=plan.request.step, lecture=plan.request.lecture, fallback=plan.fallback,
+                                   step=plan.step, lecture=plan.lecture, fallback=plan.fallback,
                                    sleep=recordings.stoppable_sleep(stop_requested))
     elif plan.action == planner.LIVE:
         yield from live(ctx, plan, events_fn, stop_requested)
-    else:
+    elif plan.plays:
         yield Update(Kind.ERROR, message=f"nothing to play ({plan.action!r}).")
 
 
@@ -298,11 +244,9 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
     recording of that race (``recordings.PAGE_RACES``): its events, this machine's quiet step (a replay prices
     Best-of-N's curve with it, and says whose machine that was), the generator's dtype and its ``race_key``,
     by which a Run too long for its machine finds it. ``scripts/record_page_races.py`` records the page's."""
-    from specrej.record import Recorder, make_meta
-
-    request, prep = prepare(ctx, request)
+    request, prep = planner.prepare(ctx, request)
     lm = ctx.generator(prep.model_spec)
-    cost = ctx.quiet_step(prep.model_spec, lm)
+    cost = startup.quiet_step(ctx, prep.model_spec, lm)
     recorder = Recorder()
     events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, prep.cfg, arms=prep.arms,
                                                      **prep.race_kw))
@@ -318,8 +262,7 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
     meta = make_meta(prep.model_spec, reward_label(ctx, request.reward, request.preference), settings,
                      prompt=c.prompt, arms=[{"id": a.id, "spec": a.spec} for a in prep.arms],
                      step_cost=cost.to_record(),
-                     dtype=planner.dtype_name(lm), request=page_fields(request),
-                     race=recordings.race_key(prep.model_spec, prep.reward_spec, c, prep.arms,
-                                          bool(prep.race_kw.get("stop_when_matched")), planner.dtype_name(lm)))
+                     dtype=str(lm.dtype).replace("torch.", ""), request=page_fields(request),
+                     race=planner.race_key(ctx, prep, lm))
     recorder.recording(meta).save(path)
     return path

@@ -153,7 +153,7 @@ def step_rule(button: Button, k: int, count: int) -> Rule:
 def phase_after(update: Update, resting: Phase) -> Phase:
     """The session's phase once ``update`` is drawn; ``resting``: the phase before the play began (an error
     before anything started leaves the page as it was)."""
-    if update.kind is Kind.ERROR:
+    if update.kind is Kind.ERROR or update.rests:
         return resting
     if update.kind is Kind.WARMING:
         return Phase.WARMING

@@ -36,7 +36,8 @@ class Update:
     """``kind``: a ``Kind`` (its value accepted). ``replay``: set when ``view`` replays a recording ({"speed":
     factor} at its start, {"replayed_s": s} at its end). ``play`` and ``phase``: the session's play this update
     belongs to and the phase it leaves the session in (``state/play.Session.follow`` stamps them; 0 and None
-    outside a session)."""
+    outside a session). ``rests``: the play ends with this update and the page rests as it was (a press answered
+    at once while the server warms up)."""
 
     kind: Kind
     view: RunView | None = None
@@ -44,6 +45,7 @@ class Update:
     replay: dict | None = None
     play: int = 0
     phase: Any = None
+    rests: bool = False
 
     def __post_init__(self) -> None:
         try:

@@ -106,7 +106,7 @@ def measure(lm, rows: tuple[int, ...] = CALIBRATION_ROWS, *, steps: int = 3, pro
     (``StepCost.reads``). The median of paired ratios, not a ratio of the fastest of each: load slows either
     side of a ratio, so its noise is two-sided, and a pair's two steps run back to back under the same load.
     ``cpu``: a dict that gets, for each of ``rows``, the plain step's [(wall, thread CPU, process CPU) seconds, ...]
-    (what the app judges the load of a measurement by: ``components/session/context.Sample``)."""
+    (what the app judges the load of a measurement by: ``components/session/profile.Sample``)."""
     ids = lm.render(prompt)
     clocks = {r: [] for r in rows}
     if not reads:
