@@ -416,10 +416,10 @@ def test_a_five_arm_race_at_the_limits_is_refused_for_the_memory_all_its_arms_ho
     top = ctx.limits.max_budget
     five = dict(second=True, rivals=["deepconf", "stbon"])
     with pytest.raises(LimitError, match="SPECREJ_MAX_BUDGET") as e:
-        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32)), **five), fits=False)
+        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32)), **five))
     assert f"5 arms would hold {' + '.join([str(top)] * 5)} = {5 * top} KV slots" in str(e.value)
     assert f"lower the budget to {top // 5}" in str(e.value)
     with pytest.raises(LimitError, match="2 arms"):   # Best-of-N and Speculative Rejection at the largest budget
-        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32))), fits=False)
-    _, prep = prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top // 5)), **five), fits=False)
+        prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top, first_decision=32))))
+    _, prep = prepare(ctx, request_values(ctx, dict(prompt=PROMPT, **dict(TINY, budget=top // 5)), **five))
     assert len(prep.arms) == 5

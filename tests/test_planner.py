@@ -202,3 +202,18 @@ def test_what_budget_a_run_gets_is_answered_in_one_place(tiny_lm, monkeypatch):
              for p in sorted((root / base).rglob("*.py")) for i, line in enumerate(p.read_text().splitlines(), 1)
              if asks.search(line) and "def default_budget" not in line]
     assert [f.split(":")[0] for f in found] == ["specrej/core/budget.py"], found
+
+
+def test_a_recording_is_raced_on_one_admission_per_arm(ctx, monkeypatch, tmp_path):
+    """``stream.record`` admitted every arm, then the race admitted each again: now the race runs on the planner's."""
+    from specrej.core import budget
+    from specrej.methods import run
+
+    from components.session import stream
+
+    planned, raced = [], []
+    real = budget.admit
+    monkeypatch.setattr("components.session.planner.admit", lambda *a, **kw: planned.append(1) or real(*a, **kw))
+    monkeypatch.setattr(run, "admit", lambda *a, **kw: raced.append(1) or real(*a, **kw))
+    stream.record(ctx, run_request(ctx, SETTINGS), tmp_path / "rivers.json.gz")
+    assert len(planned) == 2 and raced == []

@@ -151,7 +151,7 @@ def plan(ctx: AppContext, press: Press, values, profile: MachineProfile | None =
 
 def _run(ctx: AppContext, request, profile: MachineProfile | None, done) -> Plan:
     try:
-        request, prep = prepare(ctx, request, fits=False)
+        request, prep = prepare(ctx, request)
     except (ValueError, TypeError, PolicyError) as e:   # bad input: say what to change, start nothing
         return done(REFUSE, message=str(e))
     mode = dict(request=request, prep=prep, step=request.step, lecture=request.lecture)
@@ -204,7 +204,7 @@ def _full_queue(ctx: AppContext, values, done, waiting: int, capped: str | None)
     """The recording of the race ``values`` ask for, at once, with the reason (the queue was full, or ``capped``:
     the cap's words); else refused with those words. Asks nothing of the torch thread (a full queue's runs hold it)."""
     try:
-        request, prep = prepare(ctx, values, fits=False)
+        request, prep = prepare(ctx, values)
         recording = recording_of(ctx, prep)
     except (ValueError, TypeError, PolicyError, OSError):   # values the race refuses: no recording, no error
         recording = None
@@ -222,12 +222,12 @@ def replanned(ctx: AppContext, p: Plan) -> Plan:
 
 # ---------------------------------------------------------------- the request's checks
 
-def prepare(ctx: AppContext, request, *, fits: bool = True) -> tuple[RunRequest, Prepared]:
-    """Every check on a request before anything starts or is measured: ``request`` (a RunRequest, or the raw
+def prepare(ctx: AppContext, request) -> tuple[RunRequest, Prepared]:
+    """Every check on a request before anything loads or is measured: ``request`` (a RunRequest, or the raw
     values by name) field by field against this deployment's limits (``RunRequest.parse``), the model and
-    reward offered here, each arm's settings, and whether each arm's rows fit its memory budget at this
-    prompt (``admissions``; not with ``fits=False``: it needs the model). ValueError (a FieldError, a
-    BudgetError ...) or PolicyError with a message that names what to change."""
+    reward offered here, each arm's settings and the race's memory as a whole. ValueError (a FieldError ...) or
+    PolicyError with a message that names what to change. Whether each arm's rows fit its budget at this prompt
+    needs the model: ``admissions``, asked once a race."""
     if isinstance(request, RunRequest):
         request.check_limits(ctx.limits)
     else:
@@ -244,10 +244,7 @@ def prepare(ctx: AppContext, request, *, fits: bool = True) -> tuple[RunRequest,
     kw["dtype"] = ctx.dtype
     if request.stop_when_matched:
         kw["stop_when_matched"] = True
-    prep = Prepared(model_spec, reward_spec, cfg, arms, request.x_axis, kw)
-    if fits:
-        admissions(prep, ctx.generator(prep.model_spec))
-    return request, prep
+    return request, Prepared(model_spec, reward_spec, cfg, arms, request.x_axis, kw)
 
 
 def admissions(prep: Prepared, lm) -> tuple[Admission, ...]:

@@ -246,10 +246,11 @@ def record(ctx: AppContext, request, path: Path, *, events_fn=race_events) -> Pa
     by which a Run too long for its machine finds it. ``scripts/record_page_races.py`` records the page's."""
     request, prep = planner.prepare(ctx, request)
     lm = ctx.generator(prep.model_spec)
+    admitted = {arm.id: a for arm, a in zip(prep.arms, planner.admissions(prep, lm))}   # once: the race runs on them
     cost = startup.quiet_step(ctx, prep.model_spec, lm)
     recorder = Recorder()
     events = torch_worker().stream(lambda: events_fn(prep.model_spec, prep.reward_spec, prep.cfg, arms=prep.arms,
-                                                     **prep.race_kw))
+                                                     admissions=admitted, **prep.race_kw))
     try:
         for event in events:
             recorder.add(event)
