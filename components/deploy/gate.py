@@ -18,7 +18,7 @@
   Gradio's ``error`` field (the page's own client shows it);
 - ``queue/join`` of the race when the queue is full, or the visitor or its address is at its cap, and the race
   has a labelled recording: moved to the event that plays it at once, which says why (``Guard.move_when_full``,
-  ``Guard.move_when_capped``, ``components/session/busy.py``);
+  ``Guard.move_when_capped``; the plan: ``planner.plan`` with ``Press.FULL_QUEUE``);
 - ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too; one naming an event
   another session queued 404, passed to nobody (Gradio would drop that event from its queue and close its stream,
   and the other visitor's race ended);
