@@ -25,7 +25,14 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--budget", type=int, default=448)
     p.add_argument("--dtype", default=None)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's); 1 on a shared machine: two threads on a busy 2-core "
+                        "machine collapse (docs/performance.md, scripts/thread_collapse.py)")
     args = p.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     import specrej
     from specrej.origin import cores, cpu_name
@@ -38,7 +45,7 @@ def main() -> None:
     load1 = os.getloadavg()
     prov = s.rows[0]["provenance"]
     print(f"CPU {cpu_name()}, {cores()} cores; load {load0[0]:.2f} before, {load1[0]:.2f} after; "
-          f"{time.perf_counter() - t0:.0f} s; dtype {prov['dtype']}; step {s.rows[0]['arms']['bon']['step']}; "
+          f"{time.perf_counter() - t0:.0f} s; {prov['torch_threads']} torch threads; dtype {prov['dtype']}; step {s.rows[0]['arms']['bon']['step']}; "
           f"generator sha256 {prov['weights']['generator']['sha256'][:12]}")
     print(s.table())
 
