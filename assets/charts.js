@@ -2,9 +2,12 @@
 //
 // The server streams a run's chart changes as lines of JSON appended to one hidden textbox (#chart-changes; Gradio
 // sends only what was appended). Each line is applied at once to this script's copy of each chart (plain arrays:
-// cheap), and the charts are drawn at most once per animation frame with Plotly's incremental calls:
+// cheap), and the charts are drawn one per animation frame, on a budget, with Plotly's incremental calls:
 // extendTraces where traces only grew, update (restyle + relayout of the few attributes that changed) otherwise,
-// react only where a chart's shape changed or its div was drawn by someone else. A tab in the background gets no
+// react only where a chart's shape changed or its div was drawn by someone else. A chart's redraw is Plotly's whole
+// replot of it (some 50 ms on a laptop, 200 ms on one four times slower): after each, the next waits BUDGET times as
+// long, so drawing keeps at most a fifth of the main thread and a slow page draws fewer, larger steps (the chart
+// waiting longest first); the lines keep coming and nothing queues up. A tab in the background gets no
 // animation frames: it draws nothing and catches up with one draw when it is shown again. A run's first and last
 // frames come whole to Gradio's own gr.Plot, which draws them as it always did; the last line ("final") brings this
 // copy to the same figures and cancels any draw still pending.
@@ -12,7 +15,9 @@
   if (window.specrejCharts) { return; }
   const elemOf = key => (key === 'race' ? 'race-plot' : 'plot-' + key.slice(4));
   const charts = {};   // key -> {data, layout, config, token, react, traces: Map(index -> {attrs, whole, from}), paths}
-  const st = {head: null, offset: 0, seq: -1, raf: 0, draws: 0, final: false, tokens: 0};
+  const BUDGET = 4;
+  const st = {head: null, offset: 0, seq: -1, raf: 0, timer: 0, next: 0, draws: 0, final: false, tokens: 0};
+  const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}};   // what this script took, for scripts/chart_load.py
   const api = {onDraw: null};
 
   const clone = v => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
@@ -49,7 +54,8 @@
     const layout = Object.assign({}, spec.layout, {autosize: true});
     layout.margin = Object.assign({}, layout.margin || {}, {autoexpand: true});
     charts[key] = {data: spec.data, layout, config: Object.assign({}, spec.config || {}, {responsive: true}),
-                   token: ++st.tokens, react: true, traces: new Map(), paths: new Set(), drawn: null};
+                   token: ++st.tokens, react: true, traces: new Map(), paths: new Set(), drawn: null,
+                   since: performance.now()};
   }
 
   function dirtyTrace(m, i) {
@@ -62,6 +68,7 @@
     const m = charts[key];
     if (ch.react) { setBase(key, ch.react); return; }
     if (!m) { return; }
+    if (!dirty(m)) { m.since = performance.now(); }
     for (const [index, t] of Object.entries(ch.traces || {})) {
       const i = Number(index), tr = m.data[i], d = dirtyTrace(m, i);
       for (const [attr, ops] of Object.entries(t.ops || {})) {
@@ -132,18 +139,29 @@
     return true;
   }
 
+  // one chart per animation frame: the one that has waited longest
   function draw() {
     st.raf = 0;
     if (document.hidden) { return; }   // shown again: visibilitychange asks for one frame
-    const drawn = [];
-    for (const [key, m] of Object.entries(charts)) {
-      if (dirty(m) && drawChart(key, m)) { drawn.push(key); }
-    }
-    if (drawn.length) {
+    const t0 = performance.now();
+    if (t0 < st.next) { later(st.next - t0); return; }
+    const waiting = Object.entries(charts).filter(([, m]) => dirty(m)).sort((a, b) => a[1].since - b[1].since);
+    for (const [key, m] of waiting) {
+      if (!drawChart(key, m)) { continue; }   // not on the page yet: the next chart, this one again later
+      const took = performance.now() - t0;
+      cost.by[key] = (cost.by[key] || 0) + took;
+      cost.draw_ms += took;
+      cost.draw_max_ms = Math.max(cost.draw_max_ms, took);
+      st.next = performance.now() + BUDGET * took;
       st.draws += 1;
-      if (api.onDraw) { try { api.onDraw(st.seq, drawn); } catch (e) {} }
+      if (api.onDraw) { try { api.onDraw(st.seq, [key]); } catch (e) {} }
+      break;
     }
-    if (Object.values(charts).some(dirty)) { schedule(); }   // a chart not on the page yet: the next frame
+    if (Object.values(charts).some(dirty)) { later(Math.max(st.next - performance.now(), 16)); }
+  }
+
+  function later(ms) {
+    if (!st.timer) { st.timer = setTimeout(() => { st.timer = 0; schedule(); }, ms); }
   }
 
   function schedule() {
@@ -154,6 +172,11 @@
 
   // the textbox's whole value: its first line names the stream; read on from where the last call stopped
   function feed(value) {
+    const t0 = performance.now();
+    try { feedOn(value); } finally { cost.feed_ms += performance.now() - t0; cost.feeds += 1; }
+  }
+
+  function feedOn(value) {
     if (typeof value !== 'string' || !value) { return; }
     const nl = value.indexOf('\n');
     const head = nl < 0 ? value : value.slice(0, nl);
@@ -172,6 +195,7 @@
     feed,
     seq: () => st.seq,
     draws: () => st.draws,
+    cost: () => Object.assign({draws: st.draws}, cost),
     // this script's copy of a chart ("arm-0", "race"): its data and layout as drawn from the changes
     figure: key => (charts[key] ? {data: clone(charts[key].data), layout: clone(charts[key].layout)} : null),
   });

@@ -635,7 +635,8 @@ class Page:
                 update = self.updates(out)
                 if line is not None:
                     text += json.dumps(line, separators=(",", ":")) + "\n"
-                    update[self.arena.changes] = text
+                if text:   # on every frame, never skipped: Gradio diffs a streamed value against the last one sent,
+                    update[self.arena.changes] = text   # a skip included, so only an unbroken string goes as appends
                 yield update
                 shown = frame
         finally:

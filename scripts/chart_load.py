@@ -6,12 +6,13 @@ task, over the default Run (or a paced replay), in Chromium with its CPU throttl
 Serves the app of ``--root`` (default: this checkout; another worktree measures "before") in this process as
 ``python app.py`` builds it (the embedded models, warmed first), opens it in Debian's headless Chromium
 (``/usr/bin/chromium``) at 1280x720, throttles the page's CPU through the DevTools protocol
-(``Emulation.setCPUThrottlingRate``), and presses Run with the page's defaults (``--replay PACE``: Replay of the
+(``Emulation.setCPUThrottlingRate``) once an instant Replay has drawn charts (plotly.js loaded: a lecturer's page
+after its first race), and presses Run with the page's defaults (``--replay PACE``: Replay of the
 first example prompt's recorded paper-scale race at that pace: 1, 4, 16 or inf). From the click to the end
 ("Done in", "Replay done") plus 2 s for the last frame's drawing it reads:
 
-- bytes: what the page received over the network (CDP ``Network.dataReceived``: on the wire and decoded), in all
-  and per second of the race;
+- bytes: what the page received on Gradio's event stream (``/queue/data``; CDP ``Network.dataReceived``: on the
+  wire and decoded), in all and per second of the race (and, apart, what every request brought);
 - busy: the main thread's task time (CDP ``Performance.getMetrics`` ``TaskDuration``, a difference), in seconds
   and as a share of the window;
 - long tasks: a ``PerformanceObserver`` of type ``longtask`` (tasks over 50 ms): how many, their sum, the longest.
@@ -35,6 +36,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-q
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 HANG_GUARD_MS = 900_000
 DONE = "/Done in|Done from|Replay done|Can't|Stopped/"
+STATUS = "document.querySelector('#status [data-testid=markdown]')"   # the words, not Gradio's progress timer
 LONG_TASKS = """(() => {
   window.__longTasks = [];
   try {
@@ -54,7 +56,7 @@ def cpu_name() -> str:
     return platform.processor() or "?"
 
 
-def serve(root: Path):
+def serve(root: Path, warm: bool = True):
     sys.path.insert(0, str(root))
     os.chdir(root)
     import app
@@ -62,9 +64,10 @@ def serve(root: Path):
 
     print(f"serving {Path(app.__file__).resolve()}", flush=True)
     ctx = AppContext.from_env({})
-    t0 = time.perf_counter()
-    ctx.warm()
-    print(f"warmed in {time.perf_counter() - t0:.1f} s", flush=True)
+    if warm:   # a replay needs no model: nothing to warm
+        t0 = time.perf_counter()
+        ctx.warm()
+        print(f"warmed in {time.perf_counter() - t0:.1f} s", flush=True)
     demo = app.build_demo(ctx)
     from components.deploy import memory
 
@@ -85,30 +88,48 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -
     page.set_default_timeout(HANG_GUARD_MS)
     page.add_init_script(LONG_TASKS)
     cdp = page.context.new_cdp_session(page)
-    got = {"wire": 0, "decoded": 0, "on": False}
+    got = {"wire": 0, "decoded": 0, "on": False, "all": 0}
+    urls, by_url = {}, {}
+
+    def sent(e):
+        urls[e["requestId"]] = e.get("request", {}).get("url", "")
 
     def received(e):
         if got["on"]:
-            got["wire"] += e.get("encodedDataLength", 0) or 0
-            got["decoded"] += e.get("dataLength", 0) or 0
+            got["all"] += e.get("dataLength", 0) or 0
+            url = urls.get(e.get("requestId"), "?").split("?")[0]
+            by_url[url] = by_url.get(url, 0) + (e.get("dataLength", 0) or 0)
+            if "/queue/data" in url:   # the race's messages: Gradio's event stream (not static files, plotly.js)
+                got["wire"] += e.get("encodedDataLength", 0) or 0
+                got["decoded"] += e.get("dataLength", 0) or 0
 
     try:
         cdp.send("Network.enable")
+        cdp.on("Network.requestWillBeSent", sent)
         cdp.on("Network.dataReceived", received)
         cdp.send("Performance.enable")
         page.goto(url + ("?lecture=1" if lecture else ""))
         page.wait_for_selector("#run")
-        time.sleep(2.0)   # the page settles (plotly.js and the fonts load) before the CPU is throttled
+        # a page that has drawn charts before, as a lecturer's is after the first race: an instant replay first
+        # loads plotly.js (4.6 MB of script, parsed once) and the fonts; then the CPU is throttled
+        page.click("#pace input[value='inf']")
+        page.click("#replay")
+        page.wait_for_function(f"{DONE}.test(document.querySelector('#status').innerText)", polling=250)
+        time.sleep(2.0)
         cdp.send("Emulation.setCPUThrottlingRate", {"rate": throttle})
         if replay is not None:
             page.click(f"#pace input[value='{replay}']")
-            time.sleep(0.5)
+            page.wait_for_function(f"document.querySelector(\"#pace input[value='{replay}']\").checked")
+            time.sleep(1.0)
         page.evaluate("window.__longTasks.length = 0")
+        script0 = page.evaluate("window.specrejCharts && window.specrejCharts.cost ? window.specrejCharts.cost() : null")
         busy0 = metric(cdp, "TaskDuration")
         got["on"] = True
         start = time.perf_counter()
+        before = page.evaluate(f"{STATUS}.innerText")
         page.click("#replay" if replay is not None else "#run")
-        page.wait_for_function(f"{DONE}.test(document.querySelector('#status').innerText)", polling=250)
+        page.wait_for_function(f"old => {STATUS}.innerText !== old", arg=before, polling=100)
+        page.wait_for_function(f"{DONE}.test({STATUS}.innerText)", polling=250)
         race_s = time.perf_counter() - start
         status = page.inner_text("#status")
         time.sleep(2.0)   # the last frame's drawing
@@ -116,15 +137,21 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -
         got["on"] = False
         busy = metric(cdp, "TaskDuration") - busy0
         tasks = page.evaluate("window.__longTasks")
+        script = page.evaluate("window.specrejCharts && window.specrejCharts.cost ? window.specrejCharts.cost() : null")
         longest = max((d for _, d in tasks), default=0.0)
         played = ("recording" if "Replay" in status else
                   "live, then its recording (fell behind)" if "from the recording" in status else "live")
         return {"played": played, "race_s": round(race_s, 1), "window_s": round(window_s, 1),
-                "bytes_wire": got["wire"], "bytes_decoded": got["decoded"],
-                "bytes_per_s": round(got["wire"] / max(race_s, 1e-9)),
+                "bytes_wire": got["wire"], "bytes_decoded": got["decoded"], "bytes_any_request": got["all"],
+                "bytes_by_url": {k: v for k, v in sorted(by_url.items(), key=lambda kv: -kv[1])[:4]},
+                "bytes_per_s": round(got["decoded"] / max(race_s, 1e-9)),
                 "busy_s": round(busy, 2), "busy_share": round(busy / window_s, 3),
                 "long_tasks": len(tasks), "long_tasks_ms": round(sum(d for _, d in tasks)),
-                "longest_task_ms": round(longest), "status_at_end": status[:300]}
+                "longest_task_ms": round(longest),
+                "charts_js": None if script is None else {   # assets/charts.js's own time (absent before it)
+                    "draws": script["draws"] - script0["draws"], "draw_ms": round(script["draw_ms"] - script0["draw_ms"]),
+                    "draw_max_ms": round(script["draw_max_ms"]), "feed_ms": round(script["feed_ms"] - script0["feed_ms"]),
+                    "by_chart_ms": {k: round(v - script0["by"].get(k, 0)) for k, v in script["by"].items()}}, "status_at_end": status[:300]}
     finally:
         page.close()
 
@@ -142,7 +169,7 @@ def main() -> None:
     out_path = a.json.resolve() if a.json else None
     from playwright.sync_api import sync_playwright
 
-    demo, url = serve(a.root.resolve())
+    demo, url = serve(a.root.resolve(), warm=a.replay is None)
     out = {"root": str(a.root.resolve()), "cpu": cpu_name(), "cores": os.cpu_count(),
            "load_before": [round(x, 2) for x in os.getloadavg()], "throttle": a.throttle,
            "what": f"replay at {a.replay}" if a.replay else "the default Run", "runs": []}
