@@ -66,7 +66,12 @@ def serve(root: Path, warm: bool = True):
     ctx = AppContext.from_env({})
     if warm:   # a replay needs no model: nothing to warm
         t0 = time.perf_counter()
-        ctx.warm()
+        try:
+            from components.session import startup   # the warm-up's room (issue 61)
+        except ImportError:   # a checkout from before it (--root): the context warmed itself
+            ctx.warm()
+        else:
+            startup.warm(ctx)
         print(f"warmed in {time.perf_counter() - t0:.1f} s", flush=True)
     demo = app.build_demo(ctx)
     from components.deploy import memory
