@@ -19,7 +19,7 @@ import gradio as gr
 
 from components import charts, lecture, links, panels, ui
 from components.autospec_tab import build_autospec_tab
-from components.deploy import gradio_private
+from components.deploy import connections, gradio_private
 from components.deploy.clients import FullQueue, Guard, forwarded_headers_ignored
 from components.deploy.gate import ApiGate
 from components.frames import Frame, as_seen, drawn, final_frame, race_label, step_frame
@@ -374,7 +374,8 @@ def wire_links(ctx: AppContext, page: ui.Page, demo: gr.Blocks) -> None:
         race): raw values (preprocess=False), so only plain scalars are kept."""
         plain = {k: v for k, v in zip(links.FIELDS, values) if isinstance(v, (str, int, float, bool))
                  or (isinstance(v, list) and all(isinstance(x, str) for x in v))}
-        return gr.Textbox(value=links.race_query(view, plain, defaults, plain.get("lecture") is True), visible=True)
+        return gr.Textbox(value=links.race_query(view, plain, defaults, plain.get("lecture") is True, ctx.limits),
+                          visible=True)
 
     def draw_qr(url):
         svg = links.qr_svg(url if isinstance(url, str) else "")
@@ -456,7 +457,8 @@ def launch(demo: gr.Blocks, **kwargs):
     from starlette.middleware import Middleware
 
     # every browser session Gradio knows costs a copy of the page's config (about 0.4 MB here): at most this many
-    # are kept, the least recently used dropped first (a flood of made-up sessions cannot grow memory past it)
+    # are kept, the least recently used that did nothing dropped first (a flood of made-up sessions cannot grow
+    # memory past it, nor push out a visitor's race: gradio_private.keep_active_sessions)
     opts = dict(theme=THEME, css_paths=[str(ui.css_path())], head=ui.page_head(),
                 state_session_capacity=env_int("SPECREJ_MAX_SESSIONS", MAX_SESSIONS))
     opts.update(kwargs)
@@ -465,7 +467,9 @@ def launch(demo: gr.Blocks, **kwargs):
         app_kwargs = dict(opts.get("app_kwargs") or {})
         app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(ApiGate, guard=guard)]
         opts["app_kwargs"] = app_kwargs
-        with forwarded_headers_ignored():   # the guard alone reads X-Forwarded-For (SPECREJ_TRUSTED_PROXY)
+        # the guard alone reads X-Forwarded-For (SPECREJ_TRUSTED_PROXY); uvicorn closes a request head that is late
+        # and connections past one address's cap (components/deploy/connections.py)
+        with forwarded_headers_ignored(), gradio_private.uvicorn_options(http=connections.from_env()):
             return demo.launch(**opts)
     return demo.launch(**opts)
 

@@ -72,3 +72,33 @@ def test_a_flood_of_made_up_sessions_evicts_its_own_kind_before_a_visitors_race(
     assert list(holder.session_data) == ["second-visitor", "third-visitor", "fourth-visitor"]
     assert gradio_private.keep_active_sessions(NS(state_holder=holder), memory.did_something)   # once: kept as is
     assert list(holder.session_data) == ["second-visitor", "third-visitor", "fourth-visitor"]
+
+
+def test_the_served_app_keeps_active_sessions_and_guards_its_connections(tiny_lm_dir, tiny_reward_dir,
+                                                                         tmp_path_factory):
+    """app.launch wires both: after the first request Gradio's sessions table evicts idle sessions first, and the
+    server's connections speak ``GuardedH11`` (a silent connection is closed once its head is late)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import httpx
+    from conftest import launch_local, tiny_app_context
+
+    import app
+    from components.deploy import gradio_private
+
+    ctx = tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory)
+    demo = app.build_demo(ctx)
+    url = launch_local(demo)
+    try:
+        assert httpx.get(url + "config", timeout=60).status_code == 200
+        assert isinstance(demo.state_holder.session_data, gradio_private._ActiveFirst)
+        protocol = demo.server.config.http
+        assert protocol.__name__ == "GuardedH11" and protocol.head_s == 10.0
+        host = urlsplit(url)
+        with socket.create_connection((host.hostname, host.port)) as s:
+            s.sendall(b"GET /config HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.settimeout(60)
+            assert s.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        demo.close()
