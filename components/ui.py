@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 import gradio as gr
 
+from components.deploy import gradio_private
+
 from specrej import RunConfig
 from specrej.arms import REGISTRY, rival_keys
 from specrej.core.config import DEFAULT_CPU_BUDGET
@@ -481,19 +483,6 @@ RACE_LABEL = RACE_LABELS["work"]
 STEP_LABEL = "This decision: every candidate ranked by its partial reward"   # a rival's: by its own signal
 
 
-class ChangesBox(gr.Textbox):
-    """The hidden textbox a run's chart changes stream through (``frames.ChartChanges``): lines of JSON, appended
-    (Gradio sends a streamed string's appended part alone), read by ``assets/charts.js``. Not part of the API: its
-    lines are the page's drawing, and an API client reads the whole figures of a run's last frame."""
-
-    @property
-    def skip_api(self):
-        return True
-
-    def get_block_name(self) -> str:
-        return "textbox"
-
-
 CHANGES_JS = "(v) => { if (window.specrejCharts) { window.specrejCharts.feed(v); } }"
 
 
@@ -537,7 +526,7 @@ def build_arena() -> Arena:
             x_axis = gr.Radio(X_AXES, value="time", label="Result chart's x-axis", elem_id="x-axis")
         with gr.Column(scale=4, min_width=280):
             summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
-    changes = ChangesBox("", visible="hidden", elem_id="chart-changes", interactive=False, container=False)
+    changes = gradio_private.ChangesBox("", visible="hidden", elem_id="chart-changes", interactive=False, container=False)
     changes.change(None, [changes], None, js=CHANGES_JS, queue=False, api_visibility="private",
                    trigger_mode="always_last")
     return Arena(badge_row=badge_row, badge=badge, live=live, status=status, slots=out, race_plot=race_plot, x_axis=x_axis, summary=summary,

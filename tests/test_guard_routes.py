@@ -400,14 +400,15 @@ HUGE = "y" * 100_000
     ("n", "64", "n must be a whole number from 2 to 1024, not text"),   # issue 42: a number as text was taken
     ("seed", [1], "seed must be a whole number"),
     ("beta", {"v": 1}, "beta must be a number, not an object"),
-    ("beta", "1e400", "beta must be a finite number"),
+    ("beta", "1e400", "beta must be a number, not the text '1e400'"),   # issue 65 (5): a number as text, refused
+    ("beta", "__1e400__", "beta must be a finite number"),               # the JSON number 1e400 (infinite)
     ("delay", 99, "seconds per frame must be a number from 0 to 1.5"),
 ])
 def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, needle):
     demo, ctx, url, gate = served
     gate["open"].set()
     base = url.rstrip("/") + "/gradio_api"
-    body = json.dumps({"data": list(dict(LAB, **{field: value}).values())})
+    body = json.dumps({"data": list(dict(LAB, **{field: value}).values())}).replace('"__1e400__"', "1e400")
     r = httpx.post(f"{base}/call/autospec_sample", content=body, timeout=30,
                    headers={"content-type": "application/json", "X-Forwarded-For": fresh_address()})
     assert r.status_code == 200, r.text
@@ -429,7 +430,7 @@ def test_every_field_of_the_lab_api_is_checked_naming_it(served, field, value, n
     ("exactness_handler", ["mixture", 10, 0.5, 64, 1.0, 2, "token", 1_000_000], "samples must be a whole number"),
     ("exactness_handler", ["mixture" + SURROGATE, 6, 0.5, 3, 1.0, 2, "token", 1000], "target contains a character"),
     ("exactness_handler", [None] * 8, "must be"),
-    ("measure_handler", ["potts", 0.5, 3, "x", 2], "lambda must be a number, not 'x'"),
+    ("measure_handler", ["potts", 0.5, 3, "x", 2], "lambda must be a number, not the text 'x'"),
     ("measure_handler", [HUGE, 0.5, 3, 1.0, 2], "target is 100000 characters long"),
 ])
 def test_the_pages_queued_handlers_check_their_fields_too(served, name, data, needle):
@@ -447,7 +448,7 @@ def test_the_races_fields_are_checked_with_short_messages(served):
     demo, ctx, url, gate = served
     c = client(url, "10.0.0.53")
     # (a lone surrogate in a race field is posted raw in test_guard.py: gradio_client cannot encode one)
-    for field, value, needle in (("n", HUGE, "n is 100000 characters long"),
+    for field, value, needle in (("n", HUGE, "n must be a whole number from 1 to"),   # text for a number (issue 65)
                                  ("decision", HUGE, "decision is 100000 characters long")):
         out = text(c.predict(**kwargs(ctx, **{field: value}), api_name="/run")[0])
         assert out.startswith("**Can't run") and needle in out and len(out) < 400, (field, out[:400])

@@ -330,3 +330,25 @@ class uvicorn_options:
 
         uvicorn.Config = self._config
         return False
+
+
+def _changes_box():
+    import gradio as gr
+
+    class ChangesBox(gr.Textbox):
+        """The hidden textbox a run's chart changes stream through (``frames.ChartChanges``): lines of JSON, appended
+        (Gradio sends a streamed string's appended part alone), read by ``assets/charts.js``. Not part of the API
+        (Gradio's ``skip_api``): its lines are the page's drawing, and an API client reads the whole figures of a
+        run's last frame. (Gradio writes a .pyi beside the module of any component subclass: .gitignore'd.)"""
+
+        @property
+        def skip_api(self):
+            return True
+
+        def get_block_name(self) -> str:
+            return "textbox"
+
+    return ChangesBox
+
+
+ChangesBox = _changes_box()
