@@ -151,18 +151,19 @@ def test_the_step_time_check_decodes_r_rows_and_leaves_the_engine_empty(vlm):
 
 def test_paper_scale_measures_plans_and_races_on_vllm(vlm, monkeypatch, tmp_path):
     """Paper scale on the vLLM backend as the app runs it, at a tiny size (the deployment's limits): this
-    machine's decoding step measured through the Backend (``decode_sweep`` on vLLM's engine), the plan (the
+    machine's decoding step measured through the Backend at start-up (``decode_sweep`` on vLLM's engine), the plan (the
     paper's setting, or the largest scaled-down one that fits), then a race at the planned setting through
     the app's request path."""
     pytest.importorskip("gradio")
     from conftest import race_frames, run_request
 
-    from components.session import context, paper
+    from components.session import context, paper, startup
     from components.session.context import AppContext
 
     monkeypatch.setattr(context, "load_lm", lambda spec, **kw: vlm)   # this session's engine, not a second one
     ctx = AppContext.from_env({"SPECREJ_MODEL": "embedded", "SPECREJ_REWARD": "sentiment", "SPECREJ_MAX_N": "8",
                                "SPECREJ_MAX_NEW_TOKENS": "32"}, trace_dir=str(tmp_path), min_frame_interval=0.0)
+    startup.warm(ctx)   # the machine profile, as the app measures it at start-up (Paper scale itself measures nothing)
     plan = paper.plan(ctx, PROMPT)
     cost = ctx.machine.step_costs[ctx.default_model]
     from specrej.backends.steptime import CALIBRATION_ROWS

@@ -68,7 +68,7 @@ def warm(ctx: AppContext) -> None:
     # those kept by earlier starts here, with the rivals' reads: a race with a rival never waits for them) and
     # a probe of the load; a click never measures (``planner.plan``)
     restore(ctx, ctx.default_model)
-    quiet_step(ctx, ctx.default_model, lm, RIVAL_READS)
+    quiet_step(ctx, ctx.default_model, lm, RIVAL_READS if getattr(lm.backend, "extra_reads", True) else ())
     refresh(ctx, ctx.default_model, lm)
     # the recordings' headers and the reference step Paper scale prices with, read now: a click reads them
     # from memory (``recordings.meta_of``)

@@ -205,6 +205,7 @@ class VllmEngine:
     allow_sharing = True
     exclusive = True
     refills = True              # a paged KV cache: a new request joins the running batch (VllmRows.add)
+    extra_reads = False         # no per-token top-k nor hidden states to this loop: no rival's reads to time
 
     @classmethod
     def from_config(cls, lm: VllmLM, prompt_ids: list[int], cfg, *, n_total: int | None = None,
