@@ -88,8 +88,26 @@ class Clock:
         end, n = _loadavg(), cores()
         wall, cpu = time.perf_counter() - self.wall0, time.process_time() - self.cpu0
         peak = max((x[0] for x in (self.load_start, end) if x), default=None)
+        share = cpu_share(cpu, wall, n)
+        waited = share is not None and share < WAITED_SHARE
         return {"load_start": self.load_start, "load_end": end, "cores": n, "wall_s": round(wall, 3),
-                "process_cpu_s": round(cpu, 3), "busy": peak is not None and peak > n}
+                "process_cpu_s": round(cpu, 3), "cpu_share": None if share is None else round(share, 3),
+                "waited": waited, "busy": (peak is not None and peak > n) or waited}
+
+
+WAITED_SHARE = 0.5   # a CPU race that held its threads' cores less than half its wall time waited for them
+
+
+def cpu_share(cpu_s: float, wall_s: float, n_cores: int) -> float | None:
+    """The share of its wall time a CPU race kept its torch threads' cores busy (process CPU seconds over wall
+    seconds x threads): near 1 on a quiet machine, well below where other work took the cores (the two-thread
+    collapse measured 0.1-0.3). None where it says nothing: a GPU does the work (the host waits on it), or the work
+    was too short to tell (under 0.2 s)."""
+    torch = sys.modules.get("torch")
+    if wall_s < 0.2 or (torch is not None and torch.cuda.is_available()):
+        return None
+    threads = max(1, min(torch.get_num_threads() if torch is not None else 1, n_cores or 1))
+    return cpu_s / (wall_s * threads)
 
 
 def busy_words(loads: list[dict], what: str = "race") -> str | None:
@@ -101,7 +119,9 @@ def busy_words(loads: list[dict], what: str = "race") -> str | None:
     peak = max(max((v[0] for v in (x.get("load_start"), x.get("load_end")) if v), default=0.0) for x in busy)
     n = busy[0].get("cores")
     which = (f"this {what}" if len(loads) == 1 else f"{len(busy)} of {len(loads)} {what}s")
-    return (f"the machine was busy during {which} (load up to {peak:.1f} on {n} core{'s' if n != 1 else ''}): other "
+    shares = [x["cpu_share"] for x in busy if x.get("waited") and x.get("cpu_share") is not None]
+    held = f"; it held its cores only {100 * min(shares):.0f}% of its wall time" if shares else ""
+    return (f"the machine was busy during {which} (load up to {peak:.1f} on {n} core{'s' if n != 1 else ''}{held}): other "
             "work shared the CPU, so wall-clock times and their ratios are not reliable here (tokens, FLOPs and "
             "decoding steps are). Time on a quiet machine, after warm_up, and take the median of several races.")
 
