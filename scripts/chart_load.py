@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import sys
 import time
@@ -44,16 +43,6 @@ LONG_TASKS = """(() => {
       .observe({type: 'longtask', buffered: true});
   } catch (e) {}
 })();"""
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def serve(root: Path, warm: bool = True):
@@ -175,6 +164,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     demo, url = serve(a.root.resolve(), warm=a.replay is None)
+    from specrej.origin import cpu_name   # (the served checkout's: every one has it)
     out = {"root": str(a.root.resolve()), "cpu": cpu_name(), "cores": os.cpu_count(),
            "load_before": [round(x, 2) for x in os.getloadavg()], "throttle": a.throttle,
            "what": f"replay at {a.replay}" if a.replay else "the default Run", "runs": []}

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from lecture_load import ARGS, CHROMIUM, serve  # noqa: E402  (the same server and browser flags)
+from specrej.origin import cpu_name  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 
 HANG_MS = 300_000
@@ -254,20 +255,10 @@ def main() -> None:
                "pressed_unlocked": [r for r in rows if str(r.get("note", "")).startswith("not locked")],
                "planner_ms": {"calls": len(PLANS), "median": round(1000 * statistics.median(PLANS), 1) if PLANS else None,
                               "max": round(1000 * max(PLANS), 1) if PLANS else None},
-               "cpu": _cpu(), "spinners": a.spinners, "loadavg_end": os.getloadavg()[0]}
+               "cpu": cpu_name(), "spinners": a.spinners, "loadavg_end": os.getloadavg()[0]}
     print(json.dumps(summary, indent=1))
     if a.json:
         a.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
 
 
 if __name__ == "__main__":
