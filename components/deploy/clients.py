@@ -7,7 +7,12 @@
   takes the whole queue and the other half is always left to other addresses. An IPv6 address counts as its
   /56 (``SPECREJ_IPV6_PREFIX``, 48 for the /48 some providers give a home: a household gets a /56 or a /48 and
   may use any address in it, each of its devices in a /64 of its own), an IPv4-mapped one as its IPv4 address
-  (``address_group``). A visitor is a session (the
+  (``address_group``). **The queue's places are shared per household** (``household_share``): while H
+  households (addresses, /56s) have runs queued or running, each may hold at most ceil(places / (H + 1)) of them
+  (one alone 5 of 10, two 4, three 3, four to eight 2, then 1), so no three households fill the queue; and while a
+  household holds more than its share (places it took when fewer waited), a household holding none finds a place
+  even in a full queue (one holding some, only within the places the others hold above their share), never past
+  twice the queue (Gradio's own ``max_size``; ``borrows``). A visitor is a session (the
   page's tab, a gradio_client ``Client``); a request without one of its own (``/gradio_api/call/<name>``,
   where Gradio makes up a session per request) is its address. The cap counts every queued endpoint
   together (races, replays, the lab's samples, measurements and exactness checks).
@@ -71,6 +76,16 @@ def address_cap(queue_size: int | None, asked: int | None = None) -> int:
         raise ValueError(f"{MAX_ADDRESS_RUNS_ENV}={asked} is more than half the queue (SPECREJ_MAX_QUEUE="
                          f"{queue_size}): one address could fill it. Use at most {half}, or a larger queue.")
     return asked or half
+
+def household_share(places: int, households: int, cap: int | None = None) -> int:
+    """The most runs one household (an address, an IPv6 /56: ``address_group``) may hold queued or running while
+    ``households`` households hold runs, its own counted: ceil(places / (households + 1)), at least 1 and at most
+    ``cap`` (the per-address cap). The + 1 leaves a share for a household yet to come: with a queue of 10, one
+    household alone holds at most 5, two 4 each, three 3 each (9: three cannot fill the queue), four to eight 2 each,
+    nine or more 1."""
+    share = max(1, -(-places // (max(households, 1) + 1)))
+    return share if cap is None else max(1, min(cap, share))
+
 
 def _flag(env, name: str, default: bool) -> bool:
     value = str(env.get(name, "")).strip().lower()
@@ -380,10 +395,12 @@ class Guard:
             self._reconcile()
             if time.monotonic() - self._early.pop((session, fn), -IN_FLIGHT_S) < IN_FLIGHT_S:
                 return "This run was cancelled before it reached the queue."
-            # the queue's size: a recording a full queue moves a race to waits in the replays' group, beside it
-            if self.max_queue is not None and self.is_full(self.max_queue if fn == self.busy_fn else 0):
-                waiting = self.waiting()
-                return (self.full.message(waiting) if self.full is not None else
+            # the queue's size: a recording a full queue moves a race to waits in the replays' group, beside it; a
+            # household under its share finds a place past it while others hold more than theirs (``borrows``)
+            if self.max_queue is not None and self.is_full(self.max_queue if fn == self.busy_fn else 0) \
+                    and not (fn != self.busy_fn and self.borrows(address)):
+                waiting, capped = self.waiting(), None if fn == self.busy_fn else self.caps(request, fn)
+                return capped or (self.full.message(waiting) if self.full is not None else
                         f"The queue is full: {waiting} runs are waiting (SPECREJ_MAX_QUEUE). Try again in a few minutes.")
             # a Run a cap moved to its recording (``move_when_capped``) plays it: no cap counts that replay
             moved = fn == self.busy_fn and session in self._capped
@@ -428,7 +445,46 @@ class Guard:
         if address is not None and here >= cap:
             return (f"{here} runs from your network address are queued or running, the most per address here "
                     f"({MAX_ADDRESS_RUNS_ENV}, at most half the queue): wait for one to end and try again.")
+        share, households = self.share(address, runs)
+        if address is not None and here >= share:
+            return (f"{here} runs from your network address are queued or running: its share of the queue's "
+                    f"{self.max_queue} places while {households} networks use it ({self.max_queue} / "
+                    f"{households + 1}, rounded up; {MAX_ADDRESS_RUNS_ENV}). Wait for one to end and try again.")
         return None
+
+    def held(self, runs=None) -> dict:
+        """Runs queued, running or on their way per household (``address_group``; None: no address). Lock held."""
+        held: dict = {}
+        for r in self._runs.values() if runs is None else runs:
+            held[r.address] = held.get(r.address, 0) + 1
+        return held
+
+    def share(self, address: str | None, runs=None) -> tuple[int, int]:
+        """(the most runs ``address``'s household may hold now, how many households hold runs with it counted):
+        ``household_share`` of the queue's places, at most the per-address cap. Without a queue size, the
+        per-address cap alone. Call with the lock held."""
+        held = self.held(runs)
+        households = len({a for a in held if a is not None} | ({address} if address is not None else set()))
+        cap = self.max_runs_per_address or address_cap(None)
+        if self.max_queue is None:
+            return cap, households
+        return household_share(self.max_queue, households, cap), households
+
+    def borrows(self, address: str | None) -> bool:
+        """Whether ``address``'s household may join a full queue: it holds fewer runs than its share while another
+        household holds more than its own (places it took when fewer households waited). A household holding none
+        finds a place then; one holding some, only while fewer runs wait past the queue's size than the others hold
+        above their share. Never past twice the queue (Gradio's own ``max_size``). Call with the lock held."""
+        if address is None or self.max_queue is None:
+            return False
+        held = self.held()
+        share, _ = self.share(address)
+        mine = held.get(address, 0)
+        above = sum(max(0, n - share) for a, n in held.items() if a is not None and a != address)
+        if mine >= share or above == 0:
+            return False
+        waiting = self.waiting()
+        return waiting < 2 * self.max_queue and (mine == 0 or waiting < self.max_queue + above)
 
     def validator(self, fn: int, names: Sequence[str]) -> Callable:
         """Gradio's validator for event ``fn`` (it runs when a run joins the queue): the per-client
