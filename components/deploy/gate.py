@@ -3,7 +3,8 @@
 - any route off the public surface (``surface.py``; uploads, monitoring ...): 404;
 - ``/gradio_api/file=<path>``: only the app's own downloads (a trace file in Gradio's cache folder, named
   ``specrej-trace-*.json``); anything else, a URL above all (Gradio would fetch it from the server), 404;
-- every POST body is read (at most ``MAX_BODY`` bytes, else 413) and parsed before Gradio sees it: a body
+- every POST body is read (at most ``MAX_BODY`` bytes, else 413; each part within ``BODY_TIMEOUT_S`` and the whole
+  within ``BODY_TOTAL_S``, else 408) and parsed before Gradio sees it: a body
   that is not JSON, or nested deeper than ``MAX_DEPTH`` (Python's parser raises RecursionError on a few
   thousand ``[``), or not an object where a route takes one, gets a short 400: no body reaches a 500;
 - ``call/<name>``, ``call/v2/<name>``: 404 unless ``name`` is a public endpoint;
@@ -56,6 +57,7 @@ MALFORMED = "This request does not match the event it names: send the values the
 NOT_JSON = "The request body must be a JSON object (nested at most {depth} deep), as gradio_client sends it."
 CANCEL_BODY_LIMIT = 4096
 BODY_TIMEOUT_S = 10.0   # each part of a POST's body must arrive within this (connections.py: the head's own clock)
+BODY_TOTAL_S = 30.0     # ... and the whole body within this: a body dripped a few bytes a part never ends otherwise
 MAX_BODY = 1 << 20     # bytes of a POST the gate reads (prompts are capped at a few kB)
 MAX_DEPTH = 32         # nesting of a body's JSON: the app's inputs need three or four levels
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")   # a session hash or event id: the page's (11 of a-z0-9), a uuid
@@ -97,12 +99,14 @@ class ApiGate:
                     + ", ".join(f"/{n}" for n in sorted(self.guard.public_api)))})
         limit = CANCEL_BODY_LIMIT if head == "cancel" else MAX_BODY
         read, size, more = [], 0, True
-        while more and size <= limit:   # read no more than the limit, each part within BODY_TIMEOUT_S
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BODY_TOTAL_S
+        while more and size <= limit:   # no more than the limit, each part within BODY_TIMEOUT_S, all within BODY_TOTAL_S
             try:
-                message = await asyncio.wait_for(receive(), BODY_TIMEOUT_S)
+                message = await asyncio.wait_for(receive(), max(0.0, min(BODY_TIMEOUT_S, deadline - loop.time())))
             except asyncio.TimeoutError:   # a slow body (a few bytes every few seconds) holds nothing for long
                 return await _json(send, 408, {"detail": f"The request's body did not arrive within {BODY_TIMEOUT_S:g} "
-                                                         "s: send it again."})
+                                                         f"s a part, {BODY_TOTAL_S:g} s in all: send it again."})
             read.append(message)
             if message["type"] != "http.request":
                 break
