@@ -17,7 +17,7 @@ from specrej.rewards import kind_of, scale_of
 from components.looks import look
 from components.theme import fmt_flops, fmt_s, fmt_score, md_escape, snippet
 from specrej.analysis.gpu_steps import GpuStep
-from specrej.analysis.verdict import SAME_TIME, Verdict, show_k
+from specrej.analysis.verdict import PASSES, SAME_TIME, SCHEDULE_WORDS, VLLM, Verdict, show_k
 from specrej.analysis.why import Why, paper_setting, signal_strength
 from specrej.analysis.why import from_race as why_from_race
 from components.state.shared import gpu_steps
@@ -290,20 +290,23 @@ def reward_words(view: RunView, verdicts: dict | None = None) -> str:
 TIME_NOTE = ("*How time is counted: every decoding step is priced at {machine}'s measured time for the rows "
              "decoding at that step (a row leaves when its answer ends or is pruned), measured {when}{scoring}. "
              "Best-of-N's curve is the expected best reward of k of its answers drawn at random (order statistics "
-             "over its coupled answers), each k priced under the same memory budget: passes of the rows that fit at "
-             "full length.*")
+             "over its coupled answers), each k priced under the same memory budget {schedule}.*")
 
 
 def time_note(view: RunView) -> str:
     """How the verdict's time is counted, on whose machine (the status's one line compares it with the wall clocks:
-    ``clocks_line``)."""
+    ``clocks_line``), and on which schedule Best-of-k is priced (``Verdict.schedule_words``)."""
     r = view.recording
     machine = (f"the recording's machine ({md_escape(r.get('hardware', '?'))}, {md_escape(r.get('date', '?'))})"
                if r is not None else "this machine")
     when = "when it was recorded" if r is not None else "just before the race"
     scoring = ("; each method's reward scoring is added as its ledger timed it, call by call (Best-of-k pays k/N of "
                "Best-of-N's)" if view.step is not None else "; reward scoring is not priced")
-    return TIME_NOTE.format(machine=machine, when=when, scoring=scoring)
+    v = next(iter(view.verdicts().values()), None)
+    schedule = v.schedule_words if v is not None else SCHEDULE_WORDS[PASSES]
+    if v is not None and v.schedule == VLLM:
+        schedule += ", not in the passes this race's Best-of-N ran"
+    return TIME_NOTE.format(machine=machine, when=when, scoring=scoring, schedule=schedule)
 
 
 STEPS_NOTE = ("*This machine's decoding step could not be measured, so time is counted in decoding steps. Best-of-N's "
@@ -353,7 +356,7 @@ def gpu_line(view: RunView, arm: ArmView, v: Verdict, gpu: GpuStep) -> str:
             "extrapolated along the last measured slope." if gpu.cost.extrapolates(v.widest) else "") + \
         (f" {v.reads_words('on the GPU')}" if v.reads else "")
     return (f"**{_cap(gpu.on)}, measured: {words}.** *The same decoding steps, each priced at the step measured on "
-            f"the {md_escape(gpu.describe())}: the rows, passes and memory budget stay this race's.{tail}*")
+            f"the {md_escape(gpu.describe())}: the rows, the memory budget and Best-of-k's schedule stay this race's.{tail}*")
 
 
 def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, Verdict] | None = None) -> list[str]:
@@ -378,6 +381,11 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
     if view.step is not None and v.reads:   # a rival's own extra reads, in its time or said to be left out
         where = "on the recording's machine" if view.recording is not None else "on this machine"
         head += f" *{v.reads_words(where)}*"
+    if v.passes_faster:   # vLLM's blocks hold fewer answers than whole-length reservations in a small budget
+        head += (f" *Best-of-k in fixed passes (each answer reserving its full length) would take "
+                 f"{_seconds(view, v.passes_seconds)} here, less than as vLLM pages it (blocks of 16 slots hold fewer "
+                 f"answers in this small budget): against that schedule {label} took "
+                 f"{v.passes_time_words()}.*")
     second = gpu_line(view, arm, gpu[1], gpu[0]) if gpu is not None else ""
     if second:
         head += "\n\n" + second
@@ -523,27 +531,41 @@ def _cap(s: str) -> str:
 
 
 def _room_words(w: Why, sr: str, about=None) -> str:
-    """Best-of-N's passes against Speculative Rejection's one: the most its steps can shrink, and how far they did."""
+    """Best-of-N's passes against Speculative Rejection's one: the most its steps can shrink, and how far they did.
+    Against vLLM's paging (``Why.schedule``) the passes are named as fixed passes' (a bound for full-length answers
+    reserving their length) and the steps as vLLM's (which can exceed the passes': a small budget in blocks)."""
     where = f"in the {w.budget:,}-slot budget" if w.budget else "in the memory budget"
     if w.shared is not None:
         where += " (the prompt stored once)" if w.shared else " (a copy of the prompt in every row)"
     rows = _count(w.rows_per_pass, "row", "rows")
+    paged = w.schedule == VLLM
+    needs = (f"each answer reserving its full length, needs {_count(w.passes, 'fixed pass', 'fixed passes')} of "
+             f"{rows} {where}" if paged else f"needs {w.passes} passes of {rows} {where}")
+    could = ("against fixed passes of full-length answers its decoding steps could shrink at most" if paged
+             else "its decoding steps can shrink at most")
+    early = "" if paged else _early_words(w)
     if about is not None and about.rival and about.schedule == "passes":
-        head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} writes its "
+        head = (f"Best-of-{w.n} at {w.length} tokens{',' if paged else ''} {needs}; {sr} writes its "
                 f"traces in passes of at most {_count(w.opening_rows, 'row', 'rows')} too (any trace may reach full "
                 "length), so its steps shrink only where its stops end a pass early or, on an engine that refills, "
                 "free a slot for the next trace")
     elif about is not None and about.rival:
-        head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} opens with "
+        head = (f"Best-of-{w.n} at {w.length} tokens{',' if paged else ''} {needs}; {sr} opens with "
                 f"{_count(w.opening_rows, 'row', 'rows')} in one pass and writes one answer on after it truncates, so "
-                f"its decoding steps can shrink at most {w.bound}x" + _early_words(w))
+                f"{could} {w.bound}x" + early)
     elif w.passes == 1:
         head = (f"Best-of-{w.n} at {w.length} tokens fits in one pass of {rows} {where}, so {sr}'s one pass "
                 "cannot shrink its decoding steps")
     else:
-        head = (f"Best-of-{w.n} at {w.length} tokens needs {w.passes} passes of {rows} {where}; {sr} opens with "
-                f"{_count(w.opening_rows, 'row', 'rows')} in one pass, so its decoding steps can shrink at most "
-                f"{w.bound}x" + _early_words(w))
+        head = (f"Best-of-{w.n} at {w.length} tokens{',' if paged else ''} {needs}; {sr} opens with "
+                f"{_count(w.opening_rows, 'row', 'rows')} in one pass, so {could} {w.bound}x" + early)
+    if paged:   # the steps the verdict priced: vLLM's, for all N and at equal reward
+        head += (f". As vLLM pages Best-of-N (KV blocks of 16 slots taken as answers write, preemption by recompute), "
+                 f"all {w.n} of its answers took {w.full_steps:,.0f} steps against its {w.sr_steps:,} "
+                 f"({_fewer(w.room)})")
+        if w.beyond:
+            return head + ", and Best-of-N never reaches its reward."
+        return head + f"; at equal reward it took {w.bon_steps:,.0f} steps ({_fewer(w.step_ratio)})."
     if w.beyond:
         return (head + f": all {w.bon_steps:,.0f} of Best-of-N's steps against its {w.sr_steps:,} "
                 f"({_fewer(w.step_ratio)}), and Best-of-N never reaches its reward.")
@@ -570,7 +592,8 @@ def _price_words(w: Why, machine: str) -> str:
         mean = f"{_x(w.price)} Best-of-N's" if w.price > 1 else f"{_x(1 / w.price)} less than Best-of-N's"
     narrow = ", as its cuts narrow the batch" if w.price < w.opening_price else ""
     if w.opening_rows == w.rows_per_pass:   # as wide as Best-of-N's passes: no wider step to price
-        return (f"{_cap(machine)}, its widest step is Best-of-N's ({_count(w.rows_per_pass, 'row', 'rows')}), and "
+        whose = "a fixed pass of Best-of-N's" if w.schedule == VLLM else "Best-of-N's"
+        return (f"{_cap(machine)}, its widest step is {whose} ({_count(w.rows_per_pass, 'row', 'rows')}), and "
                 f"its steps cost {mean} on average{narrow}.")
     return (f"{_cap(machine)}, one step of {_count(w.opening_rows, 'row', 'rows')} costs {_x(w.opening_price)} one "
             f"of {_count(w.rows_per_pass, 'row', 'rows')}, and its steps cost {mean} on average{narrow}.")
@@ -616,7 +639,9 @@ def _cause_words(w: Why, sr: str, about=None) -> str:
             room = ("there were no steps to save" if _fewer(w.room) == "as many" else
                     f"no steps were saved: it took {_x(1 / w.room)} more steps than all of Best-of-N's answers"
                     if w.room < 1 else f"at most {_x(w.room)} fewer steps were possible")
-            parts.append(f"the bound: Best-of-N's answers fit in {_count(w.passes, 'pass', 'passes')}, so {room}")
+            fit = (f"all of Best-of-N's answers took {w.full_steps:,.0f} steps as vLLM pages them"
+                   if w.schedule == VLLM else f"Best-of-N's answers fit in {_count(w.passes, 'pass', 'passes')}")
+            parts.append(f"the bound: {fit}, so {room}")
         elif c == "signal":
             k = "all" if w.k is None else f"about {show_k(w.k)}"
             at = f"with ρ = {w.rho:.2f} at token {w.first_decision}, " if w.rho is not None else ""
