@@ -91,7 +91,7 @@ def defaults_race():
 def test_the_defaults_room_price_and_signal_worked_by_hand():
     assert BUDGET.rows_per_pass(32, 48) == 8 and BUDGET.auto_n(14) == 29
     bon, bon_rounds, sr, rounds = defaults_race()
-    v = verdict_from_race(sr, bon, bon_rounds, COST.step)
+    v = verdict_from_race(sr, bon, bon_rounds, COST.step, schedule="passes")
     w = explain(baseline=bon, baseline_rounds=bon_rounds, challenger=sr, rounds=rounds, verdict=v, step=COST,
                 max_new_tokens=48, budget=BUDGET)
     # the room: 32 answers in passes of 8 = 4 passes of 48 steps (192) against one pass of 48: at most 4x
@@ -141,7 +141,7 @@ LOSS_COST = StepCost((1, 8), (0.10, 0.24))   # 0.10 s at 1 row, 0.02 s more a ro
 
 def test_a_loss_where_the_winner_is_cut_at_the_first_decision_worked_by_hand():
     bon, bon_rounds, sr, rounds = loss_race()
-    v = verdict_from_race(sr, bon, bon_rounds, LOSS_COST.step)
+    v = verdict_from_race(sr, bon, bon_rounds, LOSS_COST.step, schedule="passes")
     w = explain(baseline=bon, baseline_rounds=bon_rounds, challenger=sr, rounds=rounds, verdict=v, step=LOSS_COST,
                 max_new_tokens=10)
     # its winner is #4 (0.4); one answer of Best-of-N is 0.45 on average (3.6 / 8), already above: k = 1,
@@ -168,10 +168,15 @@ def test_a_loss_where_the_winner_is_cut_at_the_first_decision_worked_by_hand():
 
 def test_with_no_measured_step_time_is_counted_in_decoding_steps():
     bon, bon_rounds, sr, rounds = defaults_race()
-    v = verdict_from_race(sr, bon, bon_rounds, _unit)
+    v = verdict_from_race(sr, bon, bon_rounds, _unit, schedule="passes")
     w = explain(baseline=bon, baseline_rounds=bon_rounds, challenger=sr, rounds=rounds, verdict=v, step=None,
                 max_new_tokens=48, budget=BUDGET)
-    # every step one unit: the speed-up is the steps saved, 192 / 48 = 4x; no price at all
+    # as vLLM pages them (the default), the 32 full-length answers take 193 steps, one more than 4 passes of 8
+    # (27 open at once, then preemption by recompute: paging.vllm_schedule): the steps saved, 193 / 48
+    paged = verdict_from_race(sr, bon, bon_rounds, _unit)
+    assert paged.schedule == "vllm" and v.schedule == "passes"
+    assert paged.bon_seconds == pytest.approx(193) and paged.speedup == pytest.approx(193 / 48)
+    # every step one unit: the speed-up is the steps saved, 192 / 48 = 4x in fixed passes; no price at all
     assert not w.measured and w.opening_price is None and w.price == 1.0
     assert w.speedup == pytest.approx(4.0) == pytest.approx(w.step_ratio) and w.outcome == "won"
     # the loss race, counted in steps: 10 against 10, 1x: it gains little (the price cannot be named: not
@@ -263,11 +268,16 @@ def test_the_box_for_the_defaults_reads_aloud():
 
     bon, bon_rounds, sr, rounds = defaults_race()
     text = why_markdown(_view(bon, bon_rounds, sr, rounds, COST, n=32, max_new_tokens=48))
-    assert text.startswith("#### Why this speed-up (3.24x)")
-    assert ("Best-of-32 at 48 tokens needs 4 passes of 8 rows in the 448-slot budget (the prompt stored once); "
-            "Speculative Rejection opens with 29 rows in one pass, so its decoding steps can shrink at most 4x: at "
-            "equal reward, Best-of-N took 192 steps against its 48 (4x fewer).") in text
-    assert ("On this machine, one step of 29 rows costs 1.6x one of 8 rows, and its steps cost 1.23x Best-of-N's "
+    # priced against Best-of-N as vLLM pages it: 193 steps for the 32 full-length answers (one more than 4 fixed
+    # passes: test_with_no_measured_step_time...), each priced at its rows; the passes named as fixed passes'
+    assert text.startswith("#### Why this speed-up (3.38x)")
+    assert ("Best-of-32 at 48 tokens, each answer reserving its full length, needs 4 fixed passes of 8 rows in the "
+            "448-slot budget (the prompt stored once); Speculative Rejection opens with 29 rows in one pass, so "
+            "against fixed passes of full-length answers its decoding steps could shrink at most 4x. As vLLM pages "
+            "Best-of-N (KV blocks of 16 slots taken as answers write, preemption by recompute), all 32 of its answers "
+            "took 193 steps against its 48 (4.02x fewer); at equal reward it took 193 steps (4.02x fewer).") in text
+    assert "ended early" not in text   # they did not: vLLM's one step more than the passes is its preemption
+    assert ("On this machine, one step of 29 rows costs 1.6x one of 8 rows, and its steps cost 1.19x Best-of-N's "
             "on average") in text
     assert "At the first decision (token 14) the partial reward ranked 29 answers with Spearman ρ = 0.52 (moderate" in text
     assert "Best-of-N's winner #0 was kept to the end." in text
@@ -286,11 +296,13 @@ def test_the_box_for_a_loss_says_what_made_it_lose_and_names_the_recordings_mach
     text = why_markdown(_view(bon, bon_rounds, sr, rounds, LOSS_COST, n=8, max_new_tokens=10, recording=rec))
     assert text.startswith("#### Why Speculative Rejection lost here (1.92x more time)")
     assert "in the 60-slot budget (a copy of the prompt in every row)" in text
+    # 60 slots are 3 blocks of 16, and one answer (30 + 9 tokens) needs all 3: vLLM runs the 8 one at a time
+    assert "all 8 of its answers took 80 steps against its 10 (8x fewer); at equal reward it took 10 steps" in text
     assert "On the recording's machine, one step of 8 rows costs 1.5x one of 4 rows" in text
     assert "on this machine" not in text.lower()
     assert "Spearman ρ = -0.90 (inverse agreement)" in text and "#0 was cut at decision 1 (token 4)" in text
     assert ("**What made it lose:** the early signal: with ρ = -0.90 at token 4, Speculative Rejection cut "
-            "Best-of-N's winner at decision 1, and Best-of-N needed only about 1 of its 8 answers (10 of its 20 "
+            "Best-of-N's winner at decision 1, and Best-of-N needed only about 1 of its 8 answers (10 of its 80 "
             "steps) to match what Speculative Rejection kept; and the step price: its steps cost 1.92x Best-of-N's "
             "on average, while it took as many steps as Best-of-N.") in text
     assert "on the recording's machine it grows with them: 1.5x from 4 rows to 8." in text
@@ -302,7 +314,7 @@ def test_the_box_counts_steps_without_a_measurement_and_is_empty_without_a_verdi
     bon, bon_rounds, sr, rounds = defaults_race()
     view = _view(bon, bon_rounds, sr, rounds, None, n=32, max_new_tokens=48)
     text = why_markdown(view)
-    assert "Why this speed-up (4x)" in text and "counted in decoding steps" in text and "costs 1.6x" not in text
+    assert "Why this speed-up (4.02x)" in text and "counted in decoding steps" in text and "costs 1.6x" not in text
     # the loss race counted in steps: 10 against 10, no speed-up; what kept it small is the signal alone
     bon, bon_rounds, sr, rounds = loss_race()
     text = why_markdown(_view(bon, bon_rounds, sr, rounds, None, n=8, max_new_tokens=10))
@@ -353,7 +365,7 @@ def uneven_race():
 def test_an_n_the_rows_per_pass_do_not_divide_and_a_short_last_pass():
     bon, bon_rounds, rival, rounds = uneven_race()
     assert [r.n_kept for r in bon_rounds] == [8, 4]            # the short last pass
-    v = verdict_from_race(rival, bon, bon_rounds, _unit)
+    v = verdict_from_race(rival, bon, bon_rounds, _unit, schedule="passes")
     # rows per pass are the widest pass's, 8 (not the last one's 4): 2 passes of 48 steps, 96 for all 12
     assert v.curve[-1].steps == pytest.approx(96) and v.widest == 8
     w = explain(baseline=bon, baseline_rounds=bon_rounds, challenger=rival, rounds=rounds, verdict=v, step=None,

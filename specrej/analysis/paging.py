@@ -66,6 +66,14 @@ class VllmSchedule:
     recomputed: int
     changes: tuple[tuple[int, int, int], ...] = ()
 
+    def widest(self) -> int:
+        """The most answers running in any one step."""
+        rows = most = 0
+        for _, _, d in sorted(self.changes):
+            rows += d
+            most = max(most, rows)
+        return most
+
     def steps(self) -> list[int]:
         """Steps of Best-of-k for k = 1..len(ends) (entry k-1): the first k answers of the order are done."""
         out, end = [], 0
@@ -234,11 +242,29 @@ def vllm_steps(lengths: Sequence[int], budget: KVBudget, block_size: int = BLOCK
     return vllm_curve(lengths, budget, block_size, None, draws, seed)[0]
 
 
+def fits(lengths: Sequence[int], budget: KVBudget, block_size: int = BLOCK_SIZE) -> bool:
+    """Does the longest answer fit the budget alone in whole blocks (what ``vllm_schedule`` needs)? A budget that
+    holds an answer in slots may not in blocks of ``block_size`` (the last block is whole)."""
+    if not lengths or block_size < 1:
+        return False
+    longest = max(1, int(max(lengths)))
+    return _blocks(budget.prompt_len + longest - 1, block_size) <= budget.total // block_size
+
+
 def vllm_curve(lengths: Sequence[int], budget: KVBudget, block_size: int = BLOCK_SIZE,
                step_s: Callable[[int], float] | None = None, draws: int = 256,
                seed: int = 0) -> tuple[list[float], list[float] | None]:
     """``vllm_steps``, and with ``step_s`` (seconds of a step of r rows) the expected seconds of Best-of-k over the
     same orders (``schedule_seconds``); None without it."""
+    steps, seconds, _ = vllm_priced(lengths, budget, block_size, step_s, draws, seed)
+    return steps, seconds
+
+
+def vllm_priced(lengths: Sequence[int], budget: KVBudget, block_size: int = BLOCK_SIZE,
+                step_s: Callable[[int], float] | None = None, draws: int = 256,
+                seed: int = 0) -> tuple[list[float], list[float] | None, int]:
+    """``vllm_curve``, and the widest step of all N answers over those orders (the most rows any priced step
+    decodes: the verdict's ``widest``)."""
     from .curve import _orders
 
     n = len(lengths)
@@ -246,14 +272,16 @@ def vllm_curve(lengths: Sequence[int], budget: KVBudget, block_size: int = BLOCK
         raise ValueError("vllm_steps needs at least one length")
     orders = _orders(n, draws, seed)
     price = [0.0] + [step_s(r) for r in range(1, n + 1)] if step_s is not None else None
-    total, seconds = [0.0] * n, np.zeros(n)
+    total, seconds, widest = [0.0] * n, np.zeros(n), 0
     for order in orders:
         s = vllm_schedule(lengths, order, budget, block_size)
         for k, e in enumerate(s.steps()):
             total[k] += e
+        widest = max(widest, s.widest())
         if price is not None:
             seconds += schedule_seconds(s, price)
-    return [t / len(orders) for t in total], ((seconds / len(orders)).tolist() if price is not None else None)
+    return ([t / len(orders) for t in total], ((seconds / len(orders)).tolist() if price is not None else None),
+            widest)
 
 
 def preemption_stats(lengths: Sequence[int], budget: KVBudget, block_size: int = BLOCK_SIZE, draws: int = 256,

@@ -5,11 +5,19 @@ For one race with a Best-of-N arm and a Speculative Rejection arm:
 
 1. **Best-of-N's curve.** For every k <= N, the expected best reward of k of its answers drawn at
    random (order statistics over the N coupled answers, ``curve.expected_max``), priced at what
-   Best-of-k costs under the same memory budget: passes of ``rows_per_pass`` rows, and every
-   decoding step priced at this machine's measured time for the rows decoding at that step
-   (``core.cost.StepCost``; a row leaves the batch the step its answer ends). The expectation is
-   over which k answers are drawn: the rows decoding at step t of a pass of m random answers are
-   hypergeometric, so the expected time is exact.
+   Best-of-k costs under the same memory budget, every decoding step priced at this machine's measured
+   time for the rows decoding at that step (``core.cost.StepCost``), on one of two schedules
+   (``Verdict.schedule``):
+
+   - ``"vllm"`` (what ``from_race`` prices against wherever the race's budget is known, as the bench's
+     tables are): Best-of-k as vLLM v1 schedules it (``paging``: KV blocks of 16 slots taken as answers
+     write, a waiting answer admitted while its blocks fit, the latest admitted preempted and recomputed
+     when a running one needs a block and none is free), its steps and their rows averaged over orders of
+     the answers (``paging.vllm_priced``); a recomputed answer's prefill is priced as one more row;
+   - ``"passes"`` (fixed passes: each answer reserves its full length at admission; the older yardstick,
+     and the fallback where the budget is unknown or an answer does not fit it in whole blocks): passes of
+     ``rows_per_pass`` rows, a row leaving the batch the step its answer ends; the rows decoding at step t
+     of a pass of m random answers are hypergeometric, so the expected time is exact.
 2. **Speculative Rejection's point**: its winner's reward at its own decoding steps, priced by the
    same rule (all its rows start together; a row leaves when it is pruned or its answer ends).
    **Scoring** is priced too where the step is this machine's (``from_race(scoring=True)``: the page's
@@ -38,7 +46,7 @@ than its rows. The improvement score (the paper's: 100 = Best-of-N's winner, 0 =
 below it by the whole spread) says how far below Best-of-N's N the point sits, on a scale that
 means the same for every reward.
 
-Time here is decoding time modelled from measured step times (a rival's with its extra reads, where they
+Time here is decoding time modelled from measured step times (Best-of-k's on the schedule named) (a rival's with its extra reads, where they
 were measured), plus the reward's scoring where ``from_race(scoring=True)``.
 """
 from __future__ import annotations
@@ -48,14 +56,21 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from .compare import fmt_times, reached
-from ..core.cost import StepCost, best_of_k, decode_cost, read_words
+from ..core.budget import KVBudget
+from ..core.cost import StepCost, best_of_k, decode_cost, flops as count_flops, read_words
 from .curve import expected_max
 from .metrics import improvement_score
+from .paging import BLOCK_SIZE, fits, vllm_priced
 
 StepTime = Callable[[int], float]   # seconds of one decoding step at this many rows
 
 REACHED, BEYOND, BELOW, DEGENERATE = "reached", "beyond", "below", "degenerate"
 SAME_TIME = 0.05   # times within 5% of each other read "about the same time" (``Verdict.time_words``)
+VLLM, PASSES = "vllm", "passes"   # Best-of-k's schedule (``Verdict.schedule``): vLLM v1's paging; fixed passes
+SCHEDULE_WORDS = {
+    VLLM: "as vLLM v1 schedules it (KV blocks of 16 slots taken as answers write, preemption by recompute)",
+    PASSES: "in fixed passes (each answer reserves its full length at admission: the rows that fit at full length)",
+}
 
 
 def _finite(what: str, values: Sequence[float]) -> None:
@@ -87,11 +102,21 @@ class Point:
 
 def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: int, step: StepTime, *,
               flops_per_token: float = 0.0, prompt_flops: float = 0.0, reward_flops: float = 0.0,
-              scoring_s: float = 0.0) -> list[Point]:
+              scoring_s: float = 0.0, budget: KVBudget | None = None, block_size: int = BLOCK_SIZE) -> list[Point]:
     """Best-of-k for k = 1..N from one Best-of-N run's coupled answers (final ``scores`` and ``lengths``).
     ``flops_per_token``: the generator's FLOPs per generated token; ``prompt_flops``: its prefill, once
     per run; ``reward_flops``: the whole run's reward FLOPs and ``scoring_s`` its reward's seconds (each
-    answer scored once: k/N of each)."""
+    answer scored once: k/N of each). ``budget``: Best-of-k's steps and time as vLLM v1 schedules it in
+    blocks of ``block_size`` (``paging.vllm_priced``; the answers must fit it, ``paging.fits``); None: in
+    fixed passes of ``rows_per_pass`` rows. FLOPs are the same on both (a recomputed prefill is not counted)."""
+    return _bon_curve(scores, lengths, rows_per_pass, step, flops_per_token=flops_per_token,
+                      prompt_flops=prompt_flops, reward_flops=reward_flops, scoring_s=scoring_s, budget=budget,
+                      block_size=block_size)[0]
+
+
+def _bon_curve(scores, lengths, rows_per_pass, step, *, flops_per_token, prompt_flops, reward_flops, scoring_s,
+               budget, block_size) -> tuple[list[Point], int]:
+    """``bon_curve`` and its widest step (rows)."""
     n = len(scores)
     if n == 0 or len(lengths) != n:
         raise ValueError("bon_curve needs one length per score, at least one answer")
@@ -99,18 +124,26 @@ def bon_curve(scores: Sequence[float], lengths: Sequence[int], rows_per_pass: in
     _lengths("Best-of-N's lengths", lengths)
     if rows_per_pass < 1:
         raise ValueError("rows_per_pass must be at least 1")
-    # the one Best-of-k point (core.cost.best_of_k), mapped over k: FLOPs through cost.flops, for a generator of
-    # flops_per_token / 2 parameters whose prefill is prompt_flops
+    # FLOPs through cost.flops, for a generator of flops_per_token / 2 parameters whose prefill is prompt_flops
     params = flops_per_token / 2.0
     prompt_tokens = prompt_flops / flops_per_token if flops_per_token else 0.0
-    memo: dict[int, tuple[float, float]] = {}
+    mean_len = sum(lengths) / n
     out = []
+    if budget is not None:   # 1) vLLM v1's schedule: steps and their rows over orders of the answers
+        steps, seconds, widest = vllm_priced([int(x) for x in lengths], budget, block_size, step)
+        for k in range(1, n + 1):
+            gen = count_flops(params, prompt_tokens + k * mean_len) if flops_per_token else prompt_flops
+            out.append(Point(k, expected_max(scores, k), steps[k - 1], seconds[k - 1] + scoring_s * k / n,
+                             gen + reward_flops * k / n))
+        return out, widest
+    # 2) fixed passes: the one Best-of-k point (core.cost.best_of_k), mapped over k
+    memo: dict[int, tuple[float, float]] = {}
     for k in range(1, n + 1):
         p = best_of_k(k, lengths, rows_per_pass, step, params=params, prompt_tokens=prompt_tokens,
                       reward_flops=reward_flops, scoring_s=scoring_s, memo=memo)
         flops = p.flops if flops_per_token else prompt_flops + p.flops
         out.append(Point(k, expected_max(scores, k), p.steps, p.seconds, flops))
-    return out
+    return out, min(rows_per_pass, n)
 
 
 @dataclass(frozen=True)
@@ -131,6 +164,20 @@ class Verdict:
     widest: int                   # the most rows any priced step decodes (its first step or Best-of-N's pass)
     reads: str = ""               # what the challenger's steps read beyond the logits (``Ledger.reads``; "": nothing)
     read_factor: float | None = None   # its priced decoding time with those reads over without (None: not priced)
+    schedule: str = PASSES        # Best-of-k's schedule: VLLM (vLLM v1's paging) or PASSES (fixed passes)
+    passes_seconds: float | None = None   # on VLLM: Best-of-k's time at the same k in fixed passes (None on PASSES)
+
+    @property
+    def passes_faster(self) -> bool:
+        """On vLLM's schedule, would fixed passes have given Best-of-k more than ``SAME_TIME`` less time at the same
+        k (a small budget in blocks of 16 holds fewer answers than reserving whole lengths does)? The page says so."""
+        return (self.passes_seconds is not None and self.bon_seconds > 0
+                and self.passes_seconds < self.bon_seconds / (1 + SAME_TIME))
+
+    @property
+    def schedule_words(self) -> str:
+        """How Best-of-k was scheduled, in words (``SCHEDULE_WORDS``)."""
+        return SCHEDULE_WORDS[self.schedule]
 
     def reads_words(self, where: str = "on this machine") -> str:
         """One sentence on the challenger's extra reads in its time: "Its steps include the top-20
@@ -175,7 +222,16 @@ class Verdict:
         within ``SAME_TIME`` (5%) of each other: both are modelled from step times measured once on a
         shared machine, and a few percent is not a difference that model can tell (a choice, not a
         measured error bar). Never "1x", never a factor below 1."""
-        x = self.speedup
+        return self._ratio_words(self.speedup, than)
+
+    def passes_time_words(self, than: str = "") -> str:
+        """``time_words`` against Best-of-k in fixed passes at the same k (``passes_seconds``); "" without it."""
+        if self.passes_seconds is None or self.kind == DEGENERATE:
+            return ""
+        return self._ratio_words(self.passes_seconds / self.seconds if self.seconds > 0 else math.inf, than)
+
+    @staticmethod
+    def _ratio_words(x: float | None, than: str) -> str:
         if x is None:
             return "nothing to compare"
         r = x if x >= 1 else 1 / x
@@ -251,7 +307,8 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
             sr_lengths: Sequence[int], sr_flops: float, step: StepTime, flops_per_token: float = 0.0,
             prompt_flops: float = 0.0, bon_reward_flops: float = 0.0,
             sr_profile: Sequence[int] | None = None, sr_scoring_s: float = 0.0,
-            bon_scoring_s: float = 0.0, sr_step: StepTime | None = None, reads: str = "") -> Verdict:
+            bon_scoring_s: float = 0.0, sr_step: StepTime | None = None, reads: str = "",
+            budget: KVBudget | None = None, block_size: int = BLOCK_SIZE) -> Verdict:
     """Speculative Rejection's result (its winner's reward, every candidate's length as written, its
     FLOPs) placed on Best-of-N's curve (its N final scores and lengths, its rows per pass). Refuses
     (``ValueError``) a score or reward that is NaN or infinite, no answers, and lengths that are
@@ -270,11 +327,19 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
 
     ``sr_step``: the challenger's own step price where it differs from ``step`` (a rival's step with its extra
     reads, ``StepCost.reading``); ``reads`` names those reads (``Ledger.reads``): with ``sr_step`` the
-    verdict keeps what they added (``read_factor``), without it says they are not priced."""
+    verdict keeps what they added (``read_factor``), without it says they are not priced.
+
+    ``budget``: Best-of-k priced as vLLM v1 schedules it under that budget, in blocks of ``block_size``
+    (``schedule`` "vllm"; refused where the longest answer does not fit it alone, ``paging.fits``); None: in
+    fixed passes of ``rows_per_pass`` (``schedule`` "passes")."""
     _finite("Speculative Rejection's reward", [sr_reward])
     _lengths("Speculative Rejection's lengths", sr_lengths)
-    curve = bon_curve(bon_scores, bon_lengths, rows_per_pass, step, flops_per_token=flops_per_token,
-                      prompt_flops=prompt_flops, reward_flops=bon_reward_flops, scoring_s=bon_scoring_s)
+    if budget is not None and not fits(bon_lengths, budget, block_size):
+        raise ValueError(f"an answer of {max(bon_lengths)} tokens does not fit {budget.total} slots in blocks of "
+                         f"{block_size}: price Best-of-k in fixed passes (budget=None)")
+    curve, bon_widest = _bon_curve(bon_scores, bon_lengths, rows_per_pass, step, flops_per_token=flops_per_token,
+                                   prompt_flops=prompt_flops, reward_flops=bon_reward_flops,
+                                   scoring_s=bon_scoring_s, budget=budget, block_size=block_size)
     steps, seconds = _decode(sr_profile, sr_lengths, sr_step or step)
     factor = None
     if reads and sr_step is not None:
@@ -292,12 +357,19 @@ def verdict(*, bon_scores: Sequence[float], bon_lengths: Sequence[int], rows_per
     else:
         k, bon_seconds, bon_flops = place(curve, sr_reward, spread)
         kind = REACHED if k is not None else BEYOND
-    widest = max(min(rows_per_pass, len(bon_scores)),
-                 max(sr_profile) if sr_profile else sum(x > 0 for x in sr_lengths))
+    widest = max(bon_widest, max(sr_profile) if sr_profile else sum(x > 0 for x in sr_lengths))
+    passes_seconds = None
+    if budget is not None:   # the same k in fixed passes, for the page to name where it is faster
+        fixed, _ = _bon_curve(bon_scores, bon_lengths, rows_per_pass, step, flops_per_token=flops_per_token,
+                              prompt_flops=prompt_flops, reward_flops=bon_reward_flops, scoring_s=bon_scoring_s,
+                              budget=None, block_size=block_size)
+        passes_seconds = (fixed[0].seconds if kind == BELOW else fixed[-1].seconds if kind in (DEGENERATE, BEYOND)
+                          else place(fixed, sr_reward, spread)[1])
     return Verdict(reward=sr_reward, steps=steps, seconds=seconds, flops=sr_flops, n=len(bon_scores),
                    curve=tuple(curve), kind=kind, k=k, bon_seconds=bon_seconds, bon_flops=bon_flops,
                    improvement=None if kind == DEGENERATE else improvement_score([sr_reward], [top], [top], [low]),
-                   widest=widest, reads=reads, read_factor=factor)
+                   widest=widest, reads=reads, read_factor=factor,
+                   schedule=VLLM if budget is not None else PASSES, passes_seconds=passes_seconds)
 
 
 def _decode(profile: Sequence[int] | None, lengths: Sequence[int], step: StepTime) -> tuple[int, float]:
@@ -325,7 +397,7 @@ def show_k(k: float) -> str:
 
 
 def from_race(challenger, baseline, baseline_rounds: Sequence, step: "StepTime | StepCost", *,
-              scoring: bool = False) -> Verdict | None:
+              scoring: bool = False, schedule: str = VLLM) -> Verdict | None:
     """The verdict of a finished race from its events: ``challenger`` and ``baseline`` are ``Finished``
     events (Speculative Rejection's, Best-of-N's), ``baseline_rounds`` Best-of-N's ``Round`` events (one
     per pass: their widest is its rows per pass). None when Best-of-N did not write all of its answers
@@ -335,7 +407,14 @@ def from_race(challenger, baseline, baseline_rounds: Sequence, step: "StepTime |
 
     ``step``: a price per step, or a ``StepCost`` (or its bound ``StepCost.step``): then a challenger whose steps
     read more than the logits (``Ledger.reads``: DeepConf's top-k, ST-BoN's hidden states) is priced at the
-    step measured with those reads (``StepCost.reading``), where it was measured."""
+    step measured with those reads (``StepCost.reading``), where it was measured.
+
+    ``schedule``: Best-of-k's schedule. VLLM (the default): as vLLM v1 pages it under the race's budget, read from
+    Best-of-N's ledger (its slots, its prompt tokens as prefilled, whether the prompt was stored once); in fixed
+    passes where the ledger has no budget (an older trace) or the longest answer does not fit it in whole blocks
+    (``Verdict.schedule`` says which priced it). PASSES: fixed passes of Best-of-N's widest pass."""
+    if schedule not in SCHEDULE_WORDS:
+        raise ValueError(f"schedule must be one of {sorted(SCHEDULE_WORDS)}, not {schedule!r}")
     cost = _cost_of(step)
     step = cost.step if isinstance(step, StepCost) else step
     reads = getattr(challenger.ledger, "reads", "")
@@ -344,12 +423,17 @@ def from_race(challenger, baseline, baseline_rounds: Sequence, step: "StepTime |
     if not answers or len(answers) != len(baseline.candidates) or not baseline_rounds:
         return None
     led = baseline.ledger
+    lengths = [c.tokens for c in answers]
+    budget = (KVBudget(led.budget, led.prompt_tokens, led.kv_sharing == "shared")
+              if schedule == VLLM and led.budget > 0 else None)
+    if budget is not None and not (max(lengths) > 0 and fits(lengths, budget)):
+        budget = None
     per_token = led.generator_flops / max(1, led.prompt_tokens + led.generated_tokens)
-    return verdict(bon_scores=[c.score for c in answers], bon_lengths=[c.tokens for c in answers],
+    return verdict(bon_scores=[c.score for c in answers], bon_lengths=lengths,
                    rows_per_pass=max(r.n_kept for r in baseline_rounds), sr_reward=challenger.winner.score,
                    sr_lengths=[c.tokens for c in challenger.candidates], sr_flops=challenger.ledger.flops,
                    step=step, flops_per_token=per_token, prompt_flops=per_token * led.prompt_tokens,
                    bon_reward_flops=led.reward_flops, sr_profile=challenger.rows_per_step or None,
                    sr_scoring_s=challenger.ledger.reward_s if scoring else 0.0,
                    bon_scoring_s=led.reward_s if scoring else 0.0, sr_step=own.step if own is not None else None,
-                   reads=reads)
+                   reads=reads, budget=budget)

@@ -8,8 +8,11 @@ Best-of-N's curve) over Speculative Rejection's. It factors exactly into what a 
 
 and the steps it saved are bounded by the room the budget leaves:
 
-1. **The room.** Best-of-N writes its N answers in passes of the rows that fit at full length
-   (``KVBudget.rows_per_pass``); Speculative Rejection writes all of its opening rows in one pass. Its
+1. **The room.** In fixed passes Best-of-N writes its N answers in passes of the rows that fit at full length
+   (``KVBudget.rows_per_pass``); Speculative Rejection writes all of its opening rows in one pass. (As vLLM
+   pages it, the verdict's usual yardstick, more of Best-of-N's answers run at once while they are short, so
+   its steps are fewer and the room smaller: ``bon_steps`` and ``full_steps`` are on the verdict's schedule,
+   ``Why.schedule``; ``passes`` and ``bound`` stay fixed passes'.) Its
    decoding steps shrink by Best-of-N's number of passes when every answer runs to full length (passes x
    length steps against length). Best-of-32 at 48 tokens in 448 slots is 4 passes of 8 rows: ~4x. That is a
    bound for full-length answers only: a pass ends when its longest answer ends, so answers that end early
@@ -95,6 +98,8 @@ class Why:
     causes: tuple[str, ...]       # what made it lose or gain little, in CAUSES' order; () when it won
     signal: str = ""              # what the first decision ranked by: "" the partial reward; a rival's own signal
                                   # ("group confidence": DeepConf, "consistency": ST-BoN)
+    schedule: str = "passes"      # Best-of-k's schedule in the verdict (``Verdict.schedule``): "vllm" or "passes";
+                                  # ``bon_steps`` and ``full_steps`` are on it, ``passes`` and ``bound`` fixed passes'
 
     @property
     def bound(self) -> int:
@@ -229,7 +234,7 @@ def explain(*, baseline: Finished, baseline_rounds: Sequence[Round], challenger:
                k=verdict.k if verdict.k is not None else 1.0 if verdict.kind == "below" else float(verdict.n),
                speedup=speedup, outcome=outcome,
                causes=causes_of(outcome, room=room, use=use, step_ratio=step_ratio, price=price, measured=measured),
-               signal=first.signal if first is not None else "")
+               signal=first.signal if first is not None else "", schedule=verdict.schedule)
 
 
 def from_race(challenger: Finished, rounds: Sequence[Round], baseline: Finished, baseline_rounds: Sequence[Round],
