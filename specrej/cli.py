@@ -294,7 +294,7 @@ def verdict_lines(arms: tuple[ArmSpec, ...], tally: Tally, step) -> list[str]:
             lines += [f"== time to equal reward, {arm.label}: none ({base.label} did not write all its answers)", ""]
             continue
         lines.append(f"== time to equal reward, {arm.label} against {base.label} (decoding priced at this "
-                     "machine's measured step, scoring included)")
+                     f"machine's measured step, scoring included; Best-of-k {v.schedule_words})")
         lines.append("   " + v.headline(arm.label, base.label, f"{v.seconds:.1f} s", f"{v.bon_seconds:.1f} s",
                                         score=lambda x: f"{x:.4f}"))
         if v.improvement is not None:
