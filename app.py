@@ -240,7 +240,8 @@ def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions
     # the race in the queue; one handler, one API name.
     def press_run(session, request: gr.Request):
         own(sessions, session, request).press(Button.RUN)
-        return ui.waiting_status(ctx)
+        place = guard.place("race", ctx.limits.max_run_seconds)   # every slot taken: its place and wait, in words
+        return gr.Markdown(place, elem_classes=["status-live"]) if place else ui.waiting_status(ctx)
 
     race = "Race Speculative Rejection against Best-of-N on one prompt; streams every arm."
     on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page, press_run, a.status)).then(
