@@ -105,3 +105,85 @@ def test_no_household_is_refused_a_place_it_is_owed_in_any_order_of_arrival():
                 assert not over or q.guard.waiting() >= 2 * QUEUE, (trial, k, held, answer)
             assert max(q.per_household().values()) <= 5
             assert q.guard.waiting() <= 2 * QUEUE
+
+
+def test_a_waiting_run_is_told_its_place_and_a_wait_it_can_trust():
+    """Issue 65 (4): the status says the place a Run will take and when it starts: at most what runs of the run
+    limit each would take (always true), and about what runs of the mean length here would (once one finished);
+    nothing when a slot is free."""
+    from components.deploy.clients import start_within, wait_words
+
+    assert start_within([30.0], 0, 1, 120) == 90 and start_within([30.0], 2, 1, 120) == 330
+    assert start_within([100.0, 10.0], 1, 2, 120) == 110   # two at a time: the second slot frees after 110 s
+    assert start_within([], 3, 1, 120) == 360 and start_within([500.0], 0, 1, 120) == 0
+    assert wait_words([5.0], 0, 2, limit_s=120, mean_s=None) is None   # a slot is free: it starts at once
+    said = wait_words([30.0], 2, 1, limit_s=120, mean_s=None)
+    assert "number 3 in the queue" in said and "2 runs waiting ahead of yours" in said and "within 330 s" in said
+    assert "average" not in said   # no run finished here yet: no made-up figure
+    said = wait_words([30.0], 2, 1, limit_s=120, mean_s=40)
+    assert "within 330 s" in said and "40 s runs here have taken on average, in about 90 s" in said, said
+    assert "about 0 s" in wait_words([90.0], 0, 1, limit_s=120, mean_s=40)   # a run past the mean: soon, not less
+
+
+def test_a_fourth_address_joins_a_queue_three_addresses_tried_to_fill(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    """The served app (queue of 10, one race at a time, held at a gate): three addresses each join eight runs from
+    eight sessions; a fourth address's Run is admitted, and a Run pressed now is told its place and wait."""
+    import dataclasses
+    import threading
+
+    import httpx
+    from conftest import HANG_GUARD_S, launch_local, request_values, tiny_app_context, wait_for
+
+    import app
+    from components.deploy.clients import Guard
+
+    ctx = tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory)
+    opened = threading.Event()
+
+    def gated(model_spec, reward_spec, cfg, **kw):
+        from components.session.stream import race_events
+
+        opened.wait(HANG_GUARD_S)
+        yield from race_events(model_spec, reward_spec, cfg, **kw)
+
+    one = dataclasses.replace(ctx, concurrency=1, machine=ctx.machine.copy())
+    demo = app.build_demo(one, events_fn=gated, guard=Guard(max_runs_per_client=2, trusted_proxy=True))
+    guard, url = demo.specrej_guard, launch_local(demo).rstrip("/")
+    run_fn = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
+    data = list(request_values(one, dict(prompt="Name two seas.", n=2, max_new_tokens=4)).values())
+    joined = []
+
+    def join(session, address):
+        r = httpx.post(f"{url}/gradio_api/queue/join", headers={"X-Forwarded-For": address}, timeout=HANG_GUARD_S,
+                       json={"data": data, "fn_index": run_fn, "session_hash": session, "event_data": None,
+                             "trigger_id": None})
+        if r.status_code == 200:
+            joined.append((session, r.json()["event_id"]))
+        return r
+
+    try:
+        assert one.max_queue == QUEUE
+        assert join("holder", "192.0.2.99").status_code == 200
+        assert wait_for(lambda: gradio_private_running(demo) == 1)   # held at the gate: the rest wait
+        got = {a: [join(f"home{k}-{i}", a).status_code for i in range(8)]
+               for k, a in enumerate(("203.0.113.1", "203.0.113.2", "2001:db8:0:1::1"))}
+        # with the holder's household: shares 4, 3, 2 (10 places / 3, 4, 5 households, rounded up): 9 wait
+        assert [codes.count(200) for codes in got.values()] == [4, 3, 2], got
+        fourth = join("fourth", "198.51.100.7")
+        assert fourth.status_code == 200, fourth.text
+        said = guard.place("race", one.limits.max_run_seconds)
+        waiting = guard.waiting()
+        assert waiting >= QUEUE and said and f"number {waiting + 1} in the queue" in said, said
+    finally:
+        for session, event in joined:
+            httpx.post(f"{url}/gradio_api/cancel", timeout=HANG_GUARD_S,
+                       json={"fn_index": run_fn, "session_hash": session, "event_id": event})
+        opened.set()
+        wait_for(lambda: not guard._gradio_runs())
+        demo.close()
+
+
+def gradio_private_running(demo) -> int:
+    from components.deploy import gradio_private
+
+    return gradio_private.group_load(demo, "race")[0]

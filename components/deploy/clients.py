@@ -87,6 +87,36 @@ def household_share(places: int, households: int, cap: int | None = None) -> int
     return share if cap is None else max(1, min(cap, share))
 
 
+def start_within(running_s: list[float], waiting: int, places: int, run_s: float) -> float:
+    """Seconds until a run that joins now starts, where each run lasts ``run_s``: ``places`` run at a time,
+    those running have run ``running_s`` seconds so far, and ``waiting`` runs are ahead of it."""
+    import heapq
+
+    free = sorted(max(0.0, run_s - s) for s in running_s)[:places] + [0.0] * max(0, places - len(running_s))
+    heapq.heapify(free)
+    for _ in range(waiting):
+        heapq.heappush(free, heapq.heappop(free) + run_s)
+    return free[0]
+
+
+def wait_words(running_s: list[float], waiting: int, places: int, *, limit_s: float, mean_s: float | None) -> str | None:
+    """What a run about to join a concurrency group of ``places`` is told of its place and wait, or None when a
+    place is free. Its place is ``waiting`` + 1; the wait is at most what runs of ``limit_s`` each (the run limit)
+    would take and, once runs here have finished (``mean_s``: their mean length), about what runs of that length
+    would; never a made-up figure."""
+    if len(running_s) < places:
+        return None
+    ahead = f"{waiting} run{'s' * (waiting != 1)} waiting ahead of yours" if waiting else "no run waiting ahead of yours"
+    most = start_within(running_s, waiting, places, limit_s)
+    said = (f"**Waiting for a free slot:** {len(running_s)} run{'s' * (len(running_s) != 1)} in progress and {ahead}: "
+            f"yours is number {waiting + 1} in the queue. Each run lasts at most {limit_s:.0f} s, so yours starts "
+            f"within {most:.0f} s")
+    if mean_s is not None:
+        about = min(most, start_within(running_s, waiting, places, mean_s))
+        said += f"; at the {mean_s:.0f} s runs here have taken on average, in about {about:.0f} s"
+    return said + ". Your place shows on this line."
+
+
 def _flag(env, name: str, default: bool) -> bool:
     value = str(env.get(name, "")).strip().lower()
     if not value:
@@ -423,6 +453,18 @@ class Guard:
         with self._lock:
             self._reconcile()
             return self.caps(request, fn)
+
+    def place(self, group: str, limit_s: float) -> str | None:
+        """What a run of concurrency group ``group`` is told of its place and wait the moment it is pressed, before it
+        joins, when every slot is taken (``wait_words``: at most runs of ``limit_s`` each, and about the mean length
+        of runs here); None: a slot is free. A cap or a full queue speaks as the run joins (a race with a recording
+        then plays it: ``move_when_full``, ``move_when_capped``)."""
+        if self.blocks is None:
+            return None
+        running, waiting, places = gradio_private.group_load(self.blocks, group)
+        mean, elapsed = gradio_private.group_clock(self.blocks, group)
+        elapsed = elapsed + [0.0] * max(0, running - len(elapsed))
+        return wait_words(elapsed, waiting, places or 1, limit_s=limit_s, mean_s=mean)
 
     def caps(self, request, fn: int) -> str | None:
         """The words of the cap this run of event ``fn`` would pass (None: none): the visitor's (its session, else its

@@ -106,7 +106,8 @@ class ApiGate:
                 message = await asyncio.wait_for(receive(), max(0.0, min(BODY_TIMEOUT_S, deadline - loop.time())))
             except asyncio.TimeoutError:   # a slow body (a few bytes every few seconds) holds nothing for long
                 return await _json(send, 408, {"detail": f"The request's body did not arrive within {BODY_TIMEOUT_S:g} "
-                                                         f"s a part, {BODY_TOTAL_S:g} s in all: send it again."})
+                                                         f"s a part, {BODY_TOTAL_S:g} s in all: send it again."},
+                                   [(b"connection", b"close")])   # the rest of that body is never read: close
             read.append(message)
             if message["type"] != "http.request":
                 break

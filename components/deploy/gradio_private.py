@@ -10,7 +10,7 @@ move; here each is read through one small function, and ``check(blocks)`` looks 
 ``tests/test_gradio_private.py`` fails loudly, naming the attribute, when a release moves one (checked
 against ``TESTED_WITH``). Nothing else in the app reads or writes an event's ``BlockFunction`` (``blocks.fns``: its handler, inputs,
 validator), reads a ``gr.Request``'s ``request``, or reads ``_queue``, ``event_queue_per_concurrency_id``,
-``active_jobs``, ``pending_messages_per_session``, ``pending_event_ids_session``, ``event_ids_to_events``, an
+``active_jobs``, ``process_time_per_fn``, ``start_times_per_fn``, ``pending_messages_per_session``, ``pending_event_ids_session``, ``event_ids_to_events``, an
 event's ``_id``, a function's ``_id``, the ``state_holder`` or the server app's ``iterators``.
 """
 from __future__ import annotations
@@ -148,6 +148,24 @@ def group_load(blocks, group: str) -> tuple[int, int, int | None]:
     return int(getattr(q, "current_concurrency", 0)), len(getattr(q, "queue", [])), getattr(q, "concurrency_limit", None)
 
 
+def group_clock(blocks, group: str) -> tuple[float | None, list[float]]:
+    """(the mean seconds a finished event of the concurrency group ``group`` took, None before one finished;
+    seconds each of its running events has run so far), from Gradio's own bookkeeping (``Queue.process_time_per_fn``,
+    ``EventQueue.start_times_per_fn``: what Gradio's rank/eta estimate reads)."""
+    import time
+
+    queue = _queue(blocks)
+    q = getattr(queue, "event_queue_per_concurrency_id", {}).get(group)
+    if q is None:
+        return None, []
+    times = [t for fn, t in getattr(queue, "process_time_per_fn", {}).items()
+             if getattr(fn, "concurrency_id", None) == group and getattr(t, "count", 0)]
+    mean = sum(t.process_time for t in times) / sum(t.count for t in times) if times else None
+    now = time.time()   # Gradio stamps a start with time.time()
+    running = [max(0.0, now - start) for starts in getattr(q, "start_times_per_fn", {}).values() for start in starts]
+    return mean, running
+
+
 def blocks_of(request) -> Any:
     """The Blocks a ``gr.Request`` was made by (None when it was made by none: a direct call)."""
     app = getattr(raw_request(request), "app", None)
@@ -266,7 +284,7 @@ def check(blocks, *, event: Any = None) -> None:
     else:
         for name, kind in (("event_queue_per_concurrency_id", dict), ("active_jobs", list),
                            ("pending_messages_per_session", dict), ("pending_event_ids_session", dict),
-                           ("event_ids_to_events", dict),
+                           ("event_ids_to_events", dict), ("process_time_per_fn", dict),
                            ("sleep_when_free", (int, float)), ("progress_update_sleep_when_free", (int, float))):
             if not isinstance(getattr(queue, name, None), kind):
                 missing.append(f"Queue.{name}")
