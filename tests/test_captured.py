@@ -70,7 +70,7 @@ def test_the_captured_step_writes_the_compiled_steps_tokens_and_statistics(lm32,
 def test_a_candidate_writes_the_same_tokens_in_any_bucket_after_a_prune_and_alone(lm32, graph_on):
     everyone, kind = decode(lm32, list(range(12)))
     assert kind == "captured"
-    for batch in ([0, 1, 2, 3], list(range(4, 12)), [10], [2, 11, 6]):   # buckets 4, 8, 2, 4
+    for batch in ([0, 1, 2, 3], list(range(4, 12)), [10], [2, 11, 6]):   # buckets 4, 8, 2, 3
         assert decode(lm32, batch)[0] == {c: everyone[c] for c in batch}, batch
     assert decode(lm32, list(range(12)), prune_at=6, keep=[9, 1, 4])[0] == {c: everyone[c] for c in (1, 4, 9)}
     assert decode(lm32, list(range(12)), prune_at=3, keep=[7])[0] == {7: everyone[7]}
@@ -88,14 +88,14 @@ def test_buffers_too_small_for_the_race_are_laid_out_again_for_the_rows_alive(lm
         real(self, *a, **kw)
 
     monkeypatch.setattr(captured.Graphed, "__init__", init)
-    monkeypatch.setattr(captured.Graphed, "_fits", lambda self, rows: 5 if rows > 4 else 40)
+    monkeypatch.setattr(captured.Graphed, "_positions", lambda self, rows, freed=0, admitted=True: 5 if rows > 4 else 40)
     got, _ = decode(lm32, list(range(12)), prune_at=4, keep=[3, 8])
     assert got == {3: everyone[3], 8: everyone[8]}
     assert made[0].relayouts == 1 and made[0].T == 40 and made[0].rows == 2
 
 
 def test_the_prompt_too_long_for_the_buffers_says_so(lm32, graph_on, monkeypatch):
-    monkeypatch.setattr(captured.Graphed, "_fits", lambda self, rows: 3)
+    monkeypatch.setattr(captured.Graphed, "_positions", lambda self, rows, freed=0, admitted=True: 3)
     with pytest.raises(torch.cuda.OutOfMemoryError, match="do not fit"):
         decode(lm32, list(range(12)))
 
@@ -133,9 +133,9 @@ def test_off_by_default_on_a_cpu_and_never_for_the_rivals_reads(lm32, monkeypatc
     captured._bodies.clear()
 
 
-def test_buckets_are_powers_of_two_from_two():
-    assert [captured.bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 1000, 1024, 1025)] == [2, 2, 4, 4, 8, 8, 16, 1024,
-                                                                                      1024, 2048]
+def test_buckets_are_capture_sizes_from_two():
+    assert [captured.bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 17, 33, 1000, 1024, 1025)] == [
+        2, 2, 3, 4, 5, 8, 9, 18, 36, 1024, 1024, 1152]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
@@ -226,15 +226,15 @@ def test_the_captured_body_is_capture_safe_across_a_prune_and_a_relayout(lm32, g
         guards.append(guard.ops)
 
     monkeypatch.setattr(captured.Graphed, "run", guarded_run)
-    monkeypatch.setattr(captured.Graphed, "_fits", lambda self, rows: 5 if rows > 4 else 40)
+    monkeypatch.setattr(captured.Graphed, "_positions", lambda self, rows, freed=0, admitted=True: 5 if rows > 4 else 40)
     eng = Engine(lm32, lm32.render(PROMPT), sampling=sampling, seed=1, n_total=12, max_new_tokens=12)
     rows, steps, finished = eng.start(list(range(12))), 0, {}
     while len(rows):
         finished.update({d.cand: d.tokens for d in rows.step()})
         steps += 1
         if steps == 4:
-            rows.keep([3, 8, 5])   # a prune: bucket 16 -> 4, then the relayout at position 5
-    assert eng.step_kind == "captured" and made[0].relayouts == 1 and made[0].rows == 4
+            rows.keep([3, 8, 5])   # a prune: bucket 12 -> 3, then the relayout at position 5
+    assert eng.step_kind == "captured" and made[0].relayouts == 1 and made[0].rows == 3
     assert len(guards) == steps and min(guards) > 0 and {3, 5, 8} <= set(finished)
 
 
@@ -270,7 +270,7 @@ def test_a_failed_capture_finishes_the_race_on_the_same_tokens_and_says_why(lm32
         if steps == 5:
             rows.keep([0, 3, 4, 11])
     assert out == want
-    assert calls == [16, 4]
+    assert calls == [12, 4]
     failed = [r for r in caplog.records if "capturing the decoding step failed" in r.getMessage()]
     assert len(failed) == 1 and failed[0].exc_info and "not permitted when stream is capturing" in failed[0].getMessage()
     assert captured.failure(lm32.model) and captured.body_for(lm32.model) is None

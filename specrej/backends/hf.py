@@ -36,7 +36,7 @@ import torch
 from ..core.budget import cpu_budget
 from ..core.config import RunConfig
 from ..core.cost import read_options
-from ..engine import captured, compiled, precision
+from ..engine import captured, compiled, memplan, precision
 from ..engine.kvcache import cache_of, grow_in_place, with_cache
 from ..engine import shared_prefix
 from ..engine.models import (EMBEDDED, ModelSpecError, default_device, generator_refusal, load_weights,
@@ -216,9 +216,6 @@ def unload() -> int:
     return count
 
 
-GPU_FRACTION = 0.5   # of free memory given to the KV cache; the rest covers activations and logits
-
-
 def coupled_uniforms(seed: int, position: int, cand_ids: torch.Tensor, n_total: int) -> torch.Tensor:
     """Uniforms in [0, 1) that depend only on (seed, candidate id, position). cand_ids: [rows]."""
     g = torch.Generator().manual_seed((seed * 1_000_003 + position * 7_919 + 1) % (2**63 - 1))
@@ -345,14 +342,17 @@ class Engine:
     def settings(cfg: RunConfig, *, n_total: int | None = None) -> dict:
         """The engine's keyword arguments that ``cfg`` sets: sampling, seed, candidates, length, stop strings."""
         return dict(sampling=Sampling(cfg.temperature, cfg.top_p, cfg.top_k), seed=cfg.seed,
-                    n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop)
+                    n_total=cfg.n if n_total is None else n_total, max_new_tokens=cfg.max_new_tokens, stop=cfg.stop,
+                    budget=cfg.budget)
 
     @staticmethod
     def default_budget(lm: LM) -> int:
-        """Half the GPU's free memory in KV slots; on CPU, ``cpu_budget()``."""
+        """On a GPU, one arm's share of the free memory in KV slots (``memplan.arm_budget``: the slots each arm of a
+        two-arm race may hold, with every arm's logits, step and bucket padding counted); on CPU, ``cpu_budget()``."""
         if lm.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(lm.device)
-            return int(free * GPU_FRACTION) // lm.kv_bytes_per_slot
+            shape = memplan.Shape.of(lm.model.config, torch.finfo(lm.model.dtype).bits // 8)
+            return memplan.arm_budget(free, shape, arms=memplan.RACE_ARMS)
         return cpu_budget()
 
     def peak_memory_bytes(self, peak_slots: int) -> int:
@@ -363,13 +363,16 @@ class Engine:
     @torch.inference_mode()
     def __init__(self, lm: LM, prompt_ids: list[int], *, sampling: Sampling, seed: int,
                  n_total: int, max_new_tokens: int, stop: tuple[str, ...] = (),
-                 share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()):
+                 share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = (),
+                 budget: int | None = None):
         """``share_prefix``: store the prompt's cache once (default: whenever ``lm.shares_prefix``).
         ``stats``: keep the per-row token statistics (mean log-probability, self-certainty) that
         the confidence rewards read; off, ``Done`` and ``Rows.stats`` report NaN. ``reads``: ``"top-<k>"`` keeps
         every row's token confidences at k (DeepConf's, ``Rows.confidences``); ``"hidden"`` every row's
-        hidden-state chain feature (ST-BoN's, ``Rows.coe``; the forward then runs ``next_logits_hidden``)."""
+        hidden-state chain feature (ST-BoN's, ``Rows.coe``; the forward then runs ``next_logits_hidden``).
+        ``budget``: the KV slots the run was admitted (the captured step's buffers are sized from it, ``memplan``)."""
         conf_topk, hidden = read_options(reads)
+        self.budget = budget
         self.lm, self.sampling, self.seed = lm, sampling, seed
         self.n_total, self.max_new_tokens, self.stop = n_total, max_new_tokens, stop
         self.share_prefix = lm.shares_prefix if share_prefix is None else bool(share_prefix)
@@ -621,9 +624,12 @@ class GraphRows(Rows):
 
     def __init__(self, engine: Engine, cand_ids: list[int]):
         e = engine
+        vocab = e.prompt_logits.shape[-1]
+        own = None if e.budget is None else max(1, e.budget - e.prompt_len)   # the prompt's slots are held once
         graphed = captured.Graphed(e.graph, e.prompt_cache, e.prompt_logits, cand_ids, uniforms=e.uniforms(),
                                    sample=lambda logits, u: sample(logits, u, e.sampling),
-                                   max_new_tokens=e.max_new_tokens)
+                                   max_new_tokens=e.max_new_tokens, budget=own,
+                                   full_sort=not 0 < e.sampling.top_k < vocab)
         super().__init__(engine, cand_ids, graphed, torch.empty(0, 0), feed=None)
         self.sums: list[tuple[float, float]] = [(0.0, 0.0)] * len(cand_ids)   # each row's, as of the last step
 

@@ -6,15 +6,20 @@ graphs from Python, and ``mode="reduce-overhead"`` failed, because one step ran 
 their outputs to each other. Here one function (``Graphed.run``) does a whole step: it samples every row's next
 token from the logits with the race's coupled uniforms, adds the token's statistics, feeds it through every layer
 (keys and values written at the step's position, a device tensor) and leaves the next logits, all in buffers
-allocated when the rows start. On CUDA it is captured once per row bucket (rows padded to a power of two) with
+allocated when the rows start. On CUDA it is captured once per row bucket (rows padded to a capture size:
+1-8, then eight sizes an octave, ``memplan.capture_sizes``: at most 1/8 of the rows are padding) with
 ``torch.cuda.graph`` and replayed each step: one launch, and one device-to-host copy (each row's token and its
 statistics so far). The host keeps the tokens' bookkeeping (end of sequence,
 stop strings, length) and which rows live (``select``: a gather within the same buffers, outside the graphs).
 
-The buffers: the prompt's keys and values once, each row's own in ``[layers, 2, rows, kv heads, T, head dim]``
-for the whole race (``T`` = the longest answer), unless that does not fit the device's memory: then ``T`` is what
-fits, and once the rows have been pruned and reach it, the buffers are laid out again for the rows alive and
-the graphs captured again (``relayouts`` counts it; at most once per decision a Speculative Rejection race).
+The buffers (``memplan``: planned from the run's admission): the prompt's keys and values once, each row's own in
+one block a layer, ``layers x [2, rows, kv heads, T, head dim]``, where ``T`` is what the admitted KV slots grant
+the live rows (``budget // rows``, plus the last token's write; the whole answer where no budget was given) and
+what the device's free memory holds beside the logits and a step's pool. Once the rows have been pruned and
+reach ``T``, the buffers are laid out again for the rows alive (``relayouts``; at most once per decision in a
+Speculative Rejection race): the old graphs and their pool freed first, then layer by layer (a new block, the live
+rows copied in, the old block freed), so a relayout never holds the old buffers and the new at once; the new
+layout's graphs are captured into a pool of their own.
 
 Attention: on CUDA as matmuls in the model's dtype (fp32 softmax), with no cast of a cache; on a CPU the compiled
 step's row-wise form (``compiled.Step._layer_fn``: each row's own reduction, so a candidate writes the same tokens
@@ -34,12 +39,11 @@ import weakref
 
 import torch
 
-from . import compiled
+from . import compiled, memplan
 
 log = logging.getLogger("specrej.engine.captured")
 GRAPH_ENV = "SPECREJ_GRAPH"
 MIN_BUCKET = 2          # a lone row runs as two (CPU kernels take another path for one row)
-MEMORY_FRACTION = 0.5   # of the device's free memory, for the rows' own keys and values
 
 
 def mode() -> str:
@@ -49,8 +53,9 @@ def mode() -> str:
 
 
 def bucket(n: int) -> int:
-    """The rows a graph runs for ``n`` live rows: the next power of two, at least ``MIN_BUCKET``."""
-    return max(MIN_BUCKET, 1 << max(n - 1, 0).bit_length())
+    """The rows a graph runs for ``n`` live rows: the next capture size (``memplan.CAPTURE_SIZES``), at least
+    ``MIN_BUCKET``."""
+    return memplan.bucket_for(n, memplan.CAPTURE_SIZES, MIN_BUCKET)
 
 
 class Body:
@@ -67,16 +72,17 @@ class Body:
 
     def forward(self, tok: torch.Tensor, pos: torch.Tensor, g: torch.Tensor, own: torch.Tensor,
                 pre: torch.Tensor) -> torch.Tensor:
-        """tok [B]; pos, g: 0-d int64 on the device (tok's position, the rows' own tokens before it); own [L, 2, B,
-        kvh, T, d], whose position g is written here; pre [L, 2, kvh, P, d]. Returns the next logits [B, V] fp32."""
+        """tok [B]; pos, g: 0-d int64 on the device (tok's position, the rows' own tokens before it); own: each layer's
+        [2, B, kvh, T, d] (a list, or one [L, 2, B, kvh, T, d] tensor), whose position g is written here; pre [L, 2,
+        kvh, P, d]. Returns the next logits [B, V] fp32."""
         st = self.step
-        x, cos, sin, mask = st._start_fn(tok, pos, g, own[0, 0, 0, 0, :, 0])
+        x, cos, sin, mask = st._start_fn(tok, pos, g, own[0][0, 0, 0, :, 0])
         at = g.view(1)
         layer = st._layer_fn if self.attention == "rowwise" else self._layer_mm
         for i, w in enumerate(st.layer_w):
             x, k, v = layer(x, cos, sin, mask, own[i], pre[i], *w)
-            own[i, 0].index_copy_(2, at, k.unsqueeze(2))
-            own[i, 1].index_copy_(2, at, v.unsqueeze(2))
+            own[i][0].index_copy_(2, at, k.unsqueeze(2))
+            own[i][1].index_copy_(2, at, v.unsqueeze(2))
         return st._end_fn(x)[0]
 
     def _layer_mm(self, x, cos, sin, mask, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
@@ -147,64 +153,108 @@ class Graphed:
     """One pass's rows on a ``Body``: its buffers, a graph per row bucket (CUDA), the step and the rows' selection.
 
     ``uniforms`` [max_new_tokens, n_total] fp64 on the device: the race's coupled uniforms by position and candidate
-    (``hf.coupled_uniforms``, every position computed once); ``sample``: the engine's sampling function."""
+    (``hf.coupled_uniforms``, every position computed once); ``sample``: the engine's sampling function;
+    ``budget``: the rows' own KV slots the run was admitted (the prompt's shared slots left out; None: none given,
+    the whole answer where memory holds it); ``full_sort``: the sampling sorts the whole vocabulary (top_k = 0: a
+    larger step, ``memplan.step_bytes``)."""
 
     def __init__(self, body: Body, prompt_cache, prompt_logits: torch.Tensor, ids: list[int], *,
-                 uniforms: torch.Tensor, sample, max_new_tokens: int, capture: bool | None = None):
+                 uniforms: torch.Tensor, sample, max_new_tokens: int, capture: bool | None = None,
+                 budget: int | None = None, full_sort: bool = True):
         self.net, self.sample = body, sample
         self.device = body.device
         self.capture = (self.device.type == "cuda") if capture is None else bool(capture)
         self.uniforms, self.max_new = uniforms, int(max_new_tokens)
+        self.budget, self.full_sort = budget, bool(full_sort)
         self.pre = compiled.prompt_kv(prompt_cache)
         self.prefix_len = self.pre.shape[3]
+        st = body.step
+        self.shape = memplan.Shape(layers=st.layers_n, kv_heads=st.kv_heads, head_dim=st.head_dim,
+                                   dtype_bytes=self.pre.element_size(), vocab=st.vocab, heads=st.heads,
+                                   hidden=st.hidden, intermediate=st.inter)
         self.log_vocab = math.log(prompt_logits.shape[-1])
         self.n = len(ids)
         self.graphs: dict[int, object] = {}
         self.relayouts = 0
         self.failed: str | None = None   # why capturing failed (this pass then ran uncaptured)
-        self._pool = None
+        self._pool = None                # this layout's graph pool (a relayout starts a new one)
         self.g = torch.zeros((), dtype=torch.long, device=self.device)      # the rows' own tokens fed so far
         self.fed = 0                                                        # g, as the host counts it
-        self._layout(bucket(self.n), self._fits(bucket(self.n)))
+        self.plan: memplan.Plan | None = None
+        T = self._positions(bucket(self.n))
+        if T < 1:
+            raise torch.cuda.OutOfMemoryError(f"the rows' keys and values do not fit: {self.plan and self.plan.why}")
+        self._layout(bucket(self.n), T)
         self.ids[:self.n] = torch.tensor(ids, device=self.device)
         self.ids[self.n:] = self.ids[0]
         self.logits.copy_(prompt_logits.to(self.device).expand(self.rows, -1))
 
     # ---- buffers
 
-    def _fits(self, rows: int) -> int:
-        """The own-token positions the buffers hold for ``rows``: every one of the race where memory allows."""
-        if self.device.type != "cuda":
-            return self.max_new
-        L, _, kvh, _, d = self.pre.shape
-        per_position = L * 2 * rows * kvh * d * self.pre.element_size()
-        free, _ = torch.cuda.mem_get_info(self.device)
-        return max(1, min(self.max_new, int(free * MEMORY_FRACTION) // per_position))
+    def _positions(self, rows: int, freed: int = 0, admitted: bool = True) -> int:
+        """The own-token positions the buffers hold for the live rows, padded to ``rows`` (``memplan.plan`` over the
+        admitted slots, unless ``admitted`` is False, and, on CUDA, the device's free memory plus ``freed``: what
+        this pass still holds and is about to free)."""
+        free = None
+        if self.device.type == "cuda":
+            free = torch.cuda.mem_get_info(self.device)[0] + int(freed)
+        self.plan = memplan.plan(free, self.shape, self.n, self.max_new, budget=self.budget if admitted else None,
+                                 sizes=memplan.CAPTURE_SIZES, minimum=MIN_BUCKET, prefix=self.prefix_len,
+                                 full_sort=self.full_sort)
+        assert self.plan.rows == rows, (self.plan.rows, rows)
+        return self.plan.positions
 
-    def _layout(self, rows: int, T: int, keep: "Graphed | None" = None) -> None:
-        """Buffers for ``rows`` rows and ``T`` own positions (``keep``: the old ones' first ``self.n`` rows and
-        ``self.fed`` positions copied in)."""
+    def held_bytes(self) -> int:
+        """What this pass's buffers hold now (keys and values, logits, ids, sums): what a relayout frees."""
+        return sum(t.numel() * t.element_size() for t in (*self.own, self.logits, self.ids, self.lp, self.sc,
+                                                            self.out))
+
+    def _layout(self, rows: int, T: int) -> None:
+        """New buffers for ``rows`` rows and ``T`` own positions."""
         L, _, kvh, _, d = self.pre.shape
-        own = self.pre.new_zeros(L, 2, rows, kvh, T, d)
-        if keep is not None:
-            n, f = self.n, self.fed
-            own[:, :, :n, :, :f] = self.own[:, :, :n, :, :f]
-            logits = self.logits.new_zeros(rows, self.logits.shape[1])
-            logits[:n] = self.logits[:n]
-            ids = self.ids.new_zeros(rows)
-            ids[:n] = self.ids[:n]
-            ids[n:] = ids[0]
-            lp, sc = self.lp.new_zeros(rows), self.sc.new_zeros(rows)
-            lp[:n], sc[:n] = self.lp[:n], self.sc[:n]
-        else:
-            logits = torch.zeros(rows, self.net.step.vocab, dtype=torch.float32, device=self.device)
-            ids = torch.zeros(rows, dtype=torch.long, device=self.device)
-            lp = torch.zeros(rows, dtype=torch.float64, device=self.device)
-            sc = torch.zeros(rows, dtype=torch.float64, device=self.device)
-        self.own, self.logits, self.ids, self.lp, self.sc = own, logits, ids, lp, sc
+        self.own = [self.pre.new_zeros(2, rows, kvh, T, d) for _ in range(L)]   # one block a layer
+        self.logits = torch.zeros(rows, self.net.step.vocab, dtype=torch.float32, device=self.device)
+        self.ids = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.lp = torch.zeros(rows, dtype=torch.float64, device=self.device)
+        self.sc = torch.zeros(rows, dtype=torch.float64, device=self.device)
         self.out = torch.zeros(rows, 3, dtype=torch.float64, device=self.device)   # token, lp sum, sc sum
         self.rows, self.T = rows, T
         self.graphs.clear()
+
+    def _relayout(self) -> None:
+        """Lay the buffers out again for the rows alive (their ``fed`` positions kept): the old graphs and their
+        pool freed first, the new size planned with the old buffers counted as free, then one layer at a time a new
+        block made, the live rows copied in and the old block freed (``memplan.relayout_peak``)."""
+        self.graphs.clear()
+        self._pool = None   # a pool per layout: nothing of the old one is still alive when the new graphs capture
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()   # the old pool's blocks back to the device, where mem_get_info sees them
+        rows, held = bucket(self.n), self.held_bytes()
+        T = self._positions(rows, freed=held)
+        if T <= self.fed:   # rows kept past what their admission grants (a rule that is not the budget's): memory's
+            T = self._positions(rows, freed=held, admitted=False)
+        if T <= self.fed:
+            raise torch.cuda.OutOfMemoryError(f"the rows' keys and values at {self.fed + 1} tokens do not fit"
+                                              + (f": {self.plan.why}" if self.plan and self.plan.why else ""))
+        n, f = self.n, self.fed
+        L, _, kvh, _, d = self.pre.shape
+        for i in range(L):
+            new = self.pre.new_zeros(2, rows, kvh, T, d)
+            new[:, :n, :, :f] = self.own[i][:, :n, :, :f]
+            self.own[i] = new   # the old block freed here
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()   # ... and handed back, so the next layer's larger block can take it
+        logits = self.logits.new_zeros(rows, self.logits.shape[1])
+        logits[:n] = self.logits[:n]
+        ids = self.ids.new_zeros(rows)
+        ids[:n] = self.ids[:n]
+        ids[n:] = ids[0]
+        lp, sc = self.lp.new_zeros(rows), self.sc.new_zeros(rows)
+        lp[:n], sc[:n] = self.lp[:n], self.sc[:n]
+        self.logits, self.ids, self.lp, self.sc = logits, ids, lp, sc
+        self.out = torch.zeros(rows, 3, dtype=torch.float64, device=self.device)
+        self.rows, self.T = rows, T
+        self.relayouts += 1
 
     def own_length(self) -> int:
         return self.fed
@@ -222,7 +272,7 @@ class Graphed:
         self.out[:b, 0].copy_(tok)   # exact in fp64 (ids below 2**53): the host's one copy holds all three
         self.out[:b, 1].copy_(self.lp[:b])
         self.out[:b, 2].copy_(self.sc[:b])
-        nxt = self.net.forward(tok, self.g + self.prefix_len, self.g, self.own[:, :, :b], self.pre)
+        nxt = self.net.forward(tok, self.g + self.prefix_len, self.g, [o[:, :b] for o in self.own], self.pre)
         self.logits[:b].copy_(nxt)
         self.g += 1
 
@@ -230,11 +280,7 @@ class Graphed:
         """One step of the live rows; returns each one's (sampled token, log-probability sum, self-certainty sum)
         so far: the step's one copy to the host."""
         if self.fed >= self.T:   # the buffers' positions are used up: lay them out again for the rows alive
-            T = self._fits(bucket(self.n))
-            if T <= self.fed:
-                raise torch.cuda.OutOfMemoryError(f"the rows' keys and values at {self.fed + 1} tokens do not fit")
-            self._layout(bucket(self.n), T, keep=self)
-            self.relayouts += 1
+            self._relayout()
         b = bucket(self.n)
         graph = self._graph(b) if self.capture else None
         if graph is None:
@@ -293,7 +339,8 @@ class Graphed:
         """Keep only these rows (positions), in this order, in the first rows of the same buffers."""
         n = len(keep)
         idx = torch.tensor(keep, device=self.device)
-        self.own[:, :, :n] = self.own[:, :, idx]
+        for o in self.own:   # a layer at a time: the temporary is one layer's kept rows, not the whole cache's
+            o[:, :n] = o[:, idx]
         for t in (self.logits, self.ids, self.lp, self.sc):
             t[:n] = t[idx]
         self.n = n

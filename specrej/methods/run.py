@@ -7,6 +7,7 @@ with a backend that needs none (``backends.replay``), the methods run without it
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -154,7 +155,9 @@ class _Run:
         self.pause()
         warm_up(self.lm, self.engine_factory)   # a one-off build per model: outside every arm's clock
         self.resume()
-        self.engine = self.engine_factory.from_config(self.lm, self.prompt_ids, cfg, share_prefix=self.shared,
+        # the slots it was admitted travel on the config the backend reads (the captured step sizes its buffers so)
+        admitted = dataclasses.replace(cfg, budget=self.budget)
+        self.engine = self.engine_factory.from_config(self.lm, self.prompt_ids, admitted, share_prefix=self.shared,
                                                       stats=self.stats, reads=reads_of(self.reads))
         self.prompt_tokens += len(self.prompt_ids)
 
