@@ -497,7 +497,9 @@ def summary_markdown(view: RunView) -> str:
         lines.append(time_note(view) if view.step is not None else STEPS_NOTE)
         lines.append("")
     exact = all(a.ledger.dtype == "float32" for a in view.arms.values())
-    lines.append("*FLOPs are estimated as 2 × parameters × tokens for each model. Randomness is coupled: "
+    lines.append("*FLOPs are counted as the field counts them, for each model: 2 × its non-embedding parameters × "
+                 "tokens, plus attention's 2 × layers × context × width per token (a recording keeps the count it was "
+                 "made with). Randomness is coupled: "
                  "candidate i writes the same text in every method while it survives"
                  + ("." if exact else f" (up to {view.arms[next(iter(view.arms))].ledger.dtype} rounding: a few "
                     "candidates can drift once the batch changes size; float32 is exact).") + "*")
