@@ -168,7 +168,11 @@ def test_ledger_adds_up(tiny_lm, length_reward, method):
     led = f.ledger
     assert led.generated_tokens == sum(x.tokens for x in f.candidates)
     assert led.prompt_tokens == len(tiny_lm.render(PROMPT))
-    assert led.generator_flops == 2.0 * tiny_lm.n_params * (led.prompt_tokens + led.generated_tokens)
+    # FLOPs as core.cost.FlopModel counts them: the prompt at positions 1..P, each candidate's g tokens at P+1..P+g
+    from specrej.core.cost import flop_model_of
+
+    fm, P = flop_model_of(tiny_lm), led.prompt_tokens
+    assert led.generator_flops == pytest.approx(fm.sequence(0, P) + sum(fm.sequence(P, x.tokens) for x in f.candidates))
     assert led.reward_flops == 0.0 and led.wall_s > 0
     assert to_dict(f)["ledger"]["flops"] == led.flops
 

@@ -14,6 +14,7 @@ vllm = pytest.importorskip("vllm")
 from specrej import Finished, Round, RunConfig, load_generator, load_reward, race_arms, run_to_completion  # noqa: E402
 from specrej import best_of_n, speculative_rejection  # noqa: E402
 from specrej.core.events import Progress, to_dict  # noqa: E402
+from specrej.core.cost import flop_model_of  # noqa: E402
 from specrej.methods import best_of_n_refill  # noqa: E402
 from specrej.backends.vllm import VllmEngine, load_vllm_generator  # noqa: E402
 
@@ -106,6 +107,7 @@ def test_the_ledger_counts_like_the_transformers_backend_on_the_same_prompt(vlm,
     hf = load_generator("embedded", dtype="fp32")
     assert vlm.render(PROMPT) == hf.render(PROMPT)
     assert vlm.n_params == hf.n_params and vlm.kv_bytes_per_slot == hf.kv_bytes_per_slot
+    assert vlm.flop_model == flop_model_of(hf)
     cfg = config(vlm, n=4, new=16)
     a = run_to_completion(best_of_n(vlm, reward, cfg))
     b = run_to_completion(best_of_n(hf, reward, cfg))
@@ -114,7 +116,11 @@ def test_the_ledger_counts_like_the_transformers_backend_on_the_same_prompt(vlm,
     assert b.ledger.prompt_tokens == p and p <= a.ledger.prompt_tokens <= p + 4 * vlm.block_size
     for f in (a, b):    # generated tokens are the candidates' lengths, and FLOPs follow from the counts
         assert f.ledger.generated_tokens == sum(c.tokens for c in f.candidates)
-        assert f.ledger.generator_flops == 2.0 * hf.n_params * (f.ledger.prompt_tokens + f.ledger.generated_tokens)
+        # FLOPs as core.cost.FlopModel counts them: the prompt once at positions 1..p (vLLM's recomputed tails at
+        # the prompt's length), each answer at p+1..p+g; vLLM's count read from its files, the same as the module's
+        fm, extra = flop_model_of(hf), f.ledger.prompt_tokens - p
+        by_hand = fm.sequence(0, p) + fm.tokens(extra, extra * p) + sum(fm.sequence(p, c.tokens) for c in f.candidates)
+        assert f.ledger.generator_flops == pytest.approx(by_hand, rel=1e-9)
         assert f.ledger.peak_kv_slots <= cfg.budget and f.ledger.kv_sharing == "shared"
     assert (a.ledger.backend, b.ledger.backend) == ("vllm", "transformers")
 

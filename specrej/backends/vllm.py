@@ -56,6 +56,8 @@ class VllmLM:
     dtype: object                       # torch.dtype
     device: object                      # torch.device
     shares_prefix: bool = True          # prefix caching: the prompt's blocks are held once
+    flop_model: object = None           # core.cost.FlopModel: the ledger's FLOPs (from the weights' names and config;
+                                        # a caller may set its own)
 
     def render(self, prompt: str) -> list[int]:
         return render_chat(self.tokenizer, prompt)
@@ -177,7 +179,8 @@ def _load(spec, dtype, tensor_parallel_size, gpu_memory_utilization, max_num_seq
     cache = engine.vllm_config.cache_config
     pool = _block_pool(engine)
     return VllmLM(name=spec, engine=engine, tokenizer=tokenizer, eos_ids=frozenset(eos),
-                  n_params=_count_params(Path(source)), max_positions=engine.model_config.max_model_len,
+                  n_params=_count_params(Path(source)), flop_model=_flop_model(Path(source), cfg),
+                  max_positions=engine.model_config.max_model_len,
                   kv_bytes_per_slot=kv_bytes, block_size=cache.block_size or DEFAULT_BLOCK_SIZE,
                   num_blocks=pool.num_gpu_blocks if pool is not None else (cache.num_gpu_blocks or 0),
                   dtype=torch_dtype, device=torch.device("cuda" if cuda else "cpu"))
@@ -193,6 +196,25 @@ def _count_params(folder: Path) -> int:
             for name in st.keys():
                 total += math.prod(st.get_slice(name).get_shape())
     return total
+
+
+def _flop_model(folder: Path, config):
+    """The generator's ``core.cost.FlopModel`` from the safetensors headers (its tensors less those named as
+    embeddings or the LM head: ``embed``, ``wte``, ``wpe``, ``lm_head``) and its config's layers and width, as
+    ``FlopModel.of_module`` reads a loaded model; the same count the transformers backend's ledger makes."""
+    from safetensors import safe_open
+
+    from ..core.cost import FlopModel
+
+    params = 0
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for name in st.keys():
+                if not any(k in name for k in ("embed", "wte", "wpe", "lm_head")):
+                    params += math.prod(st.get_slice(name).get_shape())
+    layers = getattr(config, "num_hidden_layers", 0) or 0
+    width = getattr(config, "hidden_size", 0) or 0
+    return FlopModel(params, int(layers), int(width))
 
 
 class VllmEngine:

@@ -28,8 +28,94 @@ from .settings import DeepConfSettings
 
 def flops(params: int, tokens: float) -> float:
     """FLOPs of a model of ``params`` parameters reading or writing ``tokens`` tokens: 2 x params x tokens
-    (a multiply and an add per weight per token)."""
+    (a multiply and an add per weight per token). The weights' term of ``FlopModel``; the ledger counts with
+    ``FlopModel`` (non-embedding weights and attention)."""
     return 2.0 * params * tokens
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    """A model's FLOPs as the field counts them (Kaplan et al. 2020, "Scaling laws for neural language models",
+    Table 1, forward pass): per token, 2 x its non-embedding parameters (a multiply and an add per weight; the
+    embedding tables are looked up, not multiplied: a BERT-like reward's vocabulary can be most of its parameters)
+    plus attention's 2 x layers x context x d_model (its scores against the ``context`` tokens it attends to).
+    The same rule for generators and reward models; ``of_module`` reads it off a model, and a caller may give its
+    own (``LM.flop_model``, a reward's ``flop_model``) where a model is not a transformers one.
+
+    Context: a generated or prefilled token at position p (the prompt's first token is 1) attends to p tokens
+    (causal); a reward reading a sequence of T tokens counts T per token (an encoder attends both ways)."""
+
+    params: float      # non-embedding parameters (the weights every token is multiplied by)
+    layers: int = 0    # attention layers (0: no attention term, e.g. a plain parameter count)
+    d_model: int = 0   # the attention's width (hidden size)
+
+    def __post_init__(self):
+        if not (self.params >= 0 and self.layers >= 0 and self.d_model >= 0):
+            raise ValueError(f"a FlopModel's params, layers and d_model are counts of 0 or more, not {self}")
+
+    def tokens(self, n: float, context: float = 0.0) -> float:
+        """FLOPs of ``n`` tokens whose contexts sum to ``context`` (tokens attended to, over the n)."""
+        return 2.0 * self.params * n + 2.0 * self.layers * self.d_model * context
+
+    def sequence(self, start: int, length: int) -> float:
+        """FLOPs of ``length`` tokens at positions start+1 .. start+length, each attending to its position: a
+        prompt's prefill is ``sequence(0, P)``, an answer of g tokens after it ``sequence(P, g)``."""
+        n = max(0, int(length))
+        return self.tokens(n, n * start + n * (n + 1) / 2.0)
+
+    def read(self, lengths) -> float:
+        """FLOPs of an encoder reading sequences of these ``lengths`` (each token attends to its whole sequence)."""
+        lengths = [max(0, int(t)) for t in lengths]
+        return self.tokens(sum(lengths), sum(t * t for t in lengths))
+
+    @classmethod
+    def of_module(cls, module, config=None) -> "FlopModel":
+        """The FlopModel of a torch module (duck-typed: no torch here): its parameters less its embedding tables
+        (every ``Embedding`` module: words, positions, token types; and the output embedding a causal LM's
+        ``get_output_embeddings`` names, tied or not: Kaplan's N leaves the unembedding out too), each tensor
+        once; layers and width from its config (``num_hidden_layers`` / ``n_layer`` / ``num_layers``,
+        ``hidden_size`` / ``n_embd`` / ``d_model``; 0, no attention term, where it names none)."""
+        seen: dict[int, int] = {}
+        for p in module.parameters():
+            seen[id(p)] = p.numel()
+        embedded: set[int] = set()
+        for m in module.modules():
+            if type(m).__name__.endswith("Embedding") and hasattr(m, "weight"):
+                embedded.add(id(m.weight))
+        out_emb = getattr(module, "get_output_embeddings", None)
+        head = out_emb() if callable(out_emb) else None
+        if head is not None and getattr(head, "weight", None) is not None:
+            embedded.add(id(head.weight))
+        params = sum(n for i, n in seen.items() if i not in embedded)
+        config = config if config is not None else getattr(module, "config", None)
+
+        def first(*names) -> int:
+            for name in names:
+                v = getattr(config, name, None)
+                if isinstance(v, int) and v > 0:
+                    return v
+            return 0
+
+        return cls(params, first("num_hidden_layers", "n_layer", "num_layers"),
+                   first("hidden_size", "n_embd", "d_model"))
+
+
+def flop_model_of(obj) -> FlopModel:
+    """How the ledger counts ``obj``'s FLOPs (a generator or a reward): its own ``flop_model`` where it has one (a
+    caller's override: ``lm.flop_model = FlopModel(...)``, ``reward.flop_model = ...``), else read off the torch
+    module it runs (``model``; a preference reward's ``embedder.model``; a wrapped reward's), else its
+    ``n_params`` as it gives them with no attention term (a backend without the module, e.g. vLLM's: the old rule,
+    2 x parameters x tokens), else 0."""
+    for o in (obj, getattr(obj, "reward", None)):
+        if o is None:
+            continue
+        own = getattr(o, "flop_model", None)
+        if isinstance(own, FlopModel):
+            return own
+        for module in (getattr(o, "model", None), getattr(getattr(o, "embedder", None), "model", None)):
+            if module is not None and callable(getattr(module, "parameters", None)):
+                return FlopModel.of_module(module)
+    return FlopModel(float(getattr(obj, "n_params", 0) or 0))
 
 
 def passes(n: int, rows_per_pass: int) -> list[range]:

@@ -20,8 +20,8 @@ Status = Literal["waiting", "live", "kept", "pruned", "finished"]
 
 @dataclass(frozen=True)
 class Ledger:
-    """What one arm has spent so far. FLOPs are 2 x parameters x tokens for each model
-    (attention's own FLOPs are left out, the usual estimate)."""
+    """What one arm has spent so far. FLOPs as the field counts them, for each model (``core.cost.FlopModel``):
+    2 x its non-embedding parameters x tokens, plus attention's 2 x layers x context x d_model per token."""
 
     prompt_tokens: int = 0      # prompt tokens prefilled
     generated_tokens: int = 0   # tokens sampled, summed over candidates

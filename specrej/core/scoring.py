@@ -39,8 +39,9 @@ class Reward(Protocol):
     attributes, with the defaults ``as_reward`` gives an object that lacks them:
 
     - ``name: str``: how results name the reward (default: the class's name);
-    - ``n_params: int``: parameters of the model it runs, 0 if none (default 0): its FLOPs are
-      2 x n_params x tokens_read;
+    - ``n_params: int``: parameters of the model it runs, 0 if none (default 0). Its FLOPs
+      (``core.cost.flop_model_of``): its own ``flop_model`` (a ``core.cost.FlopModel``) where it has one, else
+      read off its ``model`` (non-embedding weights and attention), else 2 x n_params x tokens_read;
     - ``uses_token_stats: bool``: it reads the engine's ``TokenStats`` (default False: the engine skips them).
 
     A plain function ``fn(prompt, responses) -> list[float]`` is accepted wherever a reward is

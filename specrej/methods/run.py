@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 from ..backends import Backend, BackendFactory, Batch, Done, LanguageModel
 from ..core.config import AUTO, RunConfig
 from ..core.budget import Admission, admit, granted_budget, sharing
-from ..core.cost import flops, read_key, reads_of
+from ..core.cost import flop_model_of, read_key, reads_of
 from ..core.decisions import Moment
 from ..core.rules import Contender
 from ..core.events import Arm, Candidate, Event, Finished, Ledger, Progress, Round, Status
@@ -105,6 +105,12 @@ class _Run:
         self.kv, self.budget = admitted.kv, admitted.slots
         self.recs = [_Rec(i) for i in range(cfg.n)]
         self.prompt_tokens = self.generated = self.reward_tokens = 0
+        # FLOPs as the field counts them (core.cost.FlopModel): each model's non-embedding weights and attention,
+        # the attention over each token's context (a generated token at position P + g attends to P + g tokens; a
+        # reward's read is priced per call at its mean sequence length, exact where the call's sequences are equal)
+        self.gen_flops, self.reward_fm = flop_model_of(lm), flop_model_of(self.reward)
+        self.gen_context = 0.0      # contexts of the generated tokens, summed
+        self.reward_context = 0.0   # contexts of the tokens the reward read, summed
         self.reward_s, self.reward_calls, self.scored = 0.0, 0, 0   # the reward's own time, timed per call
         self.peak_slots = 0
         self.wall = 0.0
@@ -126,11 +132,15 @@ class _Run:
     def ledger(self) -> Ledger:
         peak_bytes = (self.engine.peak_memory_bytes(self.peak_slots) if self.engine is not None
                       else self.peak_slots * self.lm.kv_bytes_per_slot)
-        prompt = self.prompt_tokens + (self.engine.extra_prefill_tokens if self.engine is not None else 0)
+        extra = self.engine.extra_prefill_tokens if self.engine is not None else 0
+        prompt = self.prompt_tokens + extra
+        P = len(self.prompt_ids)
+        prefills = self.prompt_tokens // P if P else 0   # the prompt's prefills (its tokens at positions 1..P),
+        gen = (self.gen_flops.sequence(0, P) * prefills   # then tokens prefilled again, priced at the prompt's length
+               + self.gen_flops.tokens(extra, extra * P) + self.gen_flops.tokens(self.generated, self.gen_context))
         return Ledger(
             prompt_tokens=prompt, generated_tokens=self.generated, reward_tokens=self.reward_tokens,
-            generator_flops=flops(self.lm.n_params, prompt + self.generated),
-            reward_flops=flops(self.reward.n_params, self.reward_tokens),
+            generator_flops=gen, reward_flops=self.reward_fm.tokens(self.reward_tokens, self.reward_context),
             wall_s=self.wall + time.perf_counter() - self._resumed,
             peak_kv_slots=self.peak_slots, peak_memory_bytes=int(peak_bytes), budget=self.budget,
             dtype=str(self.lm.dtype).replace("torch.", ""), kv_sharing="shared" if self.shared else "copied",
@@ -176,6 +186,8 @@ class _Run:
     def step(self) -> list[Done]:
         rows = self.rows
         generated_before = len(rows)
+        before = rows.lengths()   # each row writes its token len + 1, at position P + len + 1
+        self.gen_context += sum(before) + len(before) * (len(self.prompt_ids) + 1)
         done = rows.step()
         self.generated += generated_before
         self.steps += 1
@@ -223,6 +235,7 @@ class _Run:
         self.reward_calls += 1
         self.scored += len(recs)
         self.reward_tokens += out.tokens_read
+        self.reward_context += out.tokens_read ** 2 / max(1, len(recs))
         for i, (rec, s) in enumerate(zip(recs, out.scores)):
             rec.score = s
             rec.stats = stats[i] if stats else None
