@@ -23,6 +23,8 @@
 - ``cancel``: noted for ``Guard.note_cancel``; its 422 (no ``event_id``) one short line too; one naming an event
   another session queued 404, passed to nobody (Gradio would drop that event from its queue and close its stream,
   and the other visitor's race ended);
+- every body's ``session_hash`` is noted per household (``memory.HouseholdSessions``): past
+  ``SPECREJ_SESSIONS_PER_ADDRESS`` (100) sessions that did nothing, that household's least recently seen one goes;
 - every body's ``session_hash`` (``queue/join``, ``cancel``, ``run/``, ``api/``, ``call/``) and the
   ``event_id`` of ``cancel`` and ``reset``: 400 unless 1 to 64 of ``[A-Za-z0-9_-]``;
 - ``GET heartbeat/<session_hash>``: 400 for a malformed session hash (Gradio's stream put it into a URL and
@@ -47,9 +49,11 @@ from typing import Any
 import gradio as gr
 from starlette.requests import Request
 
+from specrej.core.config import env_int
+
 from components.state.fields import excerpt, short
 from components.deploy import gradio_private, memory
-from components.deploy.clients import Guard
+from components.deploy.clients import Guard, address_group, client_address
 from components.deploy.inputs import refuse_values, value_words
 
 NOT_SERVED = "Not served by this deployment."   # the gate's 404 for a route off the public surface
@@ -64,14 +68,18 @@ SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")   # a session hash or event id: 
 NO_STREAM = "No event stream for this {what}: join the queue first (the page and gradio_client do)."
 BAD_ID = "A {what} is 1 to 64 letters, digits, '-' or '_'."
 TOO_LONG_NUMBER = "A number in the request body has more than 4300 digits."
+SESSIONS_ENV = "SPECREJ_SESSIONS_PER_ADDRESS"   # sessions that did nothing kept per household (memory.HouseholdSessions)
 HEARTBEAT = "/gradio_api/heartbeat/"   # GET heartbeat/<session_hash>: the page's keep-alive stream
 
 class ApiGate:
     """ASGI middleware in front of Gradio's routes (this module's docstring says what it refuses)."""
 
-    def __init__(self, app, guard: Guard):
+    def __init__(self, app, guard: Guard, sessions: memory.HouseholdSessions | None = None):
         self.app, self.guard = app, guard
         self._kept = False   # the sessions table evicts idle sessions first (issue 65, 1), set at the first request
+        # made-up sessions per household (SPECREJ_SESSIONS_PER_ADDRESS; 0: no cap): past it, its own idle ones go
+        self.sessions = sessions or memory.HouseholdSessions(
+            env_int(SESSIONS_ENV, memory.SESSIONS_PER_HOUSEHOLD, lo=0))
 
     async def __call__(self, scope, receive, send):
         if scope.get("type") != "http":
@@ -124,6 +132,12 @@ class ApiGate:
                 continue   # a direct call's event id is dropped by Gradio unread; a join has none
             if body.get(key) is not None and not (isinstance(body[key], str) and SESSION_ID.fullmatch(body[key])):
                 return await _json(send, 400, {"detail": BAD_ID.format(what=what)})
+        session = body.get("session_hash")
+        if not keyword and isinstance(session, str) and self.guard.blocks is not None:   # a well-formed one (above)
+            seen = Request(scope)
+            household = address_group(client_address(_Joiner(seen.headers, seen.client, session),
+                                                     self.guard.trusted_proxy), self.guard.ipv6_prefix)
+            self.sessions.seen(self.guard.blocks, session, household)
         if head == "cancel":
             owner = gradio_private.event_owner(self.guard.blocks, body["event_id"]) \
                 if isinstance(body.get("event_id"), str) and self.guard.blocks is not None else None

@@ -212,6 +212,26 @@ def drop_idle_sessions(blocks, idle_s: float) -> int:
     return len(idle)
 
 
+def drop_session_unless(blocks, session_hash: str, keep: Callable[[Any], bool]) -> bool:
+    """Forget one session's state as ``drop_idle_sessions`` does, unless Gradio holds none for it or ``keep`` (its
+    ``SessionState``) says it is worth keeping. Returns whether it went."""
+    holder = getattr(blocks, "state_holder", None)
+    if holder is None or not hasattr(holder, "session_data"):
+        return False
+    with holder.lock:
+        state = holder.session_data.get(session_hash)
+    try:
+        if state is None or keep(state):
+            return False
+    except Exception:   # a state it cannot read: not worth keeping over others
+        pass
+    holder.delete_state(session_hash)
+    with holder.lock:
+        holder.session_data.pop(session_hash, None)
+        getattr(holder, "time_last_used", {}).pop(session_hash, None)
+    return True
+
+
 class _ActiveFirst(OrderedDict):
     """Gradio's table of sessions (``StateHolder.session_data``, least recently used first) whose eviction past its
     capacity (``StateHolder.update``: ``popitem(last=False)``) takes the least recently used session that did nothing

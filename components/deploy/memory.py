@@ -14,6 +14,7 @@ import logging
 import platform
 import threading
 import weakref
+from collections import OrderedDict
 
 _trim = None
 if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
@@ -122,3 +123,52 @@ def did_something(session_state) -> bool:
     from components.state.view import RunView
 
     return any(isinstance(v, RunView) for v in gradio_private.state_values(session_state))
+
+
+SESSIONS_PER_HOUSEHOLD = 100   # SPECREJ_SESSIONS_PER_ADDRESS: sessions that did nothing kept per household
+
+
+class HouseholdSessions:
+    """At most ``cap`` sessions that did nothing (``did_something`` false) per household (``clients.address_group``):
+    the gate calls ``seen`` for every request naming a session, and a household's new session past ``cap`` makes its
+    least recently seen session that did nothing go from Gradio's table (``gradio_private.drop_session_unless``). A
+    flood of made-up sessions from one address then evicts only its own, never a session another household just
+    opened; sessions that ran or replayed are never dropped here. The table remembers at most ``tracked`` sessions
+    (the least recently seen forgotten, its state left to Gradio's own capacity)."""
+
+    def __init__(self, cap: int = SESSIONS_PER_HOUSEHOLD, tracked: int = 20_000):
+        self.cap, self.tracked, self.dropped = cap, tracked, 0
+        self._order: OrderedDict = OrderedDict()   # session -> household, least recently seen first
+        self._homes: dict = {}                     # household -> OrderedDict of its sessions, least recent first
+        self._lock = threading.Lock()
+
+    def seen(self, blocks, session: str, household: str | None) -> int:
+        """Note a request of ``session`` from ``household``; returns how many of that household's sessions went."""
+        if self.cap <= 0 or household is None or blocks is None:
+            return 0
+        with self._lock:
+            if session in self._order:
+                old = self._order[session]
+                self._order.move_to_end(session)
+                self._homes.get(old, {}).pop(session, None)
+            self._order[session] = household
+            home = self._homes.setdefault(household, OrderedDict())
+            home[session] = None
+            while len(self._order) > self.tracked:   # forget the least recently seen (only here)
+                gone, where = self._order.popitem(last=False)
+                self._homes.get(where, {}).pop(gone, None)
+                if not self._homes.get(where, True):
+                    del self._homes[where]
+            over = len(home) - self.cap
+            candidates = list(home)[:max(0, over)] if over > 0 else []   # the least recently seen first
+            for c in candidates:   # each leaves the count: dropped, or worth keeping (it did something), or absent
+                home.pop(c, None)
+                self._order.pop(c, None)
+        return self._drop(blocks, candidates)
+
+    def _drop(self, blocks, candidates) -> int:
+        from components.deploy import gradio_private
+
+        went = sum(gradio_private.drop_session_unless(blocks, c, did_something) for c in candidates)
+        self.dropped += went
+        return went
