@@ -2,9 +2,11 @@
 (its models not loaded: a page load reads no model), served on loopback, then ``--sessions`` fresh session hashes
 each calling what a page calls as it loads (``run/register``, ``run/from_link``). Prints the process's RSS before
 and after and how many sessions Gradio holds, at this app's cap (``SPECREJ_MAX_SESSIONS``, default 1000) and, with
-``--cap 10000``, at Gradio's own default.
+``--cap 10000``, at Gradio's own default. From one address (the default) the made-up sessions are also capped per
+household (``SPECREJ_SESSIONS_PER_ADDRESS``, 100); ``--households K`` spreads them over K addresses (the app then
+reads the right-most ``X-Forwarded-For``, as behind a Space's proxy).
 
-    python scripts/session_flood.py [--sessions 10000] [--cap N]
+    python scripts/session_flood.py [--sessions 10000] [--cap N] [--households K]
 
 A figure, not a test: say the machine when quoting it."""
 from __future__ import annotations
@@ -31,6 +33,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--cap", type=int)
+    ap.add_argument("--households", type=int, default=1, help="addresses the sessions come from")
     a = ap.parse_args()
     if a.cap is not None:
         os.environ["SPECREJ_MAX_SESSIONS"] = str(a.cap)
@@ -42,6 +45,7 @@ def main() -> None:
     from tests.conftest import launch_local
 
     demo = app.build_demo(AppContext.from_env({}))
+    demo.specrej_guard.trusted_proxy = a.households > 1   # the script plays a proxy: one address per household
     url = launch_local(demo).rstrip("/")
     try:
         with httpx.Client(timeout=60) as client:
@@ -53,11 +57,12 @@ def main() -> None:
             for i in range(a.sessions):
                 for route in ("register", "from_link"):
                     data = [None] if route == "register" else []   # register takes the page's session state
-                    r = client.post(f"{url}/gradio_api/run/{route}", json={"data": data, "session_hash": f"flood-{i}"})
+                    r = client.post(f"{url}/gradio_api/run/{route}", json={"data": data, "session_hash": f"flood-{i}"},
+                                    headers={"X-Forwarded-For": f"10.{i % a.households // 256}.{i % a.households % 256}.1"})
                     codes[r.status_code] = codes.get(r.status_code, 0) + 1
             gc.collect()
             after = rss_mb()
-        print(f"sessions made up: {a.sessions} ({dict(sorted(codes.items()))} by status) in "
+        print(f"sessions made up: {a.sessions} from {a.households} address(es) ({dict(sorted(codes.items()))} by status) in "
               f"{time.perf_counter() - t0:.0f} s; cap {demo.state_session_capacity}; Gradio holds "
               f"{len(demo.state_holder.session_data)}; RSS {before:.0f} MB -> {after:.0f} MB "
               f"(+{after - before:.0f} MB)")
