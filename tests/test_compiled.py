@@ -1,14 +1,9 @@
 """The compiled decoding step (specrej/engine/compiled.py): the same model as the eager forward, row-wise exact,
-switchable, and the GPU check's CPU dry run (scripts/gpu_check.sh with DRY=1)."""
+switchable (the GPU check's CPU dry run: tests/test_gpu_check.py)."""
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +12,6 @@ from specrej.engine import compiled, packed
 from specrej import load_generator
 from specrej.backends.hf import Engine, Sampling, next_logits
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLED = Sampling(0.9, 0.95, 40)
 pytestmark = pytest.mark.usefixtures("compiled_on")   # the suite decodes eagerly elsewhere (conftest)
 
@@ -150,43 +144,6 @@ def test_one_layer_a_graph_and_two_write_the_same_tokens(lm32, monkeypatch):
     one, _ = decode(lm32, list(range(6)))
     assert compiled.step_for(lm32.model).group == 1 and len(compiled.step_for(lm32.model).groups) == 2
     assert one == two
-
-
-def test_the_gpu_check_dry_run_measures_both_configs_and_races_coupled(tmp_path):
-    """scripts/gpu_check.sh with DRY=1: tiny versions of both configs on the CPU: the device's ceilings,
-    transformers' static path, the step eager, compiled and captured (uncaptured on a CPU) with its ratios, a
-    coupled race per variant whose Speculative Rejection pruned and never diverged from Best-of-N, and a small
-    race in the paper's shape on the 8B config's tiny version."""
-    env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "PYTHON": sys.executable}
-    run = subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh")], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    report = json.loads((tmp_path / "gpu_steps.json").read_text())
-    assert report["tiny"] and not report["errors"], report["errors"]
-    variants = ("eager", "compiled", "captured")
-    assert report["ceilings"]["copy_GBps"] > 0 and report["ceilings"]["matmul_TFLOPs"] > 0
-    for name in ("smollm2-135m", "llama-3-8b"):
-        assert report["anchors"][name]["1"] > 0   # transformers' static-cache generate, ms a token
-        for variant in variants:
-            rows = report["steps"][name]["variants"][variant]
-            assert [r["rows"] for r in rows] == [1, 8, 32]
-            assert all(r["x_roofline"] > 0 for r in rows) and rows[0]["x_transformers"] > 0
-    for kind in variants:
-        race = report["race"][kind]
-        assert race["pruned"] > 0 and race["compared"] == race["n"] and race["diverged"] == 0
-    paper = report["paper_race"]
-    assert paper["bon"]["steps"] > paper["sr"]["steps"] > 0 and paper["speedup_steps"] > 1
-    assert "done in" in (tmp_path / "summary.txt").read_text()
-    # the page reads this format: a dry run never prices anything, the same file from a GPU would
-    from specrej.analysis import gpu_steps
-    assert gpu_steps.read(tmp_path / "gpu_steps.json") == []
-    as_gpu = tmp_path / "as_gpu.json"
-    as_gpu.write_text(json.dumps({**report, "device": "cuda", "tiny": False}))
-    read = {(s.config, s.variant): s for s in gpu_steps.read(as_gpu)}
-    assert set(read) == {(n, v) for n in ("smollm2-135m", "llama-3-8b") for v in variants}
-    for (name, variant), s in read.items():
-        rows = report["steps"][name]["variants"][variant]
-        assert s.cost.rows == (1, 8, 32) and s.params == report["steps"][name]["params"]
-        assert s.cost.seconds == tuple(r["step_ms"] / 1000 for r in rows)
 
 
 def test_the_compiled_step_gives_the_hidden_states_st_bon_reads(lm32, device):
