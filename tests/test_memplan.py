@@ -4,6 +4,7 @@ The plan is arithmetic, so the paper's race on a 141 GB device (an H200, Llama-3
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from specrej.core.budget import KVBudget
 from specrej.engine import captured, memplan
 from specrej.engine.memplan import LLAMA3_8B, arm_budget, plan, relayout_peak
 
+ROOT = Path(__file__).resolve().parent.parent
 GB = 10**9
 H200 = 141 * GB
 WEIGHTS_8B = 8_030_261_248 * 2          # Llama-3-8B's parameters in bf16
@@ -189,3 +191,22 @@ def test_select_gathers_a_layer_at_a_time(lm32, graph_on, monkeypatch):
     with torch.inference_mode(), Watch():
         g.select([5, 0, 2])
     assert len(biggest) == len(g.own) and max(biggest) <= one_layer
+
+
+def test_a_gpus_default_budget_is_one_arms_share_of_the_plan(monkeypatch):
+    """``Engine.default_budget`` on a GPU (its free memory faked: an H200 holding the 8B weights): the slots
+    ``arm_budget`` grants each of a two-arm race, for the shape read off the model's config."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    spec = {k: v for k, v in json.loads((ROOT / "assets/configs/llama-3-8b.json").read_text()).items()
+            if not k.startswith("_")}
+    config = AutoConfig.for_model(**spec)
+    assert memplan.Shape.of(config, 2) == LLAMA3_8B and LLAMA3_8B.slot_bytes == 131072
+    lm = SimpleNamespace(device=torch.device("cuda", 0), model=SimpleNamespace(config=config, dtype=torch.bfloat16))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (FREE_8B, H200))
+    got = Engine.default_budget(lm)
+    assert got == arm_budget(FREE_8B, LLAMA3_8B, arms=2)
+    assert 2 * got * LLAMA3_8B.slot_bytes * memplan.padding_factor() < FREE_8B / 2   # the old rule gave each arm half

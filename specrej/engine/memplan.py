@@ -96,12 +96,13 @@ class Shape:
 
     @classmethod
     def of(cls, config, dtype_bytes: int) -> "Shape":
-        """From a transformers config (Llama-family names)."""
-        heads = config.num_attention_heads
+        """From a transformers config (Llama-family names; a family without a separate MLP width, 4 x hidden)."""
+        heads, hidden = config.num_attention_heads, config.hidden_size
         return cls(layers=config.num_hidden_layers, kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-                   head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-                   dtype_bytes=int(dtype_bytes), vocab=config.vocab_size, heads=heads, hidden=config.hidden_size,
-                   intermediate=config.intermediate_size)
+                   head_dim=getattr(config, "head_dim", None) or hidden // heads, dtype_bytes=int(dtype_bytes),
+                   vocab=config.vocab_size, heads=heads, hidden=hidden,
+                   intermediate=getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
+                   or 4 * hidden)
 
 
 LLAMA3_8B = Shape(layers=32, kv_heads=8, head_dim=128, dtype_bytes=2, vocab=128256, heads=32, hidden=4096,
