@@ -1,11 +1,14 @@
 """The markdown tables of docs/results.md that rest on the committed bench results, printed from them
-(``assets/bench/quick.json``; no model runs): ``python scripts/results_tables.py``.
+(``assets/bench/quick.json``, ``graded.json``, ``rivals.json``; no model runs): ``python scripts/results_tables.py``
+(every table), ``--bench quick`` (one).
 
-Each speed-up at equal raw improvement score against Best-of-N as vLLM v1 schedules it (``steps_vllm``:
-``specrej.analysis.paging``), with its 90% bootstrap interval over prompts {in braces} and the speed-up had the
-method scored 0.1 / 1 point less (in parentheses); beside it the three older baselines (fixed passes, refilled
-slots, paged slots reserved at admission) and the wall time modelled for Best-of-N as vLLM schedules it and in
-fixed passes. ``--capped``: also each point's speed-up at its capped score.
+Every speed-up at equal raw improvement score, against Best-of-N as vLLM v1 schedules it (``steps_vllm``:
+``specrej.analysis.paging``) and beside it the three older baselines (fixed passes, refilled slots, paged slots
+reserved at admission), FLOPs (``core.cost.FlopModel``: non-embedding weights and attention) and the wall time
+modelled for Best-of-N as vLLM schedules it and in fixed passes; each with its 90% bootstrap interval over
+prompts {in braces} and the speed-up had the method scored 0.1 / 1 point less (in parentheses: on Best-of-N's
+plateau a tenth of a point moves it a lot). A rival the memory budget cut short (ST-BoN truncating before c + tau)
+has its forced prompts counted and named. ``--capped``: also each point's speed-up at its capped score.
 """
 from __future__ import annotations
 
@@ -38,13 +41,35 @@ def ci(c) -> str:
     return f"[{c[0]:.1f}, {c[1]:.1f}]"
 
 
+def name_of(p: dict) -> str:
+    if p.get("label"):
+        return f"{p['label']} (N={p['n']:.0f})"
+    return f"SR {p['rule']} α={p['alpha']:g}, T={p['first_decision']} (N≈{p['n']:.0f})"
+
+
+def bench_table(agg: dict) -> str:
+    """Every point of a bench: its improvement and every speed-up with its interval and sensitivity."""
+    rows = ["| method | source | improvement [90% CI] | x engine steps, vLLM {90% over prompts} (0.1 / 1 point less) "
+            "| x steps: fixed / refilled / paged | x FLOPs | x wall: vLLM / fixed passes | "
+            f"kept Best-of-{agg['n_ref']}'s winner | memory forced its decision |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in agg["sr"]:
+        forced = p.get("forced")
+        forced = ("-" if forced is None else "on none" if not forced else
+                  f"**on {len(forced)} of {agg['prompts']}**: {', '.join(forced)}")
+        rows.append(f"| {name_of(p)} | {p['source']} | {p['improvement']:.1f} {ci(p['improvement_ci90'])} | "
+                    f"{boot(p, 'steps_vllm')} | {boot(p, 'steps')} / {boot(p, 'steps_refill')} / "
+                    f"{boot(p, 'steps_paged')} | {boot(p, 'flops')} | {boot(p, 'wall_vllm')} / {boot(p, 'wall')} | "
+                    f"{p['winner_fate_counts']['kept']} of {agg['prompts']} | {forced} |")
+    return "\n".join(rows)
+
+
 def quick_table(agg: dict, n_prompts: int) -> str:
     rows = ["| method | source | improvement [90% CI] | capped [90% CI] | x engine steps, vLLM {90% over prompts} "
             "(0.1 / 1 point less) | x steps: fixed / refilled / paged | x FLOPs | x wall: vLLM / fixed passes | "
             f"kept Best-of-{agg['n_ref']}'s winner |", "|---|---|---|---|---|---|---|---|---|"]
     for p in agg["sr"]:
         name = f"SR {p['rule']} α={p['alpha']:g}, T={p['first_decision']} (N≈{p['n']:.0f})"
-        sp = lambda m: boot(p, m, less_too=False)  # noqa: E731
+        sp = lambda m: boot(p, m)  # noqa: E731
         rows.append(f"| {name} | {p['source']} | {p['improvement']:.1f} {ci(p['improvement_ci90'])} | "
                     f"{p['improvement_capped']:.1f} {ci(p['improvement_capped_ci90'])} | {boot(p, 'steps_vllm')} | "
                     f"{sp('steps')} / {sp('steps_refill')} / {sp('steps_paged')} | {sp('flops')} | "
@@ -69,7 +94,7 @@ def review_table(agg: dict) -> str:
             continue
         raw = f"{p['improvement']:.1f}" + (f"; capped {p['improvement_capped']:.1f}"
                                            if abs(p["improvement_capped"] - p["improvement"]) > 0.05 else "")
-        sp = lambda m: boot(p, m, less_too=False)  # noqa: E731
+        sp = lambda m: boot(p, m)  # noqa: E731
         oracle = (f"{p['oracle_improvement']:.1f} ({p['gap_to_oracle']:.1f})" if "oracle_improvement" in p
                   else f"- (first batch > {agg['n_ref']})")
         f = p["winner_fate_counts"]
@@ -100,17 +125,26 @@ def capped(agg: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", default=str(ROOT / "assets" / "bench" / "quick.json"))
+    ap.add_argument("--bench", choices=("quick", "graded", "rivals"), action="append",
+                    help="which committed bench (default: all three)")
+    ap.add_argument("--json", help="another bench.json, printed as quick's tables")
     ap.add_argument("--capped", action="store_true")
     a = ap.parse_args()
-    result = json.loads(Path(a.json).read_text(encoding="utf-8"))
-    agg = result["protocol"]
-    print(quick_table(agg, agg["prompts"]))
-    print()
-    print(review_table(agg))
-    if a.capped:
+    paths = ({"quick": Path(a.json)} if a.json else
+             {b: ROOT / "assets" / "bench" / f"{b}.json" for b in (a.bench or ("quick", "graded", "rivals"))})
+    for name, path in paths.items():
+        agg = json.loads(path.read_text(encoding="utf-8"))["protocol"]
+        print(f"### {name} ({agg['prompts']} prompts)\n")
+        if name == "quick":
+            print(quick_table(agg, agg["prompts"]))
+            print()
+            print(review_table(agg))
+        else:
+            print(bench_table(agg))
+        if a.capped:
+            print()
+            print(capped(agg))
         print()
-        print(capped(agg))
 
 
 if __name__ == "__main__":

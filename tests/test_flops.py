@@ -112,3 +112,50 @@ def test_a_callers_own_count_overrides_the_generators_and_the_rewards(tiny_lm):
     assert flop_model_of(Counted()) == FlopModel(500)
     with pytest.raises(ValueError):
         FlopModel(-1)
+
+
+def test_the_bench_recounts_a_record_exactly_from_its_rows_or_bounds_it_from_best_of_ns_answers():
+    from specrej.bench.protocol import recount_flops
+
+    fm = FlopModel(100, 2, 4)
+    # Speculative Rejection on a prompt of 10: 2 rows for 3 steps, then 1 row for 2: 8 tokens at positions
+    # 1, 1, 2, 2, 3, 3, 4, 5 (21), each attending to 10 + its position; recorded by the old rule (2 x 500 x 18)
+    rec = {"prompt_tokens": 10, "bon": {"tokens": [5, 3, 2]}}
+    sr = {"method": "sr", "generated_tokens": 8, "flops": flops(500, 18), "profile": [[2, 3], [1, 2]]}
+    count, exact = recount_flops(sr, rec, 500, fm)
+    assert exact and count == pytest.approx(fm.sequence(0, 10) + fm.tokens(8, 8 * 10 + 21))
+    # no profile: bounded by Best-of-N's 8 highest positions (5, 4, 3, 3, 2, 2, 2, 1 of answers of 5, 3, 2: 22)
+    count, exact = recount_flops({**sr, "profile": None}, rec, 500, fm)
+    assert not exact and count == pytest.approx(fm.sequence(0, 10) + fm.tokens(8, 8 * 10 + 22))
+    # a reward's FLOPs stay as recorded (the record's less its generator's by the old rule)
+    count, _ = recount_flops({**sr, "flops": flops(500, 18) + 7.0}, rec, 500, fm)
+    assert count == pytest.approx(fm.sequence(0, 10) + fm.tokens(8, 8 * 10 + 21) + 7.0)
+
+
+@pytest.mark.slow
+def test_the_embedded_generators_count_is_the_one_the_bench_recounts_older_files_with():
+    from specrej import load_generator
+    from specrej.bench.run import EMBEDDED_FLOPS, generator_flop_model
+
+    try:
+        lm = load_generator("embedded", dtype="fp32")
+    except Exception as e:   # no embedded wheel here
+        pytest.skip(f"the embedded generator is not installed ({e})")
+    assert lm.n_params == 134_515_008 and flop_model_of(lm) == EMBEDDED_FLOPS
+    assert generator_flop_model({"model": "embedded", "generator_params": 134_515_008}) == EMBEDDED_FLOPS
+
+
+def test_best_of_ks_flops_on_the_curve_are_the_prompt_once_and_k_mean_answers():
+    from specrej.analysis.curve import bon_point
+    from specrej.bench.protocol import prompt_run
+
+    fm = FlopModel(100, 2, 4)
+    rec = {"prompt_tokens": 10, "bon": {"scores": [0.1, 0.5, 0.9], "tokens": [5, 3, 2],
+                                        "ledger": {"reward_flops": 30.0}}}
+    run = prompt_run(rec, flops(500, 1), fm)
+    mean = (fm.sequence(10, 5) + fm.sequence(10, 3) + fm.sequence(10, 2)) / 3
+    for k in (1, 2, 3):   # the reward's 30 FLOPs: k/3 of them
+        assert bon_point(run, k, rows_per_pass=1).flops == pytest.approx(fm.sequence(0, 10) + k * mean + 10 * k)
+    # without a FlopModel: the older rule, 2 x 500 x (prompt + k x the mean length)
+    old = prompt_run(rec, flops(500, 1))
+    assert bon_point(old, 3, rows_per_pass=1).flops == pytest.approx(flops(500, 10 + 10) + 30)

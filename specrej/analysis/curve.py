@@ -98,6 +98,9 @@ class PromptRun:
     flops_per_token: float           # 2 x generator params
     reward_flops: float = 0.0        # the whole run's reward FLOPs (each candidate scored once)
     fixed_s: float = 0.0             # the run's wall time outside decoding (prefill, scoring)
+    prompt_flops: float | None = None   # the generator's prefill, once (``core.cost.FlopModel``); with
+    answer_flops: float | None = None   # each answer's mean FLOPs: Best-of-k's FLOPs are prompt + k x answer + k/N
+                                        # of the reward's (attention counted); None: flops_per_token x tokens
 
     @property
     def n(self) -> int:
@@ -132,7 +135,9 @@ def bon_point(run: PromptRun, k: int, rows_per_pass: int,
                   memo=memo.setdefault(("price", step_s is not None), {}))
     tokens = k * sum(run.lengths) / n
     wall_s = p.seconds + run.fixed_s * k / n if step_s is not None else None
-    return Point(k, expected_max(run.scores, k), tokens, p.flops, p.steps, wall_s)
+    spent = (run.prompt_flops + k * run.answer_flops + run.reward_flops * k / n
+             if run.prompt_flops is not None and run.answer_flops is not None else p.flops)
+    return Point(k, expected_max(run.scores, k), tokens, spent, p.steps, wall_s)
 
 
 def _orders(n: int, draws: int, seed: int) -> list[Sequence[int]]:

@@ -38,7 +38,7 @@ import torch
 from ..analysis.compare import decision_rank, live_at_decision, winner_fate
 from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
-from ..core.cost import StepCost, flops
+from ..core.cost import FlopModel, StepCost, flops
 from ..core.oracle import OracleRule
 from ..analysis.curve import (MEASURES, PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, improvement,
                               improvement_gains, prompt_curves, speedups)
@@ -233,7 +233,11 @@ def _rival_entry(spec: str, way: str, fin: Finished, rounds: list[Round], finals
             "oracle": {"score": best, "winner": bon_winner, "steps": led.steps, "rounds": fin.rounds,
                        "winner_fate": {"fate": "kept", "decision": None, "position": None}},
             "decisions": [{"position": d.position, "spearman": d.spearman}
-                          for d in (decision_rank(r, finals) for r in rounds if live_at_decision(r))]}
+                          for d in (decision_rank(r, finals) for r in rounds if live_at_decision(r))],
+            # memory cut it short: a decision the budget forced before the method's own (ST-BoN's truncation before
+            # c + tau); and ST-BoN's divergence step c where the Round marks it
+            "forced": any(r.forced for r in rounds),
+            "diverged": next((t for r in rounds for what, t in r.marks if what == "diverged"), None)}
 
 
 def _oracle(run: CoupledRun, scorer: PrefixScorer, n0: int, alpha: float, budget: int, base: RunConfig,
@@ -298,10 +302,44 @@ def drift(fin: Finished, scores: list[float], texts: list[str], prefix: Callable
 
 
 # ---------------------------------------------------------------------------------- aggregate
-def prompt_run(rec: dict, flops_per_token: float) -> PromptRun:
+def prompt_run(rec: dict, flops_per_token: float, gen_flops: FlopModel | None = None) -> PromptRun:
+    """One prompt's Best-of-N_ref as the curve reads it; ``gen_flops``: its FLOPs counted by that FlopModel
+    (the prompt once at positions 1..P, each answer at P+1..P+g), else ``flops_per_token`` x tokens."""
     led = rec["bon"]["ledger"]
-    return PromptRun(rec["bon"]["scores"], rec["bon"]["tokens"], rec["prompt_tokens"], flops_per_token,
-                     reward_flops=led["reward_flops"])
+    P, lengths = rec["prompt_tokens"], rec["bon"]["tokens"]
+    counted = {}
+    if gen_flops is not None:
+        counted = {"prompt_flops": gen_flops.sequence(0, P),
+                   "answer_flops": sum(gen_flops.sequence(P, g) for g in lengths) / len(lengths)}
+    return PromptRun(rec["bon"]["scores"], lengths, P, flops_per_token, reward_flops=led["reward_flops"], **counted)
+
+
+STARTS_TOGETHER = ("sr", "stbon")   # methods whose rows all start at step 1: a row's step is its token's position
+
+
+def recount_flops(s: dict, rec: dict, gen_params: int, fm: FlopModel) -> tuple[float, bool]:
+    """A method's FLOPs on one prompt recounted by ``fm`` from what its record holds, and whether the count is
+    exact (False: a bound from above). The generator: the prompt once (and tokens prefilled again, from its
+    ledger, at the prompt's length), each generated token at its position: exact from its rows per step
+    (``profile``) where every row starts at step 1 (Speculative Rejection, ST-BoN); otherwise (no profile, or rows
+    that start later: DeepConf's passes and refills) bounded from above by the highest positions Best-of-N_ref's
+    answers hold (coupled: a method's tokens are prefixes of the same candidates' answers). The reward's FLOPs
+    stay as recorded (the record's FLOPs less its generator's by the rule it was made with, 2 x ``gen_params`` x
+    tokens): 0 in every committed table (rewards with no model)."""
+    P, G = rec["prompt_tokens"], s["generated_tokens"]
+    led = s.get("ledger") or {}
+    prompt = led.get("prompt_tokens", P)
+    reward = s["flops"] - flops(gen_params, prompt + G)
+    profile = s.get("profile")
+    if profile and s.get("method", "sr") in STARTS_TOGETHER:
+        steps = unrle(profile)
+        assert sum(steps) == G, f"profile of {sum(steps)} tokens against {G} generated"
+        positions, exact = sum(rows * t for t, rows in enumerate(steps, 1)), True
+    else:   # the G highest positions Best-of-N_ref's answers hold (each answer g holds positions 1..g)
+        held = sorted((t for g in rec["bon"]["tokens"] for t in range(1, g + 1)), reverse=True)
+        positions, exact = sum(held[:G]), G == 0
+    gen = fm.sequence(0, P) + fm.tokens(prompt - P, (prompt - P) * P) + fm.tokens(G, G * P + positions)
+    return gen + max(0.0, reward), exact
 
 
 def rle(rows) -> list[list[int]]:
@@ -346,7 +384,7 @@ def gpu_priced(records: list[dict], gpu, curve: list[dict], runs: list[PromptRun
 
 
 def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | None, gpu=None,
-              block_size: int = BLOCK_SIZE) -> dict:
+              block_size: int = BLOCK_SIZE, gen_flops: FlopModel | None = None) -> dict:
     """The paper's metrics over prompts against Best-of-N_ref under the same budget.
 
     Relative compute = sum over prompts of the method's / Best-of-N_ref's (budgeted, expected);
@@ -362,7 +400,10 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
     the gap to it, and Best-of-N_ref's winner's fate on each prompt. A prompt where every Best-of-N_ref answer
     scored the same decides nothing (any arm's answer is "the best" there): it is left out of every figure and
     listed apart (``flat_prompts``), never averaged in as 100. ``gpu``: a ``specrej.analysis.gpu_steps.GpuStep``
-    for this generator: the decode steps priced on it as well (``gpu_priced``)."""
+    for this generator: the decode steps priced on it as well (``gpu_priced``). ``gen_flops``: every FLOPs figure
+    recounted by that ``core.cost.FlopModel`` (non-embedding weights and attention: ``prompt_run``,
+    ``recount_flops``; ``flops_exact`` says where a method's count is a bound from above); None: the records' own
+    FLOPs (2 x ``gen_params`` x tokens, the older rule)."""
     if not records:
         raise ValueError("no prompt results to aggregate")
     flat = [r.get("id", str(i)) for i, r in enumerate(records) if len(set(r["bon"]["scores"])) == 1]
@@ -371,7 +412,11 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
         raise ValueError(f"every Best-of-N answer scored the same on every prompt ({', '.join(flat)}): the reward "
                          "tells no answer from another, so no method can be compared")
     n_ref = records[0]["bon"]["n"]
-    runs = [prompt_run(r, flops(gen_params, 1)) for r in records]
+    runs = [prompt_run(r, flops(gen_params, 1), gen_flops) for r in records]
+    if gen_flops is not None:   # every method's FLOPs recounted (copies: the records stay as they were made)
+        counted = [[recount_flops(s, r, gen_params, gen_flops) for s in r["sr"]] for r in records]
+        records = [{**r, "sr": [{**s, "flops": c[0], "flops_exact": c[1]} for s, c in zip(r["sr"], cs)]}
+                   for r, cs in zip(records, counted)]
     budgets = [KVBudget(r["budget"], r["prompt_tokens"], r.get("kv_shared", True)) for r in records]
     ks = default_ks(n_ref)
     per = prompt_curves(runs, ks, [r["rows_per_pass"] for r in records], step_model.step if step_model else None,
@@ -415,6 +460,9 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
             **{f"speedup_{m}_boot90": boot.bootstrap_speedup(bon_gains, bon_compute[m], gains, own[m], weights)
                for m in sp},
             **{f"speedup_{m}_less": boot.sensitivity(by[m], imp, method[m]) for m in sp},
+            **({"flops_exact": all(s["flops_exact"] for s in runs_j)} if "flops_exact" in first else {}),
+            **({"forced": [r.get("id", str(i)) for i, (r, s) in enumerate(zip(records, runs_j)) if s.get("forced")]}
+               if any("forced" in s for s in runs_j) else {}),
             "kept_bon_winner": sum(s["kept_bon_winner"] for s in runs_j) / len(runs_j),
             "mean_rounds": sum(s["rounds"] for s in runs_j) / len(runs_j), "rank_correlation": _by_decision(runs_j),
             **_fates(records, runs_j), **_oracle_point(runs_j, runs, imp)}
@@ -432,6 +480,9 @@ def aggregate(records: list[dict], *, gen_params: int, step_model: StepCost | No
             "bon_ref": {m: ref[m] for m in ("steps", "steps_refill", "steps_paged", "steps_vllm", "flops", "tokens",
                                             "wall", "wall_vllm") if m in ref},
             "vllm_block_size": block_size,
+            "flop_model": ({"params": gen_flops.params, "layers": gen_flops.layers, "d_model": gen_flops.d_model,
+                            "rule": "2 x non-embedding params x tokens + 2 x layers x context x d_model per token"}
+                           if gen_flops is not None else {"rule": "2 x all params x tokens"}),
             "step_model": step_model.points if step_model else None,
             "gpu": gpu_priced(records, gpu, curve, runs, points) if gpu is not None else None}
 

@@ -135,6 +135,11 @@ def paper_table(agg: dict, meta: dict) -> str:
               "(see the fates below)." % (n_ref, n_ref, agg.get("vllm_block_size", 16), n_ref),
               "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
               "FLOPs track total work; CPU wall time sits between."]
+    forced = [(s, s["forced"]) for s in agg["sr"]
+              if s.get("forced") is not None and s.get("label") and (s["forced"] or s.get("method") == "stbon")]
+    for s, ids in forced:   # a rival the memory budget cut short before its own decision (ST-BoN before c + tau)
+        lines.append(f"{s['label']}: memory forced its decision before its own rule's point on {len(ids)} of "
+                     f"{agg['prompts']} prompts" + (f" ({', '.join(ids)})" if ids else "") + ".")
     gpu = agg.get("gpu")
     if gpu:
         lines.append(f"Priced {gpu['on']}, measured ({gpu['measured']}): the same decode steps, each at that "

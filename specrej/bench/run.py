@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -11,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..backends import BACKENDS
+from ..core.cost import FlopModel, flop_model_of
 
 MODES = {
     # 12 prompts in fp32 (exact coupling), shared prompt cache. Budget 2048: Best-of-N fits 7 rows at 256
@@ -195,8 +197,11 @@ def recompute(source: Path, out: Path, gpu_steps: str | None = None) -> dict:
         gpu = _gpu_step(str(_ASSETS_GPU / used), meta["generator_params"]) if used else None
     else:
         gpu = _gpu_step(gpu_steps, meta["generator_params"])
+    gen_flops = generator_flop_model(meta)
+    if gen_flops is not None:
+        meta["generator_flop_model"] = dataclasses.asdict(gen_flops)
     agg = aggregate(records, gen_params=meta["generator_params"],
-                    step_model=StepCost.from_passes(passes) if passes else None, gpu=gpu)
+                    step_model=StepCost.from_passes(passes) if passes else None, gpu=gpu, gen_flops=gen_flops)
     result["protocol"], result["summary"] = agg, summary(agg)
     meta["recomputed"] = {"from": str(source), "by": "python -m specrej.bench --from",
                           "at": time.strftime("%Y-%m-%d", time.gmtime())}
@@ -208,6 +213,23 @@ def recompute(source: Path, out: Path, gpu_steps: str | None = None) -> dict:
     print(paper_table(agg, meta))
     print(f"\nwrote {out / 'bench.json'}, {out / 'bench.png'} (recomputed from {source})")
     return result
+
+
+# The embedded generator's FLOPs (SmolLM2-135M-Instruct, read off the loaded model: 134,515,008 parameters, of which
+# the tied 49,152 x 576 embedding is 28,311,552; 30 layers, width 576; tests/test_flops.py checks it where the
+# embedded wheel is installed): what --from recounts an older bench.json made before the meta kept its own.
+EMBEDDED_FLOPS = FlopModel(106_203_456, 30, 576)
+
+
+def generator_flop_model(meta: dict) -> FlopModel | None:
+    """The generator's ``core.cost.FlopModel`` a bench.json was made with (``meta["generator_flop_model"]``), the
+    embedded generator's for an older file of it, else None (its FLOPs as recorded)."""
+    own = meta.get("generator_flop_model")
+    if own:
+        return FlopModel(**own)
+    if meta.get("model") == "embedded" and meta.get("generator_params") == 134_515_008:
+        return EMBEDDED_FLOPS
+    return None
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -271,6 +293,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             "wall_note": args.wall_note or None,
             "max_new_tokens": args.max_new_tokens, "budget": budget, "seed": args.seed, "processes": world,
             "threads_per_process": threads, "device": str(lm.device), "generator_params": lm.n_params,
+            "generator_flop_model": dataclasses.asdict(flop_model_of(lm)),
             "dtype": str(lm.dtype).replace("torch.", ""), "kv_sharing": "shared" if sharing(lm, lm.backend) else "copied",
             "reward_params": reward.n_params, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
@@ -357,7 +380,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if records:
         gpu = _gpu_step(args.gpu_steps, lm.n_params)
         meta["gpu_step"] = gpu.source if gpu is not None else None   # what --from prices with again
-        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes), gpu=gpu)
+        agg = aggregate(records, gen_params=lm.n_params, step_model=StepCost.from_passes(passes), gpu=gpu,
+                        gen_flops=flop_model_of(lm))
         result["protocol"] = agg
         result["summary"] = summary(agg)
         text.append(paper_table(agg, meta))
