@@ -8,13 +8,14 @@ then the server's log lines and tracebacks, and its RSS before and after.
     python scripts/probe_guard.py                      # tiny models, 300 junk streams
     python scripts/probe_guard.py --streams 600 --model embedded --reward sentiment
 
-Issue 65's classes (round seven), after the earlier ones: 45 concurrent ``run/recorded_settings`` as the server
-starts (``/config`` timed meanwhile), a visitor's finished race and then ``--sessions`` made-up sessions (its
-``run/rerender_race`` still draws the plot), four addresses holding the lab with slow samples (when a fifth's
-sample starts), idle connections, slowloris heads and slow bodies (when the server closes each), three addresses
-trying to fill the queue (what a fourth gets), ``n: "3"`` as text and out-of-range ``run/make_link`` values. The
-machine may be shared: every wait has room (``--slack``), and times are reported, never asserted. The last lines
-say per class "refused" or "bounded" (or what went wrong), and the 500s and tracebacks of the whole probe.
+Issue 65's classes (round seven), before and after the earlier ones: 45 concurrent ``run/recorded_settings`` as
+the server starts (``/config`` timed meanwhile), a visitor's finished race and then ``--sessions`` made-up
+sessions from ``--households`` addresses and 300 more from one (its ``run/rerender_race`` still draws the plot),
+four addresses holding the lab with slow samples (when a fifth's sample starts), idle connections, slowloris heads
+and slow bodies (when the server closes each), three addresses trying to fill the queue (what a fourth gets),
+``n: "3"`` as text and out-of-range ``run/make_link`` values. The machine may be shared: every wait has room
+(``--slack``), and times are reported, never asserted. The last lines say per class "refused" or "bounded" (or
+what went wrong), and the 500s and tracebacks of the whole probe.
 """
 from __future__ import annotations
 
@@ -96,10 +97,12 @@ def warmup_storm(base: str, pid: int, prompt: str, n: int, slack: float) -> dict
     return {"statuses": dict(codes), "config_s_during": config_s, "threads_before": before, "threads_peak": max(peak)}
 
 
-def race_then_flood(base: str, kw: dict, sessions: int, slack: float) -> dict:
+def race_then_flood(base: str, kw: dict, sessions: int, slack: float, households: int = 20) -> dict:
     """Issue 65 (1): a visitor finishes a race; ``run/rerender_race`` under its session draws the plot; then
-    ``sessions`` made-up sessions each load the page's state (``run/register``, ``run/from_link``); the visitor's
-    ``run/rerender_race`` is asked again (a ``skip`` would mean its race view was evicted)."""
+    ``sessions`` made-up sessions each load the page's state (``run/register``, ``run/from_link``), spread over
+    ``households`` addresses (each under its cap of made-up sessions, together past the app's 1,000 sessions), then
+    300 more from one address (past its household's cap); the visitor's ``run/rerender_race`` is asked again (a
+    ``skip`` would mean its race view was evicted)."""
     import httpx
     from gradio_client import Client
 
@@ -116,9 +119,11 @@ def race_then_flood(base: str, kw: dict, sessions: int, slack: float) -> dict:
     drew_before = draws()
     codes: collections.Counter = collections.Counter()
     t0, config_s = time.perf_counter(), []
-    for i in range(sessions):   # what a page calls as it loads, each under a fresh session hash
+    for i in range(sessions + 300):   # what a page calls as it loads, each under a fresh session hash
+        address = f"198.19.{i % households}.1" if i < sessions else "198.19.255.1"
         for route, data in (("register", [None]), ("from_link", [])):
-            r = httpx.post(f"{api}/run/{route}", json={"data": data, "session_hash": f"flood{i:06d}"}, timeout=slack)
+            r = httpx.post(f"{api}/run/{route}", json={"data": data, "session_hash": f"flood{i:06d}"}, timeout=slack,
+                           headers={"X-Forwarded-For": address})
             codes[r.status_code] += 1
         if i % 250 == 0:
             config_s.append(timed_get(base + "/config", slack))
@@ -334,6 +339,7 @@ def main() -> None:
     p.add_argument("--reward")
     p.add_argument("--streams", type=int, default=300, help="junk event streams of sessions that do not exist")
     p.add_argument("--sessions", type=int, default=1400, help="made-up sessions, each loading the page's state")
+    p.add_argument("--households", type=int, default=20, help="addresses the made-up sessions come from")
     p.add_argument("--storm", type=int, default=45, help="concurrent run/recorded_settings as the server starts")
     p.add_argument("--connections", type=int, default=100,
                    help="idle connections; half as many slowloris heads and as many slow bodies")
@@ -421,7 +427,7 @@ def main() -> None:
             data[names.index(k)] = v
         kw = dict(zip(names, data))
         # round seven (issue 65, 1): a visitor's finished race, then made-up sessions (the app keeps 1,000)
-        out["race then flood"] = race_then_flood(base, kw, args.sessions, T)
+        out["race then flood"] = race_then_flood(base, kw, args.sessions, T, args.households)
         out["rss_after_flood_mb"] = round(rss_mb(server.pid))
         # what a run may not carry (issue 50, 7 and round five): blank but for zero-width spaces, control
         # characters, a seed past what a browser's number keeps
