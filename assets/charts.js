@@ -8,15 +8,29 @@
 // replot of it (some 50 ms on a laptop, 200 ms on one four times slower): after each, the next waits BUDGET times as
 // long, so drawing keeps at most a fifth of the main thread and a slow page draws fewer, larger steps (the chart
 // waiting longest first); the lines keep coming and nothing queues up. A tab in the background gets no
-// animation frames: it draws nothing and catches up with one draw when it is shown again. A run's first and last
-// frames come whole to Gradio's own gr.Plot, which draws them as it always did; the last line ("final") brings this
-// copy to the same figures and cancels any draw still pending.
+// animation frames: it draws nothing and catches up with one draw when it is shown again.
+//
+// A run's first and last frames also come whole to Gradio's own gr.Plot, which would draw all of them in one task
+// (three whole replots: the page's longest task). Gradio's Plotly.react on these charts' divs is taken into the same
+// queue: one chart per animation frame, and none at all where the figure Gradio brings is the one this script has
+// (drawn, or about to be drawn from the same frame's line). Any other figure (step mode, the x-axis switch) is
+// drawn as Gradio gave it, in its turn. The last line ("final") replaces the box's text (Gradio then sends a short
+// value, and its closing message repeats only that); a line that does not follow the one before (a value the page
+// never saw) leaves the copy behind, and Gradio's whole figures are drawn instead.
 (() => {
   if (window.specrejCharts) { return; }
   const elemOf = key => (key === 'race' ? 'race-plot' : 'plot-' + key.slice(4));
+  const keyOf = gd => {   // the chart a plot div belongs to ("arm-0", "race"), or null
+    const host = gd && gd.closest ? gd.closest('#race-plot, [id^="plot-"]') : null;
+    if (!host) { return null; }
+    if (host.id === 'race-plot') { return 'race'; }
+    return /^plot-\d+$/.test(host.id) ? 'arm-' + host.id.slice(5) : null;
+  };
   const charts = {};   // key -> {data, layout, config, token, react, traces: Map(index -> {attrs, whole, from}), paths}
+  const wholes = {};   // key -> a figure Gradio asked Plotly to draw ({gd, data, layout, config, since}), drawn in turn
   const BUDGET = 4;
-  const st = {head: null, offset: 0, seq: -1, raf: 0, timer: 0, next: 0, draws: 0, final: false, tokens: 0};
+  const st = {head: null, offset: 0, seq: -1, raf: 0, timer: 0, next: 0, draws: 0, tokens: 0, log: [], real: null,
+              skipResize: null};
   const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}};   // what this script took, for scripts/chart_load.py
   const api = {onDraw: null};
 
@@ -32,22 +46,29 @@
     return out;
   }
 
+  // a relayout path ("xaxis.range", "annotations[0].x", "shapes[3]") as keys
+  const partsOf = path => path.replace(/\[(\d+)\]/g, '.$1').split('.');
+
   function setPath(obj, path, value) {
-    const parts = path.split('.');
+    const parts = partsOf(path);
     let o = obj;
-    for (const p of parts.slice(0, -1)) {
-      if (o[p] === null || typeof o[p] !== 'object') { o[p] = {}; }
+    parts.slice(0, -1).forEach((p, k) => {
+      if (o[p] === null || typeof o[p] !== 'object') { o[p] = /^\d+$/.test(parts[k + 1]) ? [] : {}; }
       o = o[p];
-    }
+    });
     const last = parts[parts.length - 1];
-    if (value === null) { delete o[last]; } else { o[last] = value; }
+    if (value !== null) { o[last] = value; } else if (Array.isArray(o)) { o.splice(Number(last), 1); } else { delete o[last]; }
   }
 
   function getPath(obj, path) {
     let o = obj;
-    for (const p of path.split('.')) { if (o === null || typeof o !== 'object') { return undefined; } o = o[p]; }
+    for (const p of partsOf(path)) { if (o === null || typeof o !== 'object') { return undefined; } o = o[p]; }
     return o;
   }
+
+  // a figure as text with its objects' keys sorted: two figures are the same drawing when these are equal
+  const canon = v => JSON.stringify(v, (k, x) => (x && typeof x === 'object' && !Array.isArray(x)
+    ? Object.keys(x).sort().reduce((o, key) => { o[key] = x[key]; return o; }, {}) : x));
 
   function setBase(key, spec) {
     // as Gradio's gr.Plot draws a figure: sized by its box, margins that grow to fit
@@ -90,29 +111,41 @@
     }
   }
 
-  function apply(line) {
+  function apply(line, raw) {
     if (line.base) {
       for (const key of Object.keys(charts)) { delete charts[key]; }
       for (const [key, spec] of Object.entries(line.base)) { setBase(key, spec); }
-      st.final = false;
+      st.log = [];
+    } else if (line.seq !== st.seq + 1) {
+      // a line that does not follow the last one applied (the final line replaced a value this page never read):
+      // the copy is behind; Gradio's whole figures of the same frame are drawn instead
+      for (const key of Object.keys(charts)) { delete charts[key]; }
     } else {
       for (const [key, ch] of Object.entries(line.charts || {})) { change(key, ch); }
     }
     st.seq = line.seq;
-    if (line.final) {   // Gradio draws this frame whole: nothing left for this script to draw
-      st.final = true;
-      for (const m of Object.values(charts)) { m.react = false; m.traces.clear(); m.paths.clear(); }
-    }
+    st.log.push(raw);   // as sent: the copy's arrays are the line's own, changed in place
   }
 
   function dirty(m) { return m.react || m.traces.size > 0 || m.paths.size > 0; }
 
+  function plotDiv(key) {
+    return document.querySelector('#' + elemOf(key) + ' [data-testid=plotly]')
+      || document.querySelector('#' + elemOf(key) + ' .js-plotly-plot');
+  }
+
+  function react(gd, data, layout, config) {
+    const P = window.Plotly;
+    return (st.real || P.react).call(P, gd, data, layout, config);
+  }
+
+  // the script's copy drawn on the chart's div; false where it is not on the page yet
   function drawChart(key, m) {
-    const P = window.Plotly, gd = document.querySelector('#' + elemOf(key) + ' .js-plotly-plot');
+    const P = window.Plotly, gd = plotDiv(key);
     if (!P || !gd) { return false; }
     if (m.react || gd._specrej !== m.token || gd.data !== m.drawn) {
       // the trace objects copied: Plotly keeps what it is given, and must never extend this script's copy
-      P.react(gd, m.data.map(t => Object.assign({}, t)), clone(m.layout), m.config);
+      react(gd, m.data.map(t => Object.assign({}, t)), clone(m.layout), m.config);
     } else {
       const idx = [...m.traces.keys()], ds = idx.map(i => m.traces.get(i));
       const attrs = [...new Set(ds.flatMap(d => [...d.attrs]))];
@@ -127,7 +160,11 @@
           tu[a] = idx.map(i => (m.data[i][a] === undefined ? null : (Array.isArray(m.data[i][a]) ? m.data[i][a]
                                                                      : clone(m.data[i][a]))));
         }
-        for (const p of m.paths) { const v = getPath(m.layout, p); lu[p] = v === undefined ? null : clone(v); }
+        // a path under another one changed since the last draw goes with it (Plotly refuses "annotations[0]" and
+        // "annotations[0].x" in one call)
+        const paths = [...m.paths].filter(p => ![...m.paths].some(q => q !== p && (p.startsWith(q + '.')
+                                                                              || p.startsWith(q + '['))));
+        for (const p of paths) { const v = getPath(m.layout, p); lu[p] = v === undefined ? null : clone(v); }
         P.update(gd, tu, lu, idx);
       }
     }
@@ -139,25 +176,53 @@
     return true;
   }
 
+  // one chart's turn: Gradio's figure for it where it brought one that is not this script's copy, else the copy's
+  // changes; returns what was drawn ("copy", "gradio") or null where nothing was (not on the page, or nothing new)
+  function drawKey(key) {
+    const w = wholes[key], m = charts[key];
+    if (w) {
+      const gd = w.gd.isConnected ? w.gd : plotDiv(key);   // (Gradio may have drawn its component anew since)
+      if (!gd) { return null; }
+      delete wholes[key];
+      if (!(m && canon(w.data) === canon(m.data) && canon(w.layout) === canon(m.layout))) {
+        react(gd, w.data, w.layout, w.config);
+        gd._specrej = 0;   // not this script's copy: its next change redraws the chart whole
+        if (m) { m.react = true; m.traces.clear(); m.paths.clear(); }
+        return 'gradio';
+      }
+      // the same figure as the copy: drawn where the div does not show the copy already
+      if (gd._specrej !== m.token || gd.data !== m.drawn) { m.react = true; }
+    }
+    return m && dirty(m) && drawChart(key, m) ? 'copy' : null;
+  }
+
   // one chart per animation frame: the one that has waited longest
   function draw() {
     st.raf = 0;
     if (document.hidden) { return; }   // shown again: visibilitychange asks for one frame
     const t0 = performance.now();
     if (t0 < st.next) { later(st.next - t0); return; }
-    const waiting = Object.entries(charts).filter(([, m]) => dirty(m)).sort((a, b) => a[1].since - b[1].since);
-    for (const [key, m] of waiting) {
-      if (!drawChart(key, m)) { continue; }   // not on the page yet: the next chart, this one again later
+    const since = key => Math.min(charts[key] && dirty(charts[key]) ? charts[key].since : Infinity,
+                                  wholes[key] ? wholes[key].since : Infinity);
+    const waiting = [...new Set([...Object.keys(charts), ...Object.keys(wholes)])]
+      .filter(key => since(key) < Infinity).sort((a, b) => since(a) - since(b));
+    for (const key of waiting) {
+      const what = drawKey(key);
+      if (!what) { continue; }   // not on the page yet, or nothing to draw: the next chart
       const took = performance.now() - t0;
       cost.by[key] = (cost.by[key] || 0) + took;
       cost.draw_ms += took;
       cost.draw_max_ms = Math.max(cost.draw_max_ms, took);
       st.next = performance.now() + BUDGET * took;
       st.draws += 1;
-      if (api.onDraw) { try { api.onDraw(st.seq, [key]); } catch (e) {} }
+      if (what === 'copy' && api.onDraw) { try { api.onDraw(st.seq, [key]); } catch (e) {} }
       break;
     }
-    if (Object.values(charts).some(dirty)) { later(Math.max(st.next - performance.now(), 16)); }
+    if (pending()) { later(Math.max(st.next - performance.now(), 16)); }
+  }
+
+  function pending() {
+    return Object.keys(wholes).length > 0 || Object.values(charts).some(dirty);
   }
 
   function later(ms) {
@@ -169,6 +234,36 @@
   }
 
   document.addEventListener('visibilitychange', () => { if (!document.hidden) { schedule(); } });
+
+  // Gradio's gr.Plot draws with Plotly.react(div, data, layout, config) then Plots.resize(div): on this script's
+  // charts both wait for the chart's turn (the resize too: the react in turn sizes the chart to its box)
+  function hook(P) {
+    if (!P || typeof P.react !== 'function' || P.react.specrej) { return; }
+    const real = P.react, resize = P.Plots && P.Plots.resize;
+    st.real = real;
+    P.react = function (gd, data, layout, config) {
+      const key = Array.isArray(data) ? keyOf(gd) : null;
+      if (!key) { return real.apply(this, arguments); }
+      wholes[key] = {gd, data, layout, config, since: performance.now()};
+      st.skipResize = gd;
+      queueMicrotask(() => { st.skipResize = null; });
+      schedule();
+      return Promise.resolve(gd);
+    };
+    P.react.specrej = true;
+    if (resize) {
+      P.Plots.resize = function (gd) {
+        if (gd && gd === st.skipResize) { return Promise.resolve(gd); }
+        return resize.apply(this, arguments);
+      };
+    }
+  }
+
+  // plotly.js sets window.Plotly when it loads (with the first chart): hooked then
+  let plotly = window.Plotly;
+  Object.defineProperty(window, 'Plotly', {configurable: true, enumerable: true, get: () => plotly,
+                                            set: v => { plotly = v; hook(v); }});
+  hook(plotly);
 
   // the textbox's whole value: its first line names the stream; read on from where the last call stopped
   function feed(value) {
@@ -186,15 +281,19 @@
     const text = value.slice(st.offset, end);
     st.offset = end;
     for (const line of text.split('\n')) {
-      if (line) { apply(JSON.parse(line)); }
+      if (line) { apply(JSON.parse(line), line); }
     }
-    if (!st.final) { schedule(); }
+    schedule();
   }
 
   Object.assign(api, {
     feed,
     seq: () => st.seq,
     draws: () => st.draws,
+    // nothing waits to be drawn (scripts/chart_load.py waits for this before it stops counting)
+    idle: () => !pending(),
+    // the lines applied since the run's first ("base"): the tests rebuild the charts meant at each seq from them
+    lines: () => st.log.map(raw => JSON.parse(raw)),
     cost: () => Object.assign({draws: st.draws}, cost),
     // this script's copy of a chart ("arm-0", "race"): its data and layout as drawn from the changes
     figure: key => (charts[key] ? {data: clone(charts[key].data), layout: clone(charts[key].layout)} : null),

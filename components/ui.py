@@ -622,8 +622,9 @@ class Page:
             for frame in frames:
                 out, line = changes.step(since(frame, shown) if frame.results_visible is KEEP else frame)
                 update = self.updates(out)
-                if line is not None:
-                    text += json.dumps(line, separators=(",", ":")) + "\n"
+                if line is not None:   # the run's last line replaces the text: Gradio's closing message repeats
+                    said = json.dumps(line, separators=(",", ":")) + "\n"   # the last value whole: keep it short
+                    text = said if line.get("final") else text + said
                 if text:   # on every frame, never skipped: Gradio diffs a streamed value against the last one sent,
                     update[self.arena.changes] = text   # a skip included, so only an unbroken string goes as appends
                 yield update

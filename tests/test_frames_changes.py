@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,18 @@ def apply(chart: dict | None, change: dict) -> dict:
             else:
                 trace[k] = v
     for path, v in change.get("layout", {}).items():
-        *head, last = path.split(".")
+        *head, last = re.sub(r"\[(\d+)\]", r".\1", path).split(".")
         d = chart["layout"]
         for p in head:
-            d = d.setdefault(p, {})
-        if v is None:
+            d = d[int(p)] if isinstance(d, list) else d.setdefault(p, {})
+        if isinstance(d, list):
+            if v is None:
+                del d[int(last)]
+            elif int(last) == len(d):
+                d.append(v)
+            else:
+                d[int(last)] = v
+        elif v is None:
             d.pop(last, None)
         else:
             d[last] = v
