@@ -254,12 +254,14 @@ def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions
     gr.Button(visible=False, elem_id="recorded-race").click(
         handler(Press.FULL_QUEUE, "recorded_race", None, "A full queue's Run: the recording of its race, at once."),
         page.run_inputs(), page.outputs(), concurrency_id="replay", concurrency_limit=4, api_visibility="private",
-        preprocess=False)
+        preprocess=False, show_progress="full", show_progress_on=[a.status])
 
+    # the plays' progress on the status line alone, as Run's: Gradio updates every component a play tracks on each
+    # streamed message (36 outputs: a main-thread cost per frame on a slow laptop, issue 62)
     on_replay = c.replay.click(**lecture.lock_step(page)).then(
         handler(Press.REPLAY, "replay", replayed, "Replay the recorded paper-scale race of an example prompt."),
         replay_inputs, page.outputs(), concurrency_id="replay", concurrency_limit=4, api_visibility="private",
-        **queued)
+        show_progress="full", show_progress_on=[a.status], **queued)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
     def press_paper(session, request: gr.Request):
@@ -270,7 +272,7 @@ def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions
         handler(Press.PAPER, "paper_scale", replayed, "Paper scale: the paper's setting where it fits the run limit "
                 "live; else a scaled-down one that fits, with the recorded paper-scale race played meanwhile."),
         replay_inputs, ui.paper_outputs(page), concurrency_id="replay", concurrency_limit=4,
-        api_visibility="private", **queued)
+        api_visibility="private", show_progress="full", show_progress_on=[a.status], **queued)
 
     def recorded_settings(prompt, view):
         """"Run it live": the recording's settings set on the page (``planner.plan``), then the page's own Run
