@@ -22,7 +22,7 @@ from components.autospec_tab import build_autospec_tab
 from components.deploy import connections, gradio_private
 from components.deploy.clients import FullQueue, Guard, forwarded_headers_ignored
 from components.deploy.gate import ApiGate
-from components.frames import Frame, as_seen, drawn, final_frame, race_label, step_frame
+from components.frames import Frame, as_seen, drawn, end_frame, final_frame, race_label, step_frame
 from components.panels import STOPPED
 from components.deploy import memory
 from components.session import planner, startup, stream
@@ -304,19 +304,34 @@ def wire_stop(page: ui.Page, guard: Guard, events: list, sessions: Sessions) -> 
 
     # Say "Stopped" again once the cancellation is through: a frame of the cancelled run that was
     # already in flight can land after the first message (seen in the browser test).
-    def stop(request: gr.Request):
+    def answer(shown: str | None, request) -> tuple[str, str]:
         """Stop this session's race or replay: at its next decoding step (the page also cancels it); while
-        stepping through a finished race's decisions, end stepping."""
+        stepping through a finished race's decisions, end stepping. ``shown``: ``PAGE_PLAYING`` when the page
+        still showed a play as the button was pressed (``STOP_JS``; an API client sends nothing). Returns the
+        status line's words and its class."""
         found = guard.stop_session(getattr(request, "session_hash", None))
         session = sessions.get(getattr(request, "session_hash", None))
         effect = session.press(Button.STOP).effect
         if effect is Effect.CLOSE_STEPS:
-            return gr.Markdown(STEPS_CLOSED, elem_classes=["status-done"])
+            return STEPS_CLOSED, "status-done"
         if found or effect is Effect.STOP:
-            return stopped()
-        # where the page still showed a play, this line says where the server's session was instead
+            return STOPPED, "status-stopped"
+        if shown == PAGE_PLAYING:
+            # the play ended while this Stop travelled (a loaded server: the press took seconds to arrive): its
+            # last frame says how it ended, and stays; never "Nothing to stop" over a play the page showed
+            log.info("Stop came after the play ended: %r, resting %s", session, session.resting)
+            return ALREADY_OVER, "status-done"
         log.info("Stop found nothing to stop: %r, resting %s", session, session.resting)
-        return gr.Markdown(NOTHING_TO_STOP, elem_classes=["status-stopped"])
+        return NOTHING_TO_STOP, "status-stopped"
+
+    def stop(shown: str | None, request: gr.Request):
+        words, kind = answer(shown, request)
+        return gr.Markdown(words, elem_classes=[kind])
+
+    def api_stop(request: gr.Request) -> str:
+        """Stop this session's race or replay (an API client's /stop): at its next decoding step. Returns what
+        the page's status line would say."""
+        return answer(None, request)[0]
 
     def after_stop(shown, session, view, request: gr.Request):
         """The page as Stop leaves it: "Stopped" said again (a frame already in flight may have landed after it),
@@ -324,13 +339,20 @@ def wire_stop(page: ui.Page, guard: Guard, events: list, sessions: Sessions) -> 
         session = own(sessions, session, request)
         if NOTHING_TO_STOP in str(shown):
             return page.updates(Frame())
+        if ALREADY_OVER in str(shown):   # the play's own end, drawn again: its result and its status line
+            if view is None or not view.done:
+                return page.updates(Frame(status=ALREADY_OVER, status_kind="stopped", phase=session.phase))
+            f = end_frame(view)
+            f.phase, f.play = session.phase, session.play
+            return page.updates(as_seen(f, view))
         if STEPS_CLOSED in str(shown) and view is not None and view.done:
             f = final_frame(view)
             f.status, f.status_kind, f.phase, f.play = STEPS_CLOSED, "done", session.phase, session.play
             return page.updates(as_seen(f, view))
         return page.updates(Frame(status=STOPPED, status_kind="stopped", phase=session.phase))
 
-    c.stop.click(stop, None, [a.status], cancels=events, queue=False, api_name="stop") \
+    gr.api(api_stop, api_name="stop", queue=False)
+    c.stop.click(stop, [a.status], [a.status], cancels=events, queue=False, api_visibility="private", js=STOP_JS) \
         .then(after_stop, [a.status, page.session, page.view], page.outputs(), queue=False,
               api_visibility="private")
 
@@ -434,11 +456,11 @@ def request_signature(fields: tuple[str, ...] | None = None) -> inspect.Signatur
 
 
 NOTHING_TO_STOP = "**Nothing to stop:** no run or replay of this session is running or queued."
+ALREADY_OVER = "**Already over:** the play ended before this Stop reached the server; nothing was stopped."
+# What the page showed as Stop was pressed: a play drawing (a live status line), or nothing (the status's text)
+PAGE_PLAYING = "page: playing"
+STOP_JS = f"(shown) => document.querySelector('#status')?.classList.contains('status-live') ? {PAGE_PLAYING!r} : ''"
 STEPS_CLOSED = "**Stepping ended:** the step panel is closed and the race's result is shown. Press Run to race again."
-
-
-def stopped():
-    return gr.Markdown(STOPPED, elem_classes=["status-stopped"])
 
 
 def rerender_race(view, x_axis):

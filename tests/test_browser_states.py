@@ -220,6 +220,49 @@ def test_racing_and_replaying_one_play_at_a_time(browser, served):
         page.close()
 
 
+def test_stop_that_arrives_after_the_race_ended(browser, served):
+    """Issue 61 (7): on a loaded server a Stop pressed while the page showed "Racing" reached the server after the
+    race had ended, and its "Nothing to stop" replaced the race's result. Reproduced by holding the Stop's request
+    until the race is over: the page ends on the race's own result, never on "Nothing to stop"."""
+    url, ctx = served
+    DELAY["s"] = 0.05   # a race of a few seconds
+    page = open_page(browser, url)
+    held = []
+
+    def hold(route):
+        if "run/predict" in route.request.url:
+            held.append(route)   # the Stop's own request, held while the race runs to its end
+        else:
+            route.continue_()
+
+    try:
+        page.click("#run")
+        wait_status(page, "Racing")
+        page.route("**/gradio_api/**", hold)
+        page.click("#stop")
+        page.wait_for_function("/Done in/.test(document.querySelector('#status [data-testid=markdown]').innerText)"
+                               " || document.querySelector('#status').classList.contains('status-done')",
+                               timeout=HANG_MS)
+        deadline = time.monotonic() + HANG_MS / 1000
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+        assert held, "the Stop's request was never sent"
+        for r in held:
+            r.continue_()
+        page.unroute("**/gradio_api/**")
+        wait_status(page, "Done in")
+        page.wait_for_timeout(1500)   # the Stop's answer and its follow-up have landed
+        shown = [text for text, _ in page.evaluate("window.__log")]
+        assert "Done in" in status(page), shown[-4:]
+        assert not any("Nothing to stop" in t for t in shown), shown[-4:]
+        assert page.is_visible("#summary table")
+        one_play(page)
+        no_error(page)
+    finally:
+        DELAY["s"] = 0.0
+        page.close()
+
+
 def test_done_stepping_and_the_step_buttons(browser, served):
     """Done: Stop has nothing to stop. Stepping: Previous disabled at decision 1, Next disabled at the last (it
     never ends stepping), Stop ends stepping with the result shown, Run to the end shows it, Run and Replay close

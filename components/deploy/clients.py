@@ -322,9 +322,9 @@ class Guard:
         fns = gradio_private.events(blocks)
         self.queued_fns = frozenset(i for i, fn in fns.items() if fn.queued and fn.handler is not None)
         self.direct_fns = frozenset(i for i, fn in fns.items() if not fn.queued and fn.handler is not None)
-        # Gradio keeps an event's cancels in a dependency of its own on the same trigger (no function)
-        stop_triggers = [fn.targets for fn in fns.values() if fn.api_name == "stop"]
-        self.stop_fns = frozenset(c for fn in fns.values() if fn.targets in stop_triggers for c in fn.cancels)
+        # the events the page's Stop cancels (Gradio keeps them in a dependency of its own on the Stop's trigger;
+        # no other event cancels any): the API's /stop stops the same ones
+        self.stop_fns = frozenset(c for fn in fns.values() for c in fn.cancels)
         for i in self.direct_fns:   # the page's own events: a malformed call gets a plain message
             gradio_private.wrap_handler(blocks, i, _quiet)
         self.public_api = frozenset(fn.api_name for fn in fns.values() if fn.public and isinstance(fn.api_name, str))
