@@ -266,13 +266,14 @@ def smoke_pass(lm, rows: int, tokens: int, prune_at: int, capture: bool) -> dict
     alive, tokens_of, captures, steps = list(range(rows)), {c: [] for c in range(rows)}, {}, []
     for s in range(tokens):
         b = captured.bucket(g.n)
-        fresh = g.capture and b not in g.graphs   # this step captures its bucket first
+        key = (b, g.window())
+        fresh = g.capture and key not in g.graphs   # this step captures its bucket and window first
         _sync(lm.device)
         t = time.perf_counter()
         out = g.step()
         _sync(lm.device)
         if fresh:
-            captures[str(b)] = round(time.perf_counter() - t, 3)
+            captures[f"{b} rows x {key[1]} positions"] = round(time.perf_counter() - t, 3)
         else:
             steps.append(time.perf_counter() - t)
         for c, (tok, _, _) in zip(alive, out):

@@ -321,3 +321,42 @@ def test_a_race_whose_capture_fails_records_what_ran_in_its_ledger_and_on_the_pa
     finally:
         captured._failed.clear()
         compiled._steps.pop(lm32.model, None)
+
+
+# ---- attention over the filled positions only (issue 60, 4)
+
+def test_each_step_attends_to_its_filled_positions_rounded_to_a_window_with_the_same_tokens(lm32, graph_on, monkeypatch):
+    """Past one window (``captured.WINDOW`` positions) the layers read the filled positions rounded up to a window,
+    not the whole buffer; the tokens are those of a step that reads every position; on CUDA a graph is captured
+    per (bucket, window)."""
+    def run(window):
+        monkeypatch.setattr(captured, "WINDOW", window)
+        seen, real = [], captured.Body.forward
+
+        def forward(self, tok, pos, g, own, pre):
+            seen.append((own[0].shape[1], own[0].shape[3]))
+            return real(self, tok, pos, g, own, pre)
+
+        monkeypatch.setattr(captured.Body, "forward", forward)
+        keys = []
+
+        def capture(self, b, restore):   # as a graph would: the key it is captured under, then the step itself
+            keys.append((b, self.window()))
+            return type("Replay", (), {"replay": lambda _, b=b: self.run(b)})()
+
+        monkeypatch.setattr(captured.Graphed, "_capture", capture)
+        real_init = captured.Graphed.__init__
+        monkeypatch.setattr(captured.Graphed, "__init__",
+                            lambda self, *a, **kw: real_init(self, *a, **dict(kw, capture=True)))
+        out, kind = decode(lm32, [0, 1, 2], max_new=40, n_total=3, prune_at=20, keep=[2, 0])
+        monkeypatch.undo()
+        monkeypatch.setenv(captured.GRAPH_ENV, "1")
+        return out, seen, keys
+
+    want, every, _ = run(10**6)
+    got, seen, keys = run(16)
+    assert got == want
+    assert {w for _, w in every} == {40}                       # one window as large as the buffer: every position
+    assert [w for _, w in seen[:34]] == [16] * 16 + [32] * 16 + [40] * 2   # filled positions, rounded up to 16
+    assert keys == [(3, 16), (3, 32), (2, 32), (2, 40)]        # a graph per bucket and window
+    captured._failed.clear()

@@ -44,6 +44,7 @@ from . import compiled, memplan
 log = logging.getLogger("specrej.engine.captured")
 GRAPH_ENV = "SPECREJ_GRAPH"
 MIN_BUCKET = 2          # a lone row runs as two (CPU kernels take another path for one row)
+WINDOW = 64             # a step attends to the rows' own positions in windows of this many: the filled ones, rounded up
 
 
 def mode() -> str:
@@ -174,7 +175,7 @@ class Graphed:
                                    hidden=st.hidden, intermediate=st.inter)
         self.log_vocab = math.log(prompt_logits.shape[-1])
         self.n = len(ids)
-        self.graphs: dict[int, object] = {}
+        self.graphs: dict[tuple[int, int], object] = {}   # (rows bucket, attention window) -> its graph
         self.relayouts = 0
         self.failed: str | None = None   # why capturing failed (this pass then ran uncaptured)
         self._pool = None                # this layout's graph pool (a relayout starts a new one)
@@ -261,8 +262,16 @@ class Graphed:
 
     # ---- one step
 
+    def window(self) -> int:
+        """The own positions this step attends to: those filled and the one it writes, rounded up to ``WINDOW``
+        (at most ``T``). Attention reads the keys and values of these only, not the whole buffer (at the paper's
+        scale, 2,048 rows x 232 positions of the 8B config, ~62 GB a step); the mask hides the rest of the window.
+        Chosen on the host, which counts the positions (``fed``): a graph per (bucket, window), a few per bucket."""
+        return min(self.T, -(-(self.fed + 1) // WINDOW) * WINDOW)
+
     def run(self, b: int) -> None:
-        """The step on the first ``b`` rows: sample, statistics, feed; everything in the buffers, g advanced."""
+        """The step on the first ``b`` rows: sample, statistics, feed; everything in the buffers, g advanced. The
+        layers attend to the own positions in ``window()``."""
         logits = self.logits[:b]
         u = self.uniforms[self.g.view(1), self.ids[:b]]   # (a 0-d index would be read on the host: no capture)
         tok = self.sample(logits, u)
@@ -272,7 +281,8 @@ class Graphed:
         self.out[:b, 0].copy_(tok)   # exact in fp64 (ids below 2**53): the host's one copy holds all three
         self.out[:b, 1].copy_(self.lp[:b])
         self.out[:b, 2].copy_(self.sc[:b])
-        nxt = self.net.forward(tok, self.g + self.prefix_len, self.g, [o[:, :b] for o in self.own], self.pre)
+        w = self.window()
+        nxt = self.net.forward(tok, self.g + self.prefix_len, self.g, [o[:, :b, :, :w] for o in self.own], self.pre)
         self.logits[:b].copy_(nxt)
         self.g += 1
 
@@ -291,10 +301,11 @@ class Graphed:
         return [(int(t), lp, sc) for t, lp, sc in self.out[:self.n].tolist()]
 
     def _graph(self, b: int):
-        """The captured step for ``b`` rows, captured at its first use; None where capturing failed: then this
-        pass runs the same body uncaptured over the same buffers (the same step, so the race goes on), and
-        ``failed`` says why."""
-        graph = self.graphs.get(b)
+        """The captured step for ``b`` rows and this step's window, captured at its first use; None where capturing
+        failed: then this pass runs the same body uncaptured over the same buffers (the same step, so the race goes
+        on), and ``failed`` says why."""
+        key = (b, self.window())
+        graph = self.graphs.get(key)
         if graph is not None:
             return graph
         state = (self.logits, self.lp, self.sc, self.g)
@@ -305,7 +316,7 @@ class Graphed:
                 t.copy_(s)
 
         try:
-            graph = self.graphs[b] = self._capture(b, restore)
+            graph = self.graphs[key] = self._capture(b, restore)
             return graph
         except Exception as e:   # any failure, on any bucket: never a failed race because of capture
             self.capture, self.failed = False, _give_up(self.net, e)
@@ -319,7 +330,8 @@ class Graphed:
             return None
 
     def _capture(self, b: int, restore):
-        """Capture the step for ``b`` rows after one warm-up step whose effects on the buffers ``restore`` undoes."""
+        """Capture the step for ``b`` rows (and this step's window) after one warm-up step whose effects on the
+        buffers ``restore`` undoes."""
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
