@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             continue
         k = f"> {v.n} (a bound)" if v.beyond else f"k = {v.k:.1f} of {v.n}"
         bound = " (at least)" if v.beyond else ""
-        fixed = f"{v.passes_seconds / v.seconds:.1f}x{bound}" if v.passes_seconds is not None else "(no budget)"
+        fixed = f"{v.passes_seconds / v.seconds:.2f}x{bound}" if v.passes_seconds is not None else "(no budget)"
         print(f"| {name} | {len(sr.finished.candidates)} | {sr.finished.rounds} | {k} "
               f"| {v.seconds:.1f}{unit} / {v.bon_seconds:.1f}{unit} | **{v.speedup:.2f}x**{bound} | {fixed} "
               f"| {v.flops_ratio:.2f}x | {v.improvement:.1f} | {view.recording['seconds']:.0f} s |")
