@@ -124,7 +124,9 @@ class BackendFactory(Protocol):
 
     def from_config(self, lm, prompt_ids: list[int], cfg, *, n_total: int | None = None,
                     share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()) -> Backend:
-        """The backend for a ``RunConfig``'s sampling, seed, length and stop strings. ``reads``: what its steps
+        """The backend for a ``RunConfig``'s sampling, seed, length and stop strings (its ``budget``: the slots the run
+        was admitted, as the methods pass it; a backend that lays out its buffers ahead sizes them from it).
+        ``reads``: what its steps
         read beyond the logits, by name (``core.cost.read_kwargs``): ``"top-<k>"``, its rows report token
         confidences (``Batch.confidences``, DeepConf); ``"hidden"``, their hidden-state chain's feature
         (``Batch.coe``, ST-BoN). A backend that cannot raises ValueError saying so."""

@@ -21,7 +21,8 @@ Speculative Rejection race): the old graphs and their pool freed first, then lay
 rows copied in, the old block freed), so a relayout never holds the old buffers and the new at once; the new
 layout's graphs are captured into a pool of their own.
 
-Attention: on CUDA as matmuls in the model's dtype (fp32 softmax), with no cast of a cache; on a CPU the compiled
+Attention reads the rows' own positions filled so far, rounded up to a window of ``WINDOW`` (a graph per bucket and
+window), not the whole buffer. On CUDA as matmuls in the model's dtype (fp32 softmax), with no cast of a cache; on a CPU the compiled
 step's row-wise form (``compiled.Step._layer_fn``: each row's own reduction, so a candidate writes the same tokens
 in any batch). The linears are the compiled step's (prepacked oneDNN on a CPU, ``F.linear`` on CUDA).
 
