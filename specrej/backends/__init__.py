@@ -126,10 +126,9 @@ class BackendFactory(Protocol):
                     share_prefix: bool | None = None, stats: bool = True, reads: tuple[str, ...] = ()) -> Backend:
         """The backend for a ``RunConfig``'s sampling, seed, length and stop strings (its ``budget``: the slots the run
         was admitted, as the methods pass it; a backend that lays out its buffers ahead sizes them from it).
-        ``reads``: what its steps
-        read beyond the logits, by name (``core.cost.read_kwargs``): ``"top-<k>"``, its rows report token
-        confidences (``Batch.confidences``, DeepConf); ``"hidden"``, their hidden-state chain's feature
-        (``Batch.coe``, ST-BoN). A backend that cannot raises ValueError saying so."""
+        ``reads``: what its steps read beyond the logits, by name (``core.cost.read_kwargs``): ``"top-<k>"``, its
+        rows report token confidences (``Batch.confidences``, DeepConf); ``"hidden"``, their hidden-state chain's
+        feature (``Batch.coe``, ST-BoN). A backend that cannot raises ValueError saying so."""
 
     def default_budget(self, lm) -> int:
         """KV slots a run gets when its config names no budget."""
