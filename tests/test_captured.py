@@ -360,3 +360,28 @@ def test_each_step_attends_to_its_filled_positions_rounded_to_a_window_with_the_
     assert [w for _, w in seen[:34]] == [16] * 16 + [32] * 16 + [40] * 2   # filled positions, rounded up to 16
     assert keys == [(3, 16), (3, 32), (2, 32), (2, 40)]        # a graph per bucket and window
     captured._failed.clear()
+
+
+def test_the_fused_weights_are_the_models_own_not_a_copy():
+    """``compiled.fuse_in_place`` (CUDA's Step fuses q/k/v and gate/up so): the model's parameters become views of the
+    fused tensor (one copy of the weights, not two), the model computes the same logits, and a second Step reuses it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=64)).eval()
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.inference_mode():
+        want = model(input_ids=ids).logits
+    a = model.model.layers[0].self_attn
+    before = [p.detach().clone() for p in (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)]
+    with torch.inference_mode():
+        w = compiled.fuse_in_place((a.q_proj, a.k_proj, a.v_proj))
+    assert torch.equal(w, torch.cat(before))
+    ptr = w.untyped_storage().data_ptr()
+    assert all(p.untyped_storage().data_ptr() == ptr for p in (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight))
+    again = compiled.fuse_in_place((a.q_proj, a.k_proj, a.v_proj))
+    assert again.untyped_storage().data_ptr() == ptr and torch.equal(again, w)
+    assert isinstance(a.q_proj.weight, torch.nn.Parameter) and not a.q_proj.weight.is_inference()
+    got = model(input_ids=ids).logits   # outside inference mode too
+    assert torch.equal(got.detach(), want)
