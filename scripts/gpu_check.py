@@ -288,6 +288,31 @@ def smoke_pass(lm, rows: int, tokens: int, prune_at: int, capture: bool) -> dict
             "step_ms": round(1000 * statistics.median(steps), 3) if steps else None}
 
 
+@torch.inference_mode()
+def kernels_per_step(lm, rows: int = 8) -> dict:
+    """One uncaptured step of the captured body under the profiler: kernels launched on the GPU (on a CPU, the
+    operators run), the figure fusion has to bring down (issue 60, 4: ~2,000 on the 8B config, target <= 450)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from specrej.engine import captured
+
+    eng, body, g = _graphed(lm, rows, 8, capture=False)
+    b = captured.bucket(g.n)
+    g.step()   # lazy inits
+    cuda = lm.device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]) as prof:
+        g.run(b)
+        _sync(lm.device)
+    events = prof.events()
+    if cuda:
+        n = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    else:
+        n = sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is None)
+    body.release()
+    eng.release()
+    return {"rows": b, "kernels" if cuda else "cpu_ops": n}
+
+
 def smoke(lm, rows_list=(1, 8), tokens: int = 24, prune_at: int = 10, capture: bool = True) -> dict:
     """The captured step at each row count against the same body uncaptured: equal tokens, or what differed."""
     out = {}
@@ -414,6 +439,11 @@ class Check:
                 res["rows"][str(rows)] = {"error": f"{type(e).__name__}: {e}"}
             self.save()
         res["ok"] = all(r.get("equal") and (r.get("captured") or not capture) for r in res["rows"].values())
+        try:
+            res["per_step"] = kernels_per_step(lm)
+            print(f"smoke: one step's launches {res['per_step']}", flush=True)
+        except Exception as e:
+            failed(self.report, "smoke kernels per step", e)
         self.save()
         if not res["ok"]:
             raise RuntimeError(f"smoke failed: {res['rows']}")

@@ -41,6 +41,7 @@ def test_the_smoke_compares_the_step_across_a_prune_and_the_bisect_runs_each_pie
     smoke = report["smoke"]
     assert smoke["ok"] and set(smoke["rows"]) == {"1", "8"}
     assert all(r["equal"] and not r["differ"] and r["capture_failed"] is None for r in smoke["rows"].values())
+    assert smoke["per_step"]["cpu_ops"] > 0   # on a GPU: "kernels", one step's launches under the profiler
     assert {p: b["how"] for p, b in report["bisect"].items()} == {p: "ran uncaptured (no CUDA)"
                                                                    for p in ("sampling", "forward", "step")}
 
