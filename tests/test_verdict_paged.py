@@ -83,3 +83,29 @@ def test_from_race_prices_vllm_where_the_budget_is_known_and_fixed_passes_otherw
     with pytest.raises(ValueError):
         verdict(bon_scores=[0.1, 0.5], bon_lengths=[20, 2], rows_per_pass=1, sr_reward=0.5, sr_lengths=[2],
                 sr_flops=1.0, step=step, budget=KVBudget(24, 5, True))
+
+
+def test_a_committed_recording_recomputes_its_verdict_on_vllms_schedule():
+    """The page's recording of the default race on the robot prompt, replayed as the page does: Best-of-k on vLLM's
+    schedule under the recorded budget (what scripts/recorded_verdicts.py prints: 3.09x, 3.4x in fixed passes)."""
+    pytest.importorskip("gradio")
+    from components.frames import drawn
+    from components.session.recordings import RECORDINGS, index, replay_updates
+
+    folder = RECORDINGS / "page"
+    prompt = next(p for p, path in index(folder).items() if "robot" in path.name and "defaults" in path.name)
+    last = None
+    for last in drawn(replay_updates(prompt, "inf", folder=folder)):
+        pass
+    view = last.view
+    v = view.verdicts()["sr"]
+    bon = view.arms[view.baseline]
+    led = bon.finished.ledger
+    assert v.schedule == VLLM and led.budget == 448
+    lengths = [c.tokens for c in bon.finished.candidates]
+    steps, _ = vllm_curve(lengths, KVBudget(led.budget, led.prompt_tokens, led.kv_sharing == "shared"))
+    assert [p.steps for p in v.curve] == pytest.approx(steps)
+    assert v.speedup == pytest.approx(3.09, abs=0.005)
+    fixed = from_race(view.arms["sr"].finished, bon.finished, bon.round_events, view.step.step, scoring=True,
+                      schedule="passes")
+    assert v.passes_seconds == pytest.approx(fixed.bon_seconds) and fixed.speedup == pytest.approx(3.4, abs=0.05)
