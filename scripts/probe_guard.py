@@ -325,7 +325,9 @@ def verdicts(out: dict) -> dict:
     v["idle / slowloris / slow body"] = "bounded" if conns and all(
         d.get("open_after_watch") == 0 for k, d in conns.items() if isinstance(d, dict) and "opened" in d) else f"{conns}"
     q = out.get("queue of three addresses", {})
-    v["queue filled by three addresses"] = "bounded" if q.get("fourth address") == "admitted" else f"{q}"
+    shares = [d for k, d in q.items() if k.startswith("address ")]
+    v["queue filled by three addresses"] = "bounded" if q.get("fourth address") == "admitted" and all(
+        d.get("admitted", 0) <= 5 for d in shares) and any(d.get("its share") for d in shares) else f"{q}"
     t = out.get("exact types", {})
     v['n: "3" as text'] = "refused" if "n must be" in t.get("n as text", "") else t.get("n as text")
     v["make_link out of range"] = "refused" if t.get("make_link status") == 200 and not t.get(
@@ -474,10 +476,14 @@ def main() -> None:
         out["classes"]["own race cancelled"] = {"cancel answered": sum(cancels), "times": len(cancels)}
         # round seven (issue 65, 2-5)
         out["exact types"] = exact_types(base, kw, T)
-        hold = list(data)
-        for k, v in (("n", 32), ("max_new_tokens", 256), ("prompt", "Write a long story about a lighthouse.")):
+        # races long enough to queue behind one another, short enough that the planner's time check (the machine's
+        # measured speed against SPECREJ_MAX_RUN_SECONDS) passes them on a loaded machine: a refused race ends at once
+        hold, queued = list(data), list(data)
+        for k, v in (("n", 16), ("max_new_tokens", 128), ("prompt", "Write a long story about a lighthouse.")):
             hold[names.index(k)] = v
-        out["queue of three addresses"] = queue_of_three(base, run_fn, hold, T, hold)
+        for k, v in (("n", 8), ("max_new_tokens", 48)):
+            queued[names.index(k)] = v
+        out["queue of three addresses"] = queue_of_three(base, run_fn, queued, T, hold)
         out["lab held by four addresses"] = lab_held(base, T)
         out["slow connections"] = slow_connections(port, args.connections, args.connections // 2,
                                                    args.connections // 2, watch_s=60 + T / 3)
