@@ -246,7 +246,7 @@ def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions
     race = "Race Speculative Rejection against Best-of-N on one prompt; streams every arm."
     on_run = gr.on([c.run.click, c.prompt.submit], **lecture.lock_step(page, press_run, a.status)).then(
         handler(Press.RUN, "run", None, race), page.run_inputs(), page.outputs(), api_name="run",
-        concurrency_id="race", concurrency_limit=ctx.concurrency, show_progress="full", show_progress_on=[a.status],
+        concurrency_id="race", concurrency_limit=ctx.concurrency, show_progress="hidden", show_progress_on=[a.progress],
         **queued)
     on_run.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
     # a Run the full queue had no place for: the recording of this exact race, at once (the guard's gate moves such
@@ -254,14 +254,13 @@ def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions
     gr.Button(visible=False, elem_id="recorded-race").click(
         handler(Press.FULL_QUEUE, "recorded_race", None, "A full queue's Run: the recording of its race, at once."),
         page.run_inputs(), page.outputs(), concurrency_id="replay", concurrency_limit=4, api_visibility="private",
-        preprocess=False, show_progress="full", show_progress_on=[a.status])
+        preprocess=False, show_progress="hidden", show_progress_on=[a.progress])
 
-    # the plays' progress on the status line alone, as Run's: Gradio updates every component a play tracks on each
-    # streamed message (36 outputs: a main-thread cost per frame on a slow laptop, issue 62)
+    # the plays' progress is the status line's own words; Gradio's goes to a component never drawn (``Arena.progress``)
     on_replay = c.replay.click(**lecture.lock_step(page)).then(
         handler(Press.REPLAY, "replay", replayed, "Replay the recorded paper-scale race of an example prompt."),
         replay_inputs, page.outputs(), concurrency_id="replay", concurrency_limit=4, api_visibility="private",
-        show_progress="full", show_progress_on=[a.status], **queued)
+        show_progress="hidden", show_progress_on=[a.progress], **queued)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
     def press_paper(session, request: gr.Request):
@@ -272,7 +271,7 @@ def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions
         handler(Press.PAPER, "paper_scale", replayed, "Paper scale: the paper's setting where it fits the run limit "
                 "live; else a scaled-down one that fits, with the recorded paper-scale race played meanwhile."),
         replay_inputs, ui.paper_outputs(page), concurrency_id="replay", concurrency_limit=4,
-        api_visibility="private", show_progress="full", show_progress_on=[a.status], **queued)
+        api_visibility="private", show_progress="hidden", show_progress_on=[a.progress], **queued)
 
     def recorded_settings(prompt, view):
         """"Run it live": the recording's settings set on the page (``planner.plan``), then the page's own Run

@@ -385,6 +385,7 @@ class Arena:
     summary: gr.Markdown
     step: StepPanel
     changes: gr.Textbox      # a run's chart changes, lines of JSON (``ChangesBox``): drawn by assets/charts.js
+    progress: gr.HTML        # where the plays' progress goes (``show_progress_on``): never drawn, so no tracker runs
 
 
 def _colour_class(colour: str) -> str:
@@ -529,8 +530,11 @@ def build_arena() -> Arena:
     changes = gradio_private.ChangesBox("", visible="hidden", elem_id="chart-changes", interactive=False, container=False)
     changes.change(None, [changes], None, js=CHANGES_JS, queue=False, api_visibility="private",
                    trigger_mode="always_last")
+    # The plays' progress: on a component never drawn. A drawn one's tracker, hidden or not, runs an animation-frame
+    # loop (its timer, its spinner) through the whole race, and by default Gradio tracks every output (issue 62).
+    progress = gr.HTML(visible=False, elem_id="play-progress")
     return Arena(badge_row=badge_row, badge=badge, live=live, status=status, slots=out, race_plot=race_plot, x_axis=x_axis, summary=summary,
-                 step=step, changes=changes)
+                 step=step, changes=changes, progress=progress)
 
 
 # ---------------------------------------------------------------- results
