@@ -65,7 +65,7 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         return (f"**Stopped at the time limit** after {fmt_s(view.elapsed())}: {md_escape(view.message)} "
                 "The charts and the partial result below show how far each method got." + note)
     fit = view.fit if view.recording is None else None
-    expected = getattr(fit, "estimate_s", 0.0) or 0.0
+    expected = getattr(fit, "quiet_s", 0.0) or 0.0   # stated: the race's time here when quiet (``Fit.quiet_s``)
     if starting:
         return ("**Starting:** loading the models and prefilling the prompt…" + _expected_words(fit) + note)
     if view.recording is not None:   # a replay keeps its own clock: never "Done in" the recorded time
@@ -90,25 +90,25 @@ def status_markdown(view: RunView | None, *, starting: bool = False) -> str:
         if clocks := clocks_line(view):
             note += f"\n\n{clocks}"
     elif expected and fit.late(view.elapsed()):
-        load = getattr(fit, "load", 1.0)
-        measured = f"{load:.1f}x slower than when quiet" if load >= 1.3 else "as fast as when quiet"
-        head = (f"**Racing, running late** · {fmt_s(view.elapsed())}, expected about {fmt_s(expected)} from this "
-                f"machine's decoding speed ({getattr(fit, 'measured', '') or 'measured at start-up'}, {measured}): "
-                "its steps run slower now (other work shares its cores). The race goes on as set")
+        head = (f"**Racing, running late** · {fmt_s(view.elapsed())}, expected about {fmt_s(expected)} on this "
+                f"machine when quiet ({getattr(fit, 'measured', '') or 'measured at start-up'}): its steps run "
+                "slower now (other work shares its cores). The race goes on as set")
     else:
         head = f"**Racing** · {fmt_s(view.elapsed())}" + (f" of about {fmt_s(expected)}" if expected else "")
     return " · ".join([head] + [_arm_status(a) for a in view.display_order()]) + note
 
 
 def _expected_words(fit) -> str:
-    """' Expected to end in about 14 s (this machine is 2.1x slower than when quiet).' from the measurement."""
-    expected = getattr(fit, "estimate_s", 0.0) or 0.0
+    """' Expected to end in about 14 s on this machine when quiet (measured ...); its last measurement found it
+    2.1x slower: ...' from the profile: the quiet time, the load of the last probe said beside it, never in it."""
+    expected = getattr(fit, "quiet_s", 0.0) or 0.0
     if not expected:
         return ""
     load = getattr(fit, "load", 1.0)
-    busy = f", {load:.1f}x slower than when quiet: other work shares its cores" if load >= 1.3 else ""
+    busy = (f"; its last measurement found it {load:.1f}x slower than that (other work shares its cores), so the race "
+            "may take longer" if load >= 1.3 else "")
     when = getattr(fit, "measured", "") or "measured at start-up"
-    return f" Expected to end in about {fmt_s(expected)}, from this machine's decoding speed ({when}{busy})."
+    return f" Expected to end in about {fmt_s(expected)} on this machine when quiet ({when}){busy}."
 
 
 def fallback_words(view: RunView) -> str:

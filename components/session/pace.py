@@ -59,9 +59,16 @@ class Fit:
         return self.overhead * race_seconds(kv, dataclasses.replace(cfg, budget=kv.total), self.cost,
                                              sr_auto=sr_auto, methods=methods)
 
+    @property
+    def quiet_s(self) -> float:
+        """The time the page states for this race live: its estimate on this machine when quiet (the profile's
+        quiet step), never scaled by the load its last probe met (a moment's: issue 61, a server started at load
+        4.8 stated 30.6 s for a race that took 16.3 s). 0: not estimated."""
+        return self.estimate_s / max(1.0, self.load)
+
     def late(self, elapsed_s: float) -> bool:
-        """The race runs plainly past its estimate."""
-        return bool(self.estimate_s) and elapsed_s > LATE * self.estimate_s + LATE_SLACK_S
+        """The race runs plainly past the time the page stated (``quiet_s``): other work takes its cores now."""
+        return bool(self.estimate_s) and elapsed_s > LATE * self.quiet_s + LATE_SLACK_S
 
 
 # ---------------------------------------------------------------- lecture mode: the rehearsal is the lecture
@@ -132,10 +139,11 @@ def fit(profile: MachineProfile, model: str, cfg: RunConfig, *, prompt_len: int,
     return dataclasses.replace(probe, estimate_s=estimate)
 
 
-def learn(ctx: AppContext, fitted: Fit, seconds: float) -> None:
+def learn(ctx: AppContext, fitted: Fit, seconds: float, clock: dict | None = None) -> None:
     """After a race ran to the end: what it took over its decode-time bound, for the next fit (a running
-    mean that moves a third of the way, kept within 0.5-3)."""
-    if fitted.estimate_s <= 0 or seconds <= 0:
+    mean that moves a third of the way, kept within 0.5-3). Not from a race that waited for its cores
+    (``clock``: its ``origin.Clock`` record, ``waited``): other work's time is not the race's overhead."""
+    if fitted.estimate_s <= 0 or seconds <= 0 or (clock or {}).get("waited"):
         return
     m = ctx.machine
     with m.lock:

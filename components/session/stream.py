@@ -25,6 +25,7 @@ from specrej import Progress, RunConfig
 from specrej.analysis.match import StopWhenMatched
 from specrej.arms import DEFAULT_ARMS, ArmSpec, parse_arms, race_arms
 from specrej.core.config import env_int
+from specrej.origin import Clock
 from specrej.record import Recorder, make_meta
 from components.deploy.limits import PolicyError
 
@@ -187,6 +188,7 @@ def live(ctx: AppContext, plan: planner.Plan, events_fn, stop_requested: Callabl
     state = {"view": new_view(ctx, request, prep, fitted)}
     key = state["view"].run_id
     ctx.machine.started(key)
+    clock = Clock()   # whether the race held its cores: only then does what it took teach the next estimate
     try:
         yield from retry_on_oom(lambda view: race_updates(ctx, view, prep, events_fn, stop_requested, recording,
                                                           plan.admissions, plan.switch_s),
@@ -198,7 +200,7 @@ def live(ctx: AppContext, plan: planner.Plan, events_fn, stop_requested: Callabl
             raise RuntimeError("the race ended before every method finished")
         view.trace_path = _write(ctx, view)
         if fitted is not None:
-            pace.learn(ctx, fitted, view.elapsed())
+            pace.learn(ctx, fitted, view.elapsed(), clock.stop())
         yield Update(Kind.END, view)
     except FellBehind:   # the recording of this same race, at once, rather than a race cut at the limit
         view = state["view"]
