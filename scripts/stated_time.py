@@ -4,12 +4,14 @@ spinning (issue 61: "a busy start-up is never taken for quiet"):
     python scripts/stated_time.py [--spinners 3] [--json out.json]
 
 Each start is ``python app.py``'s warm-up (the embedded models, the step compiled and the machine profiled) in a
-process of its own, with no kept profile (``SPECREJ_PROFILE_FILE=off``: each start measures for itself); then the
+process of its own; then the
 planner is asked what a press of Run with the page's defaults does, on the normal page and in lecture mode, for
 every example prompt. It prints, per start, the profile's own words and per prompt: the plan (live or a
 recording), the time the page states before it plays (a live race's estimate; a lecture recording's stated time)
 and, for the loaded start, that over the quiet start's. The spinners (``while True: pass``, each in a session of
-its own, as another user's process) start before the server and stop when its plans are read. Figures, never
+its own, as another user's process) start before the server and stop when its plans are read. Three starts: quiet
+(its profile kept in a file of its own), with spinners and no kept profile (a fresh clone's first start), and with
+spinners and the quiet start's kept profile (``SPECREJ_PROFILE_FILE``, as every later start here). Figures, never
 assertions; run it on an otherwise quiet machine (``uptime``) and say the CPU.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,8 +58,8 @@ def child() -> None:
                       "loadavg": os.getloadavg()[0], "plans": rows}), flush=True)
 
 
-def start(spinners: int) -> dict:
-    env = {**os.environ, "SPECREJ_PROFILE_FILE": "off", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+def start(spinners: int, profile: str) -> dict:
+    env = {**os.environ, "SPECREJ_PROFILE_FILE": profile, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
     spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
             for _ in range(spinners)]
     try:
@@ -81,20 +84,24 @@ def main() -> None:
     from specrej.origin import cpu_name
 
     print(f"{cpu_name()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} before the first start")
-    quiet = start(0)
-    loaded = start(a.spinners)
-    for name, s in (("quiet start", quiet), (f"start with {a.spinners} spinning", loaded)):
-        print(f"{name}: warm-up {s['warm_s']} s; profile {s['profile']}")
-    print(f"{'prompt':42} {'page: quiet / loaded start':>34} {'lecture: quiet / loaded start':>40}")
-    for q, b in zip(quiet["plans"], loaded["plans"]):
-        cells = []
-        for mode in ("page", "lecture"):
-            qs, bs = q[mode]["stated_s"], b[mode]["stated_s"]
-            ratio = f" ({bs / qs:.2f}x)" if qs and bs else ""
-            cells.append(f"{q[mode]['action'][:9]} {qs} s / {b[mode]['action'][:9]} {bs} s{ratio}")
-        print(f"{q['prompt']:42} {cells[0]:>34} {cells[1]:>40}")
+    kept = str(Path(tempfile.mkdtemp(prefix="specrej-profile-")) / "machine-profile.json")
+    starts = {"quiet start": start(0, kept),
+              f"{a.spinners} spinning, no kept profile": start(a.spinners, "off"),
+              f"{a.spinners} spinning, the quiet start's profile kept": start(a.spinners, kept)}
+    for name, s in starts.items():
+        print(f"{name}: warm-up {s['warm_s']} s, load average {s['loadavg']:.1f}; profile {s['profile']}")
+    quiet = starts["quiet start"]
+    for name, b in list(starts.items())[1:]:
+        print(f"\n{name}, against the quiet start (stated s: quiet / this start, the ratio)")
+        for q, r in zip(quiet["plans"], b["plans"]):
+            cells = []
+            for mode in ("page", "lecture"):
+                qs, bs = q[mode]["stated_s"], r[mode]["stated_s"]
+                ratio = f" = {bs / qs:.2f}x" if qs and bs else ""
+                cells.append(f"{mode}: {q[mode]['action']} {qs} / {r[mode]['action']} {bs}{ratio}")
+            print(f"  {q['prompt']:42} " + " | ".join(cells))
     if a.json:
-        a.json.write_text(json.dumps({"quiet": quiet, "loaded": loaded}, indent=1))
+        a.json.write_text(json.dumps(starts, indent=1))
 
 
 if __name__ == "__main__":
