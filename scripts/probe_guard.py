@@ -83,7 +83,7 @@ def warmup_storm(base: str, pid: int, prompt: str, n: int, slack: float) -> dict
 
     def one(i):
         try:
-            return httpx.post(f"{api}/run/recorded_settings", json={"data": [prompt, None], "session_hash": f"warm{i}"},
+            return httpx.post(f"{api}/run/recorded_settings", json={"data": [False, None, prompt, None], "session_hash": f"warm{i}"},
                               timeout=slack).status_code
         except httpx.HTTPError as e:
             return type(e).__name__
