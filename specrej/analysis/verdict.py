@@ -410,7 +410,9 @@ def from_race(challenger, baseline, baseline_rounds: Sequence, step: "StepTime |
     step measured with those reads (``StepCost.reading``), where it was measured.
 
     ``schedule``: Best-of-k's schedule. VLLM (the default): as vLLM v1 pages it under the race's budget, read from
-    Best-of-N's ledger (its slots, its prompt tokens as prefilled, whether the prompt was stored once); in fixed
+    Best-of-N's ledger (its slots, its prompt tokens as prefilled: on the vLLM backend they include the prompt tails it
+    recomputed, a longer prompt than the real one, so fewer answers fit and Best-of-k reads slower; whether the prompt
+    was stored once); in fixed
     passes where the ledger has no budget (an older trace) or the longest answer does not fit it in whole blocks
     (``Verdict.schedule`` says which priced it). PASSES: fixed passes of Best-of-N's widest pass."""
     if schedule not in SCHEDULE_WORDS:
