@@ -84,7 +84,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", help="rejection rules to compare, comma-separated (specrej.core.rules; 'paper' is the "
                                    "reference and always included)")
     p.add_argument("--live", help="points that also run for real (wall time, drift, a check of the simulator), "
-                                  "alpha@first_decision comma-separated, or 'all'; the rest are simulated from the "
+                                  "alpha@first_decision comma-separated, 'all', or 'none'; the rest are simulated from the "
                                   "coupled run")
     from ..arms import rival_keys
 
@@ -241,7 +241,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     points = parse_points(args.points)
-    live = None if args.live.strip().lower() == "all" else tuple(parse_points(args.live))
+    live = (None if args.live.strip().lower() == "all" else
+            () if args.live.strip().lower() == "none" else tuple(parse_points(args.live)))
     rules = tuple(dict.fromkeys(["paper"] + [r.strip() for r in args.rules.split(",") if r.strip()]))
     from ..core.rules import RULES
     unknown = [r for r in rules if r not in RULES]
