@@ -30,7 +30,7 @@
   const wholes = {};   // key -> a figure Gradio asked Plotly to draw ({gd, data, layout, config, since}), drawn in turn
   const BUDGET = 4;
   const st = {head: null, offset: 0, seq: -1, raf: 0, timer: 0, next: 0, draws: 0, tokens: 0, log: [], real: null,
-              skipResize: null};
+              skipResize: null, busy: false, drawing: null};
   const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}};   // what this script took, for scripts/chart_load.py
   const api = {onDraw: null};
 
@@ -139,33 +139,46 @@
     return (st.real || P.react).call(P, gd, data, layout, config);
   }
 
+  // the layout's paths changed since the last draw, as relayout takes them; a path under another one goes with it
+  // (Plotly refuses "annotations[0]" and "annotations[0].x" in one call)
+  function layoutUpdate(m) {
+    const lu = {}, all = [...m.paths];
+    for (const p of all.filter(p => !all.some(q => q !== p && (p.startsWith(q + '.') || p.startsWith(q + '['))))) {
+      const v = getPath(m.layout, p);
+      lu[p] = v === undefined ? null : clone(v);
+    }
+    return lu;
+  }
+
   // the script's copy drawn on the chart's div; false where it is not on the page yet
   function drawChart(key, m) {
     const P = window.Plotly, gd = plotDiv(key);
     if (!P || !gd) { return false; }
     if (m.react || gd._specrej !== m.token || gd.data !== m.drawn) {
       // the trace objects copied: Plotly keeps what it is given, and must never extend this script's copy
-      react(gd, m.data.map(t => Object.assign({}, t)), clone(m.layout), m.config);
+      st.drawing = react(gd, m.data.map(t => Object.assign({}, t)), clone(m.layout), m.config);
     } else {
       const idx = [...m.traces.keys()], ds = idx.map(i => m.traces.get(i));
       const attrs = [...new Set(ds.flatMap(d => [...d.attrs]))];
-      const extend = m.paths.size === 0 && ds.every(d => d.whole.size === 0 && d.attrs.size === attrs.length);
-      if (extend && idx.length) {
-        const upd = {};
-        for (const a of attrs) { upd[a] = idx.map((i, k) => m.data[i][a].slice(ds[k].from[a])); }
-        P.extendTraces(gd, upd, idx);
+      // only data arrays changed (points added, moved or dropped): Plotly's animation path with no transition and
+      // no redraw replots those traces alone; extendTraces, restyle and react replot the whole chart (its axes,
+      // tick labels, legend and margins too: two thirds of a redraw here)
+      const arraysOnly = idx.length > 0 && ds.every((d, k) => [...d.attrs].every(a => Array.isArray(m.data[idx[k]][a])));
+      if (arraysOnly) {
+        const frame = idx.map((i, k) => Object.fromEntries([...ds[k].attrs].map(a => [a, m.data[i][a].slice()])));
+        const lu = layoutUpdate(m);
+        st.drawing = P.animate(gd, {data: frame, traces: idx, layout: {}},
+                               {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: 'immediate'})
+          .then(() => (Object.keys(lu).length ? P.relayout(gd, lu) : gd));
+      } else if (!idx.length && m.paths.size) {
+        st.drawing = P.relayout(gd, layoutUpdate(m));
       } else {
-        const tu = {}, lu = {};
+        const tu = {};
         for (const a of attrs) {
-          tu[a] = idx.map(i => (m.data[i][a] === undefined ? null : (Array.isArray(m.data[i][a]) ? m.data[i][a]
+          tu[a] = idx.map(i => (m.data[i][a] === undefined ? null : (Array.isArray(m.data[i][a]) ? m.data[i][a].slice()
                                                                      : clone(m.data[i][a]))));
         }
-        // a path under another one changed since the last draw goes with it (Plotly refuses "annotations[0]" and
-        // "annotations[0].x" in one call)
-        const paths = [...m.paths].filter(p => ![...m.paths].some(q => q !== p && (p.startsWith(q + '.')
-                                                                              || p.startsWith(q + '['))));
-        for (const p of paths) { const v = getPath(m.layout, p); lu[p] = v === undefined ? null : clone(v); }
-        P.update(gd, tu, lu, idx);
+        st.drawing = P.update(gd, tu, layoutUpdate(m), idx);
       }
     }
     gd._specrej = m.token;
@@ -185,7 +198,7 @@
       if (!gd) { return null; }
       delete wholes[key];
       if (!(m && canon(w.data) === canon(m.data) && canon(w.layout) === canon(m.layout))) {
-        react(gd, w.data, w.layout, w.config);
+        st.drawing = react(gd, w.data, w.layout, w.config);
         gd._specrej = 0;   // not this script's copy: its next change redraws the chart whole
         if (m) { m.react = true; m.traces.clear(); m.paths.clear(); }
         return 'gradio';
@@ -196,10 +209,11 @@
     return m && dirty(m) && drawChart(key, m) ? 'copy' : null;
   }
 
-  // one chart per animation frame: the one that has waited longest
+  // one chart per animation frame: the one that has waited longest. Plotly finishes some draws later (an animation
+  // frame's traces are drawn in a task of their own): the next draw waits for it, then BUDGET times the whole time
   function draw() {
     st.raf = 0;
-    if (document.hidden) { return; }   // shown again: visibilitychange asks for one frame
+    if (document.hidden || st.busy) { return; }   // shown again: visibilitychange asks; a draw in flight: it asks
     const t0 = performance.now();
     if (t0 < st.next) { later(st.next - t0); return; }
     const since = key => Math.min(charts[key] && dirty(charts[key]) ? charts[key].since : Infinity,
@@ -207,22 +221,30 @@
     const waiting = [...new Set([...Object.keys(charts), ...Object.keys(wholes)])]
       .filter(key => since(key) < Infinity).sort((a, b) => since(a) - since(b));
     for (const key of waiting) {
+      st.drawing = null;
       const what = drawKey(key);
       if (!what) { continue; }   // not on the page yet, or nothing to draw: the next chart
-      const took = performance.now() - t0;
-      cost.by[key] = (cost.by[key] || 0) + took;
-      cost.draw_ms += took;
-      cost.draw_max_ms = Math.max(cost.draw_max_ms, took);
-      st.next = performance.now() + BUDGET * took;
-      st.draws += 1;
-      if (what === 'copy' && api.onDraw) { try { api.onDraw(st.seq, [key]); } catch (e) {} }
-      break;
+      const seq = st.seq, sync = performance.now() - t0;
+      st.busy = true;
+      const done = () => {
+        const took = Math.max(sync, performance.now() - t0);
+        st.busy = false;
+        cost.by[key] = (cost.by[key] || 0) + took;
+        cost.draw_ms += took;
+        cost.draw_max_ms = Math.max(cost.draw_max_ms, took);
+        st.next = performance.now() + BUDGET * took;
+        st.draws += 1;
+        if (what === 'copy' && api.onDraw) { try { api.onDraw(seq, [key]); } catch (e) {} }
+        if (pending()) { later(Math.max(st.next - performance.now(), 16)); }
+      };
+      Promise.resolve(st.drawing).then(done, done);
+      return;
     }
     if (pending()) { later(Math.max(st.next - performance.now(), 16)); }
   }
 
   function pending() {
-    return Object.keys(wholes).length > 0 || Object.values(charts).some(dirty);
+    return st.busy || Object.keys(wholes).length > 0 || Object.values(charts).some(dirty);
   }
 
   function later(ms) {

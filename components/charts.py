@@ -218,22 +218,18 @@ def _note(text: str) -> dict:
             "font": {"size": 15, "color": "#777"}}
 
 
-def _cursor(x: float | None, y_range: list, colour: str, name: str) -> dict:
-    """A dotted vertical line at ``x``: where this arm is now (``_cursor_label`` names it on the chart)."""
+def _cursor(x: float | None, y_range: list, colour: str, name: str, x_max: float) -> dict:
+    """A dotted vertical line at ``x``: where this arm is now, named at its top: the token the arm's rows are
+    writing now (left of the line once it is past the middle, so the words stay inside the chart). The words are the
+    trace's own text, not a layout annotation: a live frame then changes data alone, which the page redraws for the
+    changed traces only (an annotation that moves makes Plotly replot the whole chart, issue 62)."""
     xs = [] if x is None else [x, x]
-    return {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": [y_range[0], y_range[1]][: len(xs)],
+    words = [] if x is None else ["", f"writing token {x:g}" if x > 0 else ""]
+    left = x is not None and x > 0.55 * x_max
+    return {"type": "scatter", "mode": "lines+text", "name": name, "x": xs, "y": [y_range[0], y_range[1]][: len(xs)],
+            "text": words, "textposition": "bottom left" if left else "bottom right", "cliponaxis": False,
+            "textfont": {"size": 12, "color": colour},
             "line": {"color": colour, "width": 1.5, "dash": "dot"}, "hoverinfo": "skip", "showlegend": False}
-
-
-def _cursor_label(x: float | None, x_max: float, colour: str) -> list[dict]:
-    """The words at the top of the dotted line: the token the arm's rows are writing now (left of the
-    line once it is past the middle, so the words stay inside the chart)."""
-    if x is None or x <= 0:
-        return []
-    left = x > 0.55 * x_max
-    return [{"text": f"writing token {x:g}", "x": x, "xref": "x", "y": 1, "yref": "paper",
-             "xanchor": "right" if left else "left", "xshift": -3 if left else 3, "yanchor": "top",
-             "showarrow": False, "font": {"size": 12, "color": colour}, "bgcolor": "rgba(255,255,255,0.8)"}]
 
 
 def _r(v: float | None) -> float | None:
@@ -343,10 +339,9 @@ def pruning_chart(view: RunView, arm_id: str) -> dict:
          "line": {"color": PRUNED, "width": 1, "dash": "dot"}, "visible": "legendonly",
          "hovertemplate": "<b>#%{customdata[0]}</b> had it continued: %{y:.3f}<br>%{customdata[1]}"
                           f"<extra>from {bon.spec.kind.name if bon else '-'}</extra>"},
-        _cursor(None if won else arm.position, y_range, colour, "now"),
+        _cursor(None if won else arm.position, y_range, colour, "now", view.cfg.max_new_tokens),
     ]
     layout = _layout("tokens generated", reward_title(view), [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
-    layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
     layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['pruning']}")
     for m in arm.rounds:  # the decision tokens, as faint vertical lines
         layout["shapes"].append({"type": "line", "xref": "x", "yref": "paper", "x0": m.position, "x1": m.position,
@@ -429,11 +424,10 @@ def signal_chart(view: RunView, arm_id: str) -> dict:
          "hovertemplate": "threshold %{y:.3f} (set by the warm-up traces"
                           + (f", written to token {thr_at}" if thr_at is not None else "")
                           + "): a later trace stops below it<extra></extra>"},
-        _cursor(None if won else arm.position, y_range, colour, "now"),
+        _cursor(None if won else arm.position, y_range, colour, "now", view.cfg.max_new_tokens),
     ]
     layout = _layout("tokens generated", signal_axis(about),
                      [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
-    layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
     layout["meta"] = export_meta(view, f"{arm.spec.label}: {signal_title(about)}")
     seen, named = set(), {}
     for r in arm.round_events:
@@ -512,10 +506,9 @@ def final_chart(view: RunView, arm_id: str) -> dict:
          "marker": {"symbol": "circle-open", "size": 10, "color": colour, "line": {"width": 2, "color": colour}},
          "hovertemplate": hover},
         _star(arm.leader() if done else None, "winner" if won else "leader", partial=False),
-        _cursor(None if won else arm.position, y_range, colour, "now"),
+        _cursor(None if won else arm.position, y_range, colour, "now", view.cfg.max_new_tokens),
     ]
     layout = _layout("tokens generated", reward_title(view), [-2, view.cfg.max_new_tokens + 4], y_range, revision=arm_id)
-    layout["annotations"] += _cursor_label(None if won else arm.position, view.cfg.max_new_tokens, colour)
     layout["meta"] = export_meta(view, f"{arm.spec.label}: {ARM_TITLES['final']}")
     if not done:
         layout["annotations"].append(_note("each answer is scored once, when it is complete"))

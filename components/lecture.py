@@ -64,6 +64,9 @@ def for_room(spec: dict | None) -> dict | None:
     for note in layout.get("annotations", []) or []:
         font = note.get("font") or {}
         note["font"] = {**font, "size": max(TICKS, font.get("size", 12) + 5)}
+    for trace in out.get("data", []):   # a trace's own words (the "writing token" line) as an annotation's
+        if isinstance(trace.get("textfont"), dict):
+            trace["textfont"] = {**trace["textfont"], "size": max(TICKS, trace["textfont"].get("size", 12) + 5)}
     return out
 
 

@@ -126,7 +126,12 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -
         page.wait_for_function(f"{DONE}.test({STATUS}.innerText)", polling=250)
         race_s = time.perf_counter() - start
         status = page.inner_text("#status")
-        time.sleep(2.0)   # the last frame's drawing
+        try:   # the last frame's drawing: charts.js's queue empty (a checkout before it has none), then 2 s more
+            page.wait_for_function("!window.specrejCharts || !window.specrejCharts.idle || window.specrejCharts.idle()",
+                                   polling=100, timeout=30_000)
+        except Exception:   # (a page still drawing after 30 s: counted as it stands)
+            pass
+        time.sleep(2.0)
         window_s = time.perf_counter() - start
         got["on"] = False
         busy = metric(cdp, "TaskDuration") - busy0

@@ -136,7 +136,7 @@ def test_the_dotted_now_line_is_labelled(replayed):
             if spec is KEEP:
                 continue
             now = next(t for t in spec["data"] if t["name"] == "now")
-            words = [a["text"] for a in spec["layout"]["annotations"] if a["text"].startswith("writing token")]
+            words = [w for w in now.get("text", []) if w.startswith("writing token")]   # the line's own text
             assert words == ([f"writing token {now['x'][0]:g}"] if now["x"] and now["x"][0] > 0 else []), words
             if words:
                 seen.add(spec["data"][0]["uid"].split("-")[0])
