@@ -565,13 +565,26 @@ def work_chart(view: RunView) -> dict:
                                       + time_unit(view) + "<extra></extra>"})
     unit = time_unit(view)
     title = f"decoding time on {machine(view)} (s)" if unit == "s" else "decoding steps"
-    layout = _layout(title, "rows decoding at each step", [0, max(end, 1e-3) * 1.04], [0, peak * 1.1 + 1],
+    layout = _layout(title, "rows decoding at each step", [0, step_up(max(end, 1e-3) * 1.04)], [0, peak * 1.1 + 1],
                      revision="work")
     layout["meta"] = export_meta(view, "While racing: rows decoding at each step against "
                                  + ("decoding time" if unit == "s" else "decoding steps"))
     if end == 0:
         layout["annotations"].append(_note("each method's rows appear here as it decodes"))
     return _spec("work", data, layout)
+
+
+_STEPS = (1, 1.5, 2, 3, 5, 7.5, 10)
+
+
+def step_up(v: float) -> float:
+    """The axis end at or above ``v`` from a few round steps (1, 1.5, 2, 3, 5, 7.5 x 10^n): a growing race keeps
+    its axis for a while instead of moving it every frame (a moved axis makes the page replot the whole chart, its
+    ticks and labels, on every frame: issue 62)."""
+    if v <= 0:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(v))
+    return float(f"{next(m * scale for m in _STEPS if m * scale >= v * (1 - 1e-12)):.6g}")
 
 
 def machine(view: RunView) -> str:
