@@ -383,8 +383,8 @@ def verdict_lines(view: RunView, arm: ArmView, v: Verdict, gpu: tuple[GpuStep, V
         head += f" *{v.reads_words(where)}*"
     if v.passes_faster:   # vLLM's blocks hold fewer answers than whole-length reservations in a small budget
         head += (f" *Best-of-k in fixed passes (each answer reserving its full length) would take "
-                 f"{_seconds(view, v.passes_seconds)} here, less than as vLLM pages it (blocks of 16 slots hold fewer "
-                 f"answers in this small budget): against that schedule {label} took "
+                 f"{_seconds(view, v.passes_seconds)} here, less than as vLLM pages it (in this budget its whole blocks of 16 "
+                 f"slots and its preemptions cost more than reserving whole lengths): against that schedule {label} took "
                  f"{v.passes_time_words()}.*")
     second = gpu_line(view, arm, gpu[1], gpu[0]) if gpu is not None else ""
     if second:
