@@ -82,10 +82,12 @@ VARIANTS = ("eager", "compiled", "captured")
 
 
 def use_variant(lm, variant: str, step=None) -> None:
-    """Engines of ``lm`` decode with ``variant`` from now on (``step``: the compiled one, for "compiled")."""
+    """Engines of ``lm`` decode with ``variant`` from now on (``step``: the compiled one, for "compiled"; "fused":
+    the captured step with its body fused by inductor, ``SPECREJ_FUSE=1``)."""
     from specrej.engine import captured, compiled
 
-    os.environ[captured.GRAPH_ENV] = "1" if variant == "captured" else "0"
+    os.environ[captured.GRAPH_ENV] = "1" if variant in ("captured", "fused") else "0"
+    os.environ[captured.FUSE_ENV] = "1" if variant == "fused" else "0"
     captured._bodies.pop(lm.model, None)
     compiled.use(lm.model, step if variant == "compiled" else None)
 
@@ -242,27 +244,28 @@ def coupled_race(lm, n: int, tokens: int) -> dict:
 SMOKE_PROMPT = list(range(3, 3 + PROMPT_TOKENS))
 
 
-def _graphed(lm, rows: int, tokens: int, capture: bool):
+def _graphed(lm, rows: int, tokens: int, capture: bool, fuse: bool = False):
     """A pass of ``rows`` rows on the captured step's body, straight from ``captured.Graphed`` (``capture``: CUDA
-    graphs, else the same body run uncaptured over the same buffers)."""
+    graphs, else the same body run uncaptured over the same buffers; ``fuse``: the body fused, warmed first)."""
     from specrej.backends.hf import Engine, Sampling, sample
     from specrej.engine import captured
 
     sampling = Sampling(0.9, 0.95, 40)
     eng = Engine(lm, SMOKE_PROMPT, sampling=sampling, seed=1, n_total=max(rows, 2), max_new_tokens=tokens, stats=False)
-    body = captured.Body(lm.model)
+    body = captured.Body(lm.model, fuse=fuse)
+    body.warm()
     g = captured.Graphed(body, eng.prompt_cache, eng.prompt_logits, list(range(rows)), uniforms=eng.uniforms(),
                          sample=lambda logits, u: sample(logits, u, sampling), max_new_tokens=tokens, capture=capture)
     return eng, body, g
 
 
 @torch.inference_mode()
-def smoke_pass(lm, rows: int, tokens: int, prune_at: int, capture: bool) -> dict:
+def smoke_pass(lm, rows: int, tokens: int, prune_at: int, capture: bool, fuse: bool = False) -> dict:
     """Each candidate's tokens through ``tokens`` steps, the rows pruned to every other one (reversed) after
     ``prune_at``; the capture's seconds per bucket and the median replayed step."""
     from specrej.engine import captured
 
-    eng, body, g = _graphed(lm, rows, tokens, capture)
+    eng, body, g = _graphed(lm, rows, tokens, capture, fuse)
     alive, tokens_of, captures, steps = list(range(rows)), {c: [] for c in range(rows)}, {}, []
     for s in range(tokens):
         b = captured.bucket(g.n)
@@ -289,14 +292,14 @@ def smoke_pass(lm, rows: int, tokens: int, prune_at: int, capture: bool) -> dict
 
 
 @torch.inference_mode()
-def kernels_per_step(lm, rows: int = 8) -> dict:
+def kernels_per_step(lm, rows: int = 8, fuse: bool = False) -> dict:
     """One uncaptured step of the captured body under the profiler: kernels launched on the GPU (on a CPU, the
     operators run), the figure fusion has to bring down (issue 60, 4: ~2,000 on the 8B config, target <= 450)."""
     from torch.profiler import ProfilerActivity, profile
 
     from specrej.engine import captured
 
-    eng, body, g = _graphed(lm, rows, 8, capture=False)
+    eng, body, g = _graphed(lm, rows, 8, capture=False, fuse=fuse)
     b = captured.bucket(g.n)
     g.step()   # lazy inits
     cuda = lm.device.type == "cuda"
@@ -313,12 +316,12 @@ def kernels_per_step(lm, rows: int = 8) -> dict:
     return {"rows": b, "kernels" if cuda else "cpu_ops": n}
 
 
-def smoke(lm, rows_list=(1, 8), tokens: int = 24, prune_at: int = 10, capture: bool = True) -> dict:
+def smoke(lm, rows_list=(1, 8), tokens: int = 24, prune_at: int = 10, capture: bool = True, fuse: bool = False) -> dict:
     """The captured step at each row count against the same body uncaptured: equal tokens, or what differed."""
     out = {}
     for rows in rows_list:
-        got = smoke_pass(lm, rows, tokens, prune_at, capture)
-        want = smoke_pass(lm, rows, tokens, prune_at, False)
+        got = smoke_pass(lm, rows, tokens, prune_at, capture, fuse)
+        want = smoke_pass(lm, rows, tokens, prune_at, False, fuse)
         differ = [c for c in got["tokens"] if got["tokens"][c] != want["tokens"][c]]
         out[str(rows)] = {"captured": capture and got["failed"] is None, "capture_failed": got["failed"],
                           "equal": not differ, "differ": differ[:8], "capture_s": got["capture_s"],
@@ -366,7 +369,7 @@ def bisect(lm, piece: str, rows: int = 8, capture: bool = True) -> dict:
 
 # ---- the stages
 
-STAGES = ("smoke", "bisect", "ceilings", "sweep", "races", "anchors", "paper")
+STAGES = ("smoke", "bisect", "ceilings", "sweep", "races", "anchors", "paper", "fused")
 
 
 class Check:
@@ -579,6 +582,47 @@ class Check:
         print(f"paper-scale race: {race}", flush=True)
         use_variant(lm, "eager")
         self.save()
+
+    # (g) an experiment: the body fused by inductor, then captured (SPECREJ_FUSE=1)
+    def fused(self) -> None:
+        from specrej.engine import captured
+
+        res = self.report["fused"] = {}
+        lm = self.lm("smollm2-135m")
+        t = time.perf_counter()
+        body = captured.Body(lm.model, fuse=True)
+        body.warm()
+        res["warm_s"], res["fused"] = round(time.perf_counter() - t, 2), body.fuse   # False: the compiler failed
+        body.release()
+        self.save()
+        capture = self.device.type == "cuda"
+        res["smoke"] = smoke(lm, (8,), tokens=24 if not self.args.tiny else 12,
+                             prune_at=10 if not self.args.tiny else 5, capture=capture, fuse=True)["8"]
+        self.save()
+        res["per_step"] = kernels_per_step(lm, fuse=True)
+        print(f"fused: {res}", flush=True)
+        self.save()
+        if self.args.tiny:   # the dry run checks the path; its timings would say nothing
+            return
+        ceil = self.report.get("ceilings")
+        for name in ("smollm2-135m", "llama-3-8b"):
+            lm = lm if name == "smollm2-135m" else self.lm(name)
+            use_variant(lm, "fused")
+            entry = self.report["steps"].setdefault(name, {"params": lm.n_params, "variants": {}})
+            rows_ms = entry["variants"]["fused"] = []
+            for rows in self.args.rows:
+                if self.left() < 0:
+                    self.report["errors"].append(f"fused {name}: deadline reached before {rows} rows")
+                    break
+                ms = step_ms(lm, rows, self.args.steps)
+                captured_or_raise(lm)
+                row = {"rows": rows, "step_ms": round(ms, 3)}
+                if ceil:
+                    row["x_roofline"] = round(ms / roofline_ms(lm.n_params, self.element_bytes, rows, ceil), 2)
+                rows_ms.append(row)
+                print(f"{name:>13} {'fused':>10} {rows:>5} rows: {ms:9.2f} ms a step", flush=True)
+                self.save()
+            use_variant(lm, "eager")
 
 
 def main(argv=None) -> int:

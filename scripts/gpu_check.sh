@@ -17,6 +17,8 @@
 #   e. anchors: transformers' static-cache generate, warmed at every length it times, at 1 and 64 rows;
 #   f. paper: Best-of-2048 against Speculative Rejection (n=auto) at 256 tokens on the 8B config, captured, with
 #      the device's default budget (memplan.arm_budget);
+#   g. fused, an experiment, with the time left: the body fused by inductor then captured (SPECREJ_FUSE=1): its
+#      compile, its smoke, one step's kernels, its sweep;
 #   then, with the time left, the CUDA tests with tiny models.
 # After a real run, commit $OUT's JSON and logs under assets/gpu/ (docs/performance.md, the GPU).
 set -uo pipefail
@@ -39,10 +41,12 @@ left() { echo $(( DEADLINE_S - $(elapsed) )); }
 if [ "${DRY:-0}" = 1 ]; then   # every stage on the CPU, tiny configs, a few steps
   COMMON=(--device cpu --tiny --rows 1 8 32 --steps 2 --anchor-rows 1 --paper-n 64 --paper-tokens 16)
   # stage:seconds; the bisect runs whatever the smoke says (so the dry run checks it too)
+  # (not the fused experiment: inductor compiles its four shapes for ~2-5 minutes on a 2-core CPU;
+  # tests/test_captured.py checks the fused body, and `--stage fused --device cpu --tiny` runs the stage)
   STAGES="smoke:120 ceilings:60 sweep:240 races:120 anchors:120 paper:120"
 else
   COMMON=()
-  STAGES="smoke:75 ceilings:25 sweep:170 races:50 anchors:80 paper:100"
+  STAGES="smoke:75 ceilings:25 sweep:170 races:50 anchors:80 paper:100 fused:150"
 fi
 
 # stage NAME LIMIT [ARGS...]: one stage in its own process, within LIMIT seconds and what is left of the deadline

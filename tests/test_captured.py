@@ -385,3 +385,33 @@ def test_the_fused_weights_are_the_models_own_not_a_copy():
     assert isinstance(a.q_proj.weight, torch.nn.Parameter) and not a.q_proj.weight.is_inference()
     got = model(input_ids=ids).logits   # outside inference mode too
     assert torch.equal(got.detach(), want)
+
+
+def test_the_fused_body_computes_what_the_plain_body_computes_and_compiles_nothing_after_its_warm_up(lm32):
+    """``Body(fuse=True)`` (CUDA's matmul attention): its pieces compiled by inductor (dynamic shapes), warmed on dummy
+    sizes; the logits of a few steps at two other row counts and windows match the plain body's (fused reductions:
+    close, not bit-equal), and compile nothing more (no compile inside a race)."""
+    from torch._dynamo.utils import counters
+
+    attention = "matmul"
+    ids = lm32.render("Give me three tips for staying healthy.")
+    eng = Engine(lm32, ids, sampling=SAMPLED, seed=0, n_total=3, max_new_tokens=8)
+    plain = captured.Body(lm32.model, attention=attention, fuse=False)
+    fused = captured.Body(lm32.model, attention=attention, fuse=True)
+    assert fused.warm() > 0 and fused.warm() == 0.0 and plain.warm() == 0.0
+    dev = lm32.device
+    frames = counters["stats"]["unique_graphs"]
+    with torch.inference_mode():   # as the engine makes its buffers
+        pre = compiled.prompt_kv(eng.prompt_cache)
+        L, _, kvh, P, d = pre.shape
+        for rows, T, spare in ((2, 6, 0), (5, 11, 3)):   # a window as long as the buffer, and shorter
+            outs = []
+            for body in (plain, fused):
+                own = [pre.new_zeros(2, rows + spare, kvh, T + spare, d)[:, :rows, :, :T] for _ in range(L)]
+                toks = torch.arange(rows * 4, device=dev).view(4, rows) % 50 + 3
+                outs.append(torch.stack([body.forward(toks[i], torch.tensor(P + i, device=dev),
+                                                      torch.tensor(i, device=dev), own, pre) for i in range(4)]))
+            assert torch.allclose(outs[0], outs[1], atol=1e-4, rtol=1e-4)
+    assert counters["stats"]["unique_graphs"] == frames
+    plain.release()
+    fused.release()

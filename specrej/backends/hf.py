@@ -402,8 +402,12 @@ class Engine:
     def warm_up(cls, lm) -> None:
         """Build ``lm``'s decoding step now (compiled where it can be: tens of seconds the first time on a CPU),
         the one-off cost its first engine paid inside that arm's clock."""
-        if cls.allow_sharing and getattr(lm, "shares_prefix", False) and captured.body_for(lm.model) is None:
-            compiled.step_for(lm.model)   # (the captured step has nothing to compile: a race captures its graphs)
+        if cls.allow_sharing and getattr(lm, "shares_prefix", False):
+            body = captured.body_for(lm.model)
+            if body is None:
+                compiled.step_for(lm.model)
+            else:
+                body.warm()   # its fused pieces where SPECREJ_FUSE=1 (else nothing: a race captures its graphs)
 
     @property
     def step_kind(self) -> str:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import weakref
 
 import torch
@@ -44,6 +45,7 @@ from . import compiled, memplan
 
 log = logging.getLogger("specrej.engine.captured")
 GRAPH_ENV = "SPECREJ_GRAPH"
+FUSE_ENV = "SPECREJ_FUSE"   # "1": the body's pieces compiled by inductor (no CUDA graphs of its own), then captured
 MIN_BUCKET = 2          # a lone row runs as two (CPU kernels take another path for one row)
 WINDOW = 64             # a step attends to the rows' own positions in windows of this many: the filled ones, rounded up
 
@@ -54,6 +56,11 @@ def mode() -> str:
     return "off" if v in ("0", "false", "no", "off") else "on" if v in ("1", "true", "yes", "on") else "auto"
 
 
+def fuse_mode() -> bool:
+    """``SPECREJ_FUSE=1``: fuse the body (an experiment until a GPU has measured it; off by default)."""
+    return os.environ.get(FUSE_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
 def bucket(n: int) -> int:
     """The rows a graph runs for ``n`` live rows: the next capture size (``memplan.CAPTURE_SIZES``), at least
     ``MIN_BUCKET``."""
@@ -61,16 +68,58 @@ def bucket(n: int) -> int:
 
 
 class Body:
-    """A model's decoding step as plain tensor code (the compiled step's weights and pieces, uncompiled)."""
+    """A model's decoding step as plain tensor code (the compiled step's weights and pieces, uncompiled).
 
-    def __init__(self, model, attention: str | None = None):
+    ``fuse`` (default ``SPECREJ_FUSE``): its three pieces (embedding and rotary; one layer, called for each; final norm
+    and head) compiled by inductor with dynamic shapes and no CUDA graphs of their own, so a capture records the
+    fused kernels (SGLang's way: ~60 ops a layer become a few kernels). The keys' and values' writes stay outside
+    the compiled pieces (written inside, functionalisation would copy the whole buffer). ``warm`` compiles them."""
+
+    def __init__(self, model, attention: str | None = None, fuse: bool | None = None):
         self.step = compiled.Step(model, compile_=False)
         self.model = weakref.ref(model)   # (weak: a body is a value of the per-model tables)
         self.device, self.dtype = self.step.device, self.step.dtype
         self.attention = attention or ("matmul" if self.device.type == "cuda" else "rowwise")
+        self.fuse = fuse_mode() if fuse is None else bool(fuse)
+        st = self.step
+        self._start, self._end = st._start_fn, st._end_fn
+        self._layer = st._layer_fn if self.attention == "rowwise" else self._layer_mm
+        if self.fuse:
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            fused = lambda f: torch.compile(f, dynamic=True, fullgraph=True)   # noqa: E731
+            self._start, self._layer, self._end = fused(self._start), fused(self._layer), fused(self._end)
+        self.warmed = not self.fuse
 
     def release(self) -> None:
         self.step.release()
+
+    def warm(self) -> float:
+        """Compile the fused pieces now on dummy buffers (sizes all different, so no two share a symbol), so no race
+        pays for it; returns seconds (0 where nothing is fused, or already warm)."""
+        if self.warmed:
+            return 0.0
+        t0 = time.perf_counter()
+        try:
+            self._warm()
+        except Exception as e:   # a compiler failure: the plain pieces instead (never a failed race because of it)
+            log.error("specrej: fusing the decoding step failed; it runs unfused (%s: %s)", type(e).__name__,
+                      str(e).splitlines()[0][:300] if str(e) else "", exc_info=e)
+            st = self.step
+            self.fuse, self._start, self._end = False, st._start_fn, st._end_fn
+            self._layer = st._layer_fn if self.attention == "rowwise" else self._layer_mm
+        self.warmed = True
+        return time.perf_counter() - t0
+
+    def _warm(self) -> None:
+        st, dev = self.step, self.device
+        L, kvh, d = st.layers_n, st.kv_heads, st.head_dim
+        with torch.inference_mode():   # the buffers as a step sees them: its rows and window a slice of them, or all
+            for rows, T, P, more_rows, more_T in ((3, 7, 5, 2, 4), (4, 9, 6, 0, 0), (5, 10, 7, 1, 0), (6, 11, 8, 0, 3)):
+                pre = torch.zeros(L, 2, kvh, P, d, dtype=self.dtype, device=dev)
+                own = [torch.zeros(2, rows + more_rows, kvh, T + more_T, d, dtype=self.dtype, device=dev)[:, :rows, :, :T]
+                       for _ in range(L)]
+                g = torch.tensor(1, device=dev)
+                self.forward(torch.zeros(rows, dtype=torch.long, device=dev), g + P, g, own, pre)
 
     def forward(self, tok: torch.Tensor, pos: torch.Tensor, g: torch.Tensor, own: torch.Tensor,
                 pre: torch.Tensor) -> torch.Tensor:
@@ -78,14 +127,13 @@ class Body:
         [2, B, kvh, T, d] (a list, or one [L, 2, B, kvh, T, d] tensor), whose position g is written here; pre [L, 2,
         kvh, P, d]. Returns the next logits [B, V] fp32."""
         st = self.step
-        x, cos, sin, mask = st._start_fn(tok, pos, g, own[0][0, 0, 0, :, 0])
+        x, cos, sin, mask = self._start(tok, pos, g, own[0][0, 0, 0, :, 0])
         at = g.view(1)
-        layer = st._layer_fn if self.attention == "rowwise" else self._layer_mm
         for i, w in enumerate(st.layer_w):
-            x, k, v = layer(x, cos, sin, mask, own[i], pre[i], *w)
+            x, k, v = self._layer(x, cos, sin, mask, own[i], pre[i], *w)
             own[i][0].index_copy_(2, at, k.unsqueeze(2))
             own[i][1].index_copy_(2, at, v.unsqueeze(2))
-        return st._end_fn(x)[0]
+        return self._end(x)[0]
 
     def _layer_mm(self, x, cos, sin, mask, own, pre, ln1, ln2, kqkv, ko, kgu, kdown, qn, kn):
         """``compiled.Step._layer_fn`` with its attention as batched matmuls in the model's dtype (no cache cast):
