@@ -127,6 +127,23 @@ def lock_step(page: Any, press: Any = None, pressed: Any = None) -> dict:
                 js=IN_LECTURE_JS, api_visibility="private")
 
 
+def merged(locked: dict, settings: dict) -> dict:
+    """One step's updates from the locks (``locks``) and settings set on the same controls ("Run it live"): a
+    control in both gets its new value and its lock (a lock that skips leaves the value alone)."""
+    out = dict(locked)
+    for comp, value in settings.items():
+        lock = out.get(comp)
+        if not isinstance(lock, dict):
+            out[comp] = value
+        elif isinstance(value, dict):   # an update of its own (``gr.update``)
+            out[comp] = {**lock, **value}
+        elif hasattr(value, "get_config"):   # a component returned whole: its own properties stand
+            out[comp] = value
+        else:
+            out[comp] = {**lock, "value": value}
+    return out
+
+
 def wire(page: Any, ends: list) -> None:
     """The toggle's layout switch, and the locks lifted when each of ``ends`` (the plays' events, each chained
     after ``lock_step``) ends, and on Stop."""
@@ -208,6 +225,9 @@ HEAD_JS = """
 
 # a play's first step (``lock_step``): lecture mode is the toggle's value, or the layout a lecture link gave the page
 IN_LECTURE_JS = "(on, session) => [on === true || document.documentElement.classList.contains('lecture'), session]"
+# the same, for a first step with more inputs after the session ("Run it live": the prompt and the view)
+IN_LECTURE_JS_WITH = ("(on, session, ...rest) => [on === true || document.documentElement.classList.contains('lecture'), "
+                      "session, ...rest]")
 
 TOGGLE_JS = """(on) => {
   document.documentElement.classList.toggle('lecture', !!on && window.innerWidth >= 900);   // a phone: its own layout

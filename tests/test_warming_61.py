@@ -45,7 +45,7 @@ def test_45_concurrent_page_calls_during_the_warm_up_answer_at_once_and_config_s
     prompt = ctx.examples[0]
 
     def call(i):
-        r = httpx.post(f"{base}/run/recorded_settings", json={"data": [prompt, None], "session_hash": f"probe{i}"},
+        r = httpx.post(f"{base}/run/recorded_settings", json={"data": [False, None, prompt, None], "session_hash": f"probe{i}"},
                        timeout=HANG_GUARD_S)
         return r.status_code, r.text
 
