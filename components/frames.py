@@ -105,6 +105,20 @@ def since(frame: Frame, sent: Frame | None) -> Frame:
     return out
 
 
+STATUS_EVERY_S = 1.0
+
+
+def held(sending: Frame, shown: Frame | None, since_told_s: float) -> bool:
+    """A live frame (``sending``, as ``since`` left it) whose status line changed only in its words (its counters, its
+    clock: the style is the one ``shown`` has) less than ``STATUS_EVERY_S`` after the status last sent: the page keeps
+    the one it has until the next. Every message re-renders a changed markdown whole; the charts carry the race
+    meanwhile."""
+    return (shown is not None and sending.status is not KEEP and sending.slots is KEEP
+            and sending.status_kind in (KEEP, shown.status_kind) and sending.play in (KEEP, shown.play)
+            and sending.results_visible is KEEP and sending.step is KEEP and sending.phase is KEEP
+            and since_told_s < STATUS_EVERY_S)
+
+
 def error_frame(message: str) -> Frame:
     """Bad input: the message, nothing starts."""
     return Frame(status=panels.error_markdown(message), status_kind="error")

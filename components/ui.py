@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -23,7 +25,7 @@ from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
 from components import charts
-from components.frames import KEEP, RACE_LABELS, ChartChanges, Frame, since, slots, table_value
+from components.frames import KEEP, RACE_LABELS, ChartChanges, Frame, held, since, slots, table_value
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
 from components.state.request import MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS, max_arms
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
@@ -619,12 +621,18 @@ class Page:
         ``changes`` box, drawn by ``assets/charts.js``); the first and the last (the result) carry everything.
         Closing this closes ``frames`` at once (the race behind them ends its run there, not whenever the garbage
         collector finds it)."""
-        shown = None
+        shown, told = None, -math.inf
         changes = ChartChanges(f"{id(self):x}-{next(_STREAMS)}", _marked)
         text = ""
         try:
             for frame in frames:
-                out, line = changes.step(since(frame, shown) if frame.results_visible is KEEP else frame)
+                send = since(frame, shown) if frame.results_visible is KEEP else frame
+                now = time.monotonic()
+                if held(send, shown, now - told):   # its counters: at most once a second (Gradio renders the markdown anew)
+                    send.status, frame = KEEP, Frame(**{**vars(frame), "status": shown.status})
+                elif send.status is not KEEP:
+                    told = now
+                out, line = changes.step(send)
                 update = self.updates(out)
                 if line is not None:   # the run's last line replaces the text: Gradio's closing message repeats
                     said = json.dumps(line, separators=(",", ":")) + "\n"   # the last value whole: keep it short

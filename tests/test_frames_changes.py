@@ -146,3 +146,24 @@ def test_a_retry_starts_its_charts_again():
     bases = [i for i, line in enumerate(lines) if line and "base" in line]
     assert bases == [0, 5] and lines[5]["seq"] == 0
     assert [line for _, line in streamed([frames.error_frame("no")])] == [None]
+
+
+def test_a_live_status_line_is_held_at_most_a_second():
+    """A live frame whose status line changed only in its words waits until a second has passed since the last one
+    sent (``frames.held``); a changed style, the run's start or its result always go."""
+    path = RECORDINGS[0]
+    drawn = list(frames.drawn(recordings.play(path, float("inf"), sleep=lambda s: None)))
+    first, live, last = drawn[0], drawn[3], drawn[-1]
+    sending = since(live, drawn[2])
+    assert sending.status is not KEEP
+    assert frames.held(sending, drawn[2], 0.3) and not frames.held(sending, drawn[2], 1.2)
+    assert not frames.held(first, None, 0.0)   # the run's start
+    assert not frames.held(last, drawn[-2], 0.0)   # its result
+    styled = since(live, drawn[2])
+    styled.status_kind = "error"
+    assert not frames.held(styled, drawn[2], 0.0)
+
+
+def test_the_race_axis_grows_in_round_steps():
+    from components.charts import step_up
+    assert [step_up(v) for v in (0.9, 1.0, 1.01, 2.2, 3.1, 4.9, 7.6, 12, 151)] == [1, 1, 1.5, 3, 5, 5, 10, 15, 200]
