@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
 def x(s, lb=False) -> str:
@@ -123,13 +125,110 @@ def capped(agg: dict) -> str:
     return "\n".join(out)
 
 
+def seeds_table(runs: dict[int, dict]) -> str:
+    """The same bench at several seeds (``--seeds``): each Speculative Rejection point's speed-up against vLLM's
+    schedule, with its interval over that seed's prompts, seed by seed, and the range over seeds."""
+    rows = ["| SR point | " + " | ".join(f"seed {s}: improvement; x engine steps, vLLM {{90% over prompts}}"
+                                          for s in runs) + " | range over seeds |",
+            "|---|" + "---|" * (len(runs) + 1)]
+    first = next(iter(runs.values()))
+    for j, p in enumerate(first["sr"]):
+        if p.get("label"):   # the rivals: not re-run at other seeds
+            continue
+        cells, values = [], []
+        for agg in runs.values():
+            q = agg["sr"][j]
+            assert (q["rule"], q["alpha"], q["first_decision"]) == (p["rule"], p["alpha"], p["first_decision"])
+            cells.append(f"{q['improvement']:.1f}; {boot(q, 'steps_vllm', less_too=False)}")
+            values.append(q["speedup_steps_vllm"]["value"])
+        rows.append(f"| {p['rule']} α={p['alpha']:g}, T={p['first_decision']} | " + " | ".join(cells)
+                    + f" | {min(values):.2f}x to {max(values):.2f}x |")
+    return "\n".join(rows)
+
+
+def nested_weights(prompts: int, seeds: int, draws: int = 2000, seed: int = 0):
+    """[draws, prompts x seeds] counts of a nested bootstrap: the prompts drawn with replacement, then for each drawn
+    prompt its seeds drawn with replacement (a prompt's seeds are not independent draws of the prompt set). Unit
+    (p, s) is column s x prompts + p."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    w = np.zeros((draws, prompts * seeds))
+    for d in range(draws):
+        for p in rng.choices(range(prompts), k=prompts):
+            for s in rng.choices(range(seeds), k=seeds):
+                w[d, s * prompts + p] += 1
+    return w
+
+
+def pooled(benches: list[dict], measure: str = "steps_vllm") -> list[str]:
+    """Each Speculative Rejection point over every (prompt, seed) of the same bench at several seeds: the speed-up
+    against Best-of-N's curve summed over all of them, with a nested bootstrap's 90% interval (prompts, then each
+    drawn prompt's seeds) and the plateau's sensitivity."""
+    import numpy as np
+
+    from specrej.analysis import boot
+    from specrej.analysis.curve import (bon_curve, curves_by_measure, default_ks, improvement, improvement_gains,
+                                        prompt_curves)
+    from specrej.analysis.metrics import speedup
+    from specrej.bench.protocol import prompt_run
+    from specrej.bench.run import generator_flop_model
+    from specrej.core.budget import KVBudget
+    from specrej.core.cost import StepCost, flops
+
+    ids = [r["id"] for r in benches[0]["prompts"]]
+    assert all([r["id"] for r in b["prompts"]] == ids for b in benches), "the same prompts at every seed"
+    records = [r for b in benches for r in b["prompts"]]
+    meta = benches[0]["meta"]
+    runs = [prompt_run(r, flops(meta["generator_params"], 1), generator_flop_model(meta)) for r in records]
+    budgets = [KVBudget(r["budget"], r["prompt_tokens"], r.get("kv_shared", True)) for r in records]
+    ks = default_ks(records[0]["bon"]["n"])
+    per = prompt_curves(runs, ks, [r["rows_per_pass"] for r in records], None, budgets)
+    curve = curves_by_measure(bon_curve(runs, ks, [], per_prompt=per))[measure]
+    bon_gains = np.array([improvement_gains([p["best"][j] for p in per], runs) for j in range(len(ks))]).T
+    bon_compute = np.array([p[measure] for p in per])
+    weights = nested_weights(len(ids), len(benches))
+    out = []
+    for j, first in enumerate(records[0]["sr"]):
+        if first.get("label"):
+            continue
+        pts = [r["sr"][j] for r in records]
+        bests, steps = [s["score"] for s in pts], [float(s["steps"]) for s in pts]
+        imp, total = improvement(bests, runs), sum(steps)
+        sp = speedup(curve, imp, total)
+        b = boot.bootstrap_speedup(bon_gains, bon_compute, improvement_gains(bests, runs), steps, weights)
+        less = boot.sensitivity(curve, imp, total)
+        out.append(f"| {first['rule']} α={first['alpha']:g}, T={first['first_decision']} | {len(ids)} x "
+                   f"{len(benches)} | {imp:.1f} | {x(sp.value, sp.lower_bound)} {{{b['low']:.2f}, {b['high']:.2f}}} ("
+                   + " / ".join(f"{d['value']:.2f}" for d in less.values()) + ") |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", choices=("quick", "graded", "rivals"), action="append",
                     help="which committed bench (default: all three)")
     ap.add_argument("--json", help="another bench.json, printed as quick's tables")
     ap.add_argument("--capped", action="store_true")
+    ap.add_argument("--seeds", nargs="+", metavar="SEED=BENCH_JSON",
+                    help="the graded bench at other seeds beside the committed seed 0 (graded_seed1.json ...)")
     a = ap.parse_args()
+    if a.seeds:
+        runs = {0: json.loads((ROOT / "assets" / "bench" / "graded.json").read_text(encoding="utf-8"))["protocol"]}
+        for item in a.seeds:
+            seed, path = item.split("=", 1)
+            runs[int(seed)] = json.loads(Path(path).read_text(encoding="utf-8"))["protocol"]
+        print(seeds_table(runs))
+        benches = [json.loads((ROOT / "assets" / "bench" / "graded.json").read_text(encoding="utf-8"))]
+        benches += [json.loads(Path(item.split("=", 1)[1]).read_text(encoding="utf-8")) for item in a.seeds]
+        print()
+        print("| SR point, every seed pooled | prompts x seeds | improvement | x engine steps, vLLM {90%: prompts, then "
+              "seeds} (0.1 / 1 point less) |")
+        print("|---|---|---|---|")
+        print("\n".join(pooled(benches)))
+        return
     paths = ({"quick": Path(a.json)} if a.json else
              {b: ROOT / "assets" / "bench" / f"{b}.json" for b in (a.bench or ("quick", "graded", "rivals"))})
     for name, path in paths.items():
