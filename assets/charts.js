@@ -136,7 +136,31 @@
 
   function react(gd, data, layout, config) {
     const P = window.Plotly;
-    return (st.real || P.react).call(P, gd, data, layout, config);
+    return (st.real || P.react).call(P, gd, data, fitted(gd, layout), config);
+  }
+
+  // On a narrow screen (a phone) an x-axis title wider than the chart was cut ("... (s, log sca"): drawn smaller
+  // until it fits, on that screen alone (the figure itself, and every wider screen, keep its size)
+  const measure = document.createElement('canvas').getContext('2d');
+  function fitted(gd, layout) {
+    const title = layout && layout.xaxis && layout.xaxis.title;
+    const text = title && (typeof title === 'string' ? title : title.text);
+    const width = gd.clientWidth || (gd.parentNode && gd.parentNode.clientWidth) || 0;
+    if (!text || !width || !measure) { return layout; }
+    const size = (title.font && title.font.size) || (layout.font && layout.font.size) || 14;
+    const family = (title.font && title.font.family) || (layout.font && layout.font.family) || 'sans-serif';
+    const margin = layout.margin || {};
+    // the title is centred on the plot area: it fits within the chart while no wider than the plot and both margins
+    // of its narrower side
+    const room = 0.95 * (width - (margin.l ?? 80) + (margin.r ?? 80)) - 8;
+    measure.font = size + 'px ' + family;
+    const wide = measure.measureText(String(text).replace(/<[^>]*>/g, '')).width;
+    if (wide <= room) { return layout; }
+    const out = Object.assign({}, layout, {xaxis: Object.assign({}, layout.xaxis)});
+    const small = Math.max(9, Math.floor(size * room / wide));
+    out.xaxis.title = Object.assign({}, typeof title === 'string' ? {text: title} : title,
+                                    {font: Object.assign({}, title.font || {}, {size: small})});
+    return out;
   }
 
   // the layout's paths changed since the last draw, as relayout takes them; a path under another one goes with it
