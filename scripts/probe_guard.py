@@ -470,7 +470,11 @@ def main() -> None:
             c = Client(base, verbose=False, analytics_enabled=False, headers={"X-Forwarded-For": f"6.6.7.{k}"})
             job = c.submit(**long, api_name="/run")
             time.sleep(0.3 * (k + 1))
-            cancels.append(bool(job.cancel()))
+            try:
+                cancels.append(bool(job.cancel()))
+            except Exception as e:   # noqa: BLE001 - gradio_client gives /cancel 5 s: a loaded machine may take longer
+                cancels.append(False)
+                out.setdefault("cancel_client_errors", []).append(type(e).__name__)
             time.sleep(1)
             c.close()
         out["classes"]["own race cancelled"] = {"cancel answered": sum(cancels), "times": len(cancels)}
