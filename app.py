@@ -263,11 +263,22 @@ def wire_plays(ctx: AppContext, page: ui.Page, guard: Guard, events_fn, sessions
         show_progress="hidden", show_progress_on=[a.progress], **queued)
     on_replay.then(None, None, None, js=ui.SHOW_STEP_JS, queue=False, api_visibility="private")
 
-    def press_paper(session, request: gr.Request):
-        own(sessions, session, request).press(Button.PAPER)
-        return ui.paper_measuring(ctx)
+    # Paper scale's first step says what it sets at once (the planner reads the profile: nothing is measured), the
+    # locks and the press that stops what plays with it; its queued handler plays what the plan plays
+    set_paper = lecture.lock_step(page)
 
-    on_paper = c.paper.click(**lecture.lock_step(page, press_paper, a.status)).then(
+    def press_paper(on, session, prompt, pace, step, request: gr.Request):
+        locked = set_paper["fn"](on, session, request)
+        own(sessions, session, request).press(Button.PAPER)
+        p = planner.plan(ctx, Press.PAPER, dict(zip(replayed, (prompt, pace, step, on))))
+        shown = ui.paper_scale_updates(ctx, page, p.paper, p.prompt) if p.paper is not None else \
+            {a.status: ui.paper_measuring(ctx)}
+        return lecture.merged(locked, shown)
+
+    on_paper = c.paper.click(
+        press_paper, set_paper["inputs"] + [c.prompt, c.pace, c.step],
+        list(dict.fromkeys(lecture.lockable(page) + ui.paper_outputs(page))), queue=False,
+        js=lecture.IN_LECTURE_JS_WITH, api_visibility="private").then(
         handler(Press.PAPER, "paper_scale", replayed, "Paper scale: the paper's setting where it fits the run limit "
                 "live; else a scaled-down one that fits, with the recorded paper-scale race played meanwhile."),
         replay_inputs, ui.paper_outputs(page), concurrency_id="replay", concurrency_limit=4,
