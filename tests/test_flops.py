@@ -130,6 +130,9 @@ def test_the_bench_recounts_a_record_exactly_from_its_rows_or_bounds_it_from_bes
     # a reward's FLOPs stay as recorded (the record's less its generator's by the old rule)
     count, _ = recount_flops({**sr, "flops": flops(500, 18) + 7.0}, rec, 500, fm)
     assert count == pytest.approx(fm.sequence(0, 10) + fm.tokens(8, 8 * 10 + 21) + 7.0)
+    # a record made since keeps its reward's FLOPs apart (its ``flops`` may be a live ledger's, counted otherwise)
+    count, _ = recount_flops({**sr, "flops": 1e9, "reward_flops": 5.0}, rec, 500, fm)
+    assert count == pytest.approx(fm.sequence(0, 10) + fm.tokens(8, 8 * 10 + 21) + 5.0)
 
 
 @pytest.mark.slow

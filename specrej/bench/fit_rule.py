@@ -37,6 +37,7 @@ import math
 import sys
 from pathlib import Path
 
+from ..core.cost import flop_model_of
 from ..core.rules import (FEATURES, CalibratedRule, Contender, ScheduleRule, UpsideRule, WindowRule, features,
                           upside_features)
 
@@ -227,7 +228,7 @@ def table(runs, scorers, lm, reward, rules, *, budget: int, points, max_new_toke
         these += [f([runs[j] for j in others], [scorers[j] for j in others]) for f in fitters.values()]
         records.append(run_prompt(lm, reward, {"id": ids[i], "prompt": run.prompt}, base, n_ref=n_ref,
                                   points=points, budget=budget, rules=tuple(these), live=(), coupled=run))
-    agg = aggregate(records, gen_params=lm.n_params, step_model=None)
+    agg = aggregate(records, gen_params=lm.n_params, step_model=None, gen_flops=flop_model_of(lm))
     return agg, paper_table(agg, {**meta, "budget": budget, "max_new_tokens": max_new_tokens,
                                   "wall_note": "no wall time: every point is simulated"})
 

@@ -38,7 +38,7 @@ import torch
 from ..analysis.compare import decision_rank, live_at_decision, winner_fate
 from ..core.config import AUTO, RunConfig
 from ..core.budget import KVBudget, sharing
-from ..core.cost import FlopModel, StepCost, flops
+from ..core.cost import FlopModel, StepCost, flop_model_of, flops
 from ..core.oracle import OracleRule
 from ..analysis.curve import (MEASURES, PromptRun, bon_curve, bon_point, curves_by_measure, default_ks, improvement,
                               improvement_gains, prompt_curves, speedups)
@@ -120,7 +120,9 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
               "bon": {"n": n_ref, "scores": scores, "tokens": lengths, "winner": winner,
                       "winner_text": texts[winner],
                       "ledger": {"generated_tokens": sum(lengths), "reward_tokens": scorer.tokens_read,
-                                 "reward_flops": flops(reward.n_params, scorer.tokens_read), "wall_s": wall},
+                                 # the reward's non-embedding weights (FlopModel), attention left out: the coupled
+                                 # run keeps no per-read lengths; every arm's reward FLOPs in the bench count so
+                                 "reward_flops": flop_model_of(reward).tokens(scorer.tokens_read), "wall_s": wall},
                       "note": "one coupled batch of N_ref rows (not budgeted): its wall time is not used for the curve"},
               "sr": []}
     oracles: dict[tuple[float, int], dict | None] = {}
@@ -140,6 +142,7 @@ def run_prompt(lm, reward, row: dict, base: RunConfig, *, n_ref: int, points: li
             entry["oracle"] = oracles[(alpha, first)]
             if sim is not None and live is not None and (alpha, first) not in live:
                 entry.update(_from_sim(sim, P, lm.n_params, reward.n_params, texts))
+                entry["reward_flops"] = flop_model_of(reward).tokens(sim.scored_tokens)
             else:
                 entry.update(_live(lm, reward, row, base, budget, name, alpha, first, every_score, texts, winner,
                                    lambda c, t: lm.decode(run.tokens[c][:t])))
@@ -228,6 +231,7 @@ def _rival_entry(spec: str, way: str, fin: Finished, rounds: list[Round], finals
             "score": fin.winner.score, "winner_text": fin.winner.text, "rounds": fin.rounds, "steps": led.steps,
             "generated_tokens": led.generated_tokens,
             "flops": flops(lm.n_params, prompt_tokens + led.generated_tokens) + flops(reward.n_params, scored),
+            "reward_flops": flop_model_of(reward).tokens(scored),
             "wall_s": None, "kept_bon_winner": any(c.id == bon_winner and c.status == "finished" for c in fin.candidates),
             "winner_fate": winner_fate(bon_winner, fin, rounds).to_dict(), "profile": rle(fin.rows_per_step),
             "oracle": {"score": best, "winner": bon_winner, "steps": led.steps, "rounds": fin.rounds,
@@ -276,6 +280,7 @@ def _live(lm, reward, row, base, budget, rule, alpha, first, scores, texts, bon_
     return {"source": "run", "winner": fin.winner.id, "score": fin.winner.score, "winner_text": fin.winner.text,
             "rounds": fin.rounds, "steps": max(c.tokens for c in fin.candidates),
             "generated_tokens": led["generated_tokens"], "flops": led["flops"], "wall_s": led["wall_s"],
+            "reward_flops": flop_model_of(reward).tokens(led["reward_tokens"]),
             "ledger": led, "kept_bon_winner": status.get(bon_winner) == "finished", "profile": rle(fin.rows_per_step),
             "winner_fate": winner_fate(bon_winner, fin, rounds).to_dict(),
             "drift": drift(fin, scores, texts, prefix),
@@ -325,11 +330,12 @@ def recount_flops(s: dict, rec: dict, gen_params: int, fm: FlopModel) -> tuple[f
     that start later: DeepConf's passes and refills) bounded from above by the highest positions Best-of-N_ref's
     answers hold (coupled: a method's tokens are prefixes of the same candidates' answers). The reward's FLOPs
     stay as recorded (the record's FLOPs less its generator's by the rule it was made with, 2 x ``gen_params`` x
-    tokens): 0 in every committed table (rewards with no model)."""
+    tokens): 0 in every committed table (rewards with no model); a record that keeps its own ``reward_flops`` (a bench
+    run since issue 63: the reward's non-embedding weights x tokens read) gives them."""
     P, G = rec["prompt_tokens"], s["generated_tokens"]
     led = s.get("ledger") or {}
     prompt = led.get("prompt_tokens", P)
-    reward = s["flops"] - flops(gen_params, prompt + G)
+    reward = s["reward_flops"] if "reward_flops" in s else s["flops"] - flops(gen_params, prompt + G)
     profile = s.get("profile")
     if profile and s.get("method", "sr") in STARTS_TOGETHER:
         steps = unrle(profile)
