@@ -29,7 +29,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OF
 export GRADIO_ANALYTICS_ENABLED=False
 PY="${PYTHON:-python3}"
 START=$(date +%s)
-DEADLINE_S="${DEADLINE_S:-$([ "${DRY:-0}" = 1 ] && echo 1200 || echo 480)}"   # a CPU dry run on a busy CI machine: slack
+DEADLINE_S="${DEADLINE_S:-$([ "${DRY:-0}" = 1 ] && echo 1500 || echo 480)}"   # a CPU dry run on a busy CI machine: slack
 JSON="$OUT/gpu_steps.json"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
@@ -43,7 +43,7 @@ if [ "${DRY:-0}" = 1 ]; then   # every stage on the CPU, tiny configs, a few ste
   # stage:seconds; the bisect runs whatever the smoke says (so the dry run checks it too)
   # (not the fused experiment: inductor compiles its four shapes for ~2-5 minutes on a 2-core CPU;
   # tests/test_captured.py checks the fused body, and `--stage fused --device cpu --tiny` runs the stage)
-  STAGES="smoke:120 ceilings:60 sweep:240 races:120 anchors:120 paper:120"
+  STAGES="smoke:240 ceilings:60 sweep:360 races:180 anchors:180 paper:180"   # slack for a busy CI machine
 else
   COMMON=()
   STAGES="smoke:75 ceilings:25 sweep:170 races:50 anchors:80 paper:100 fused:150"

@@ -27,7 +27,8 @@ def dry(tmp_path_factory):
 def test_every_stage_ran_in_order_in_its_own_process_with_its_own_log(dry):
     out, report = dry
     assert list(report["stages"]) == STAGES
-    assert all(s["status"] == "ok" for s in report["stages"].values()), report["stages"]
+    assert all(s["status"] == "ok" for s in report["stages"].values()), (report["stages"],
+                                                                         (out / "summary.txt").read_text()[-3000:])
     assert report["tiny"] and not report["errors"], report["errors"]
     for log in ("smoke", "bisect-sampling", "bisect-forward", "bisect-step", "ceilings", "sweep", "races", "anchors",
                 "paper"):
