@@ -51,7 +51,8 @@ SETTINGS_LABELS = {"defaults": "Settings: the defaults just work",
 PAPER_NOTE = ("**Paper scale** sets the paper's *protocol* (not its models, GPUs or answer lengths, so not its "
               "numbers): on this 135M model and this machine, Speculative Rejection opens with the rows that fill "
               "memory at token 16 and Best-of-N writes all 128 answers (or this deployment's largest N) of up to 256 "
-              "tokens in the passes that fit (its curve is the verdict's yardstick). It first measures this machine: "
+              "tokens, scheduled as vLLM pages them in the memory budget (its curve is the verdict's yardstick). It "
+              "first measures this machine: "
               "where that takes longer than the run limit (on a CPU it takes minutes), it plays the **recorded** "
               "paper-scale race of an example prompt and sets a scaled-down version that fits for **Run**.")
 HEADER = (f"# Speculative Rejection vs Best-of-N\n"
