@@ -316,7 +316,8 @@ def verdicts(out: dict) -> dict:
             v[name] = "refused" if all(400 <= k < 500 for k in codes) else \
                 "answered" if set(codes) == {200} else f"statuses {codes}"
     w = out.get("warm-up storm", {})
-    v["45 recorded_settings during warm-up"] = "bounded" if w.get("config_s_during") is not None else f"{w}"
+    v["45 recorded_settings during warm-up"] = "bounded" if w.get("config_s_during") is not None and set(
+        w.get("statuses", {})) == {200} else f"{w}"
     f = out.get("race then flood", {})
     v["made-up sessions vs a finished race"] = "bounded" if f.get("visitor_plot_after") else f"{f}"
     lab = out.get("lab held by four addresses", {})
