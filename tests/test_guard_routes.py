@@ -142,7 +142,8 @@ def test_no_queued_handler_runs_on_a_direct_route_and_only_public_ones_on_call(s
     assert guard.public_api == public
     queued = {demo.fns[i].name for i in guard.queued_fns}
     assert {"run", "replay", "paper_scale", "sample_handler", "measure_handler", "exactness_handler"} <= queued, queued
-    assert {demo.fns[i].name for i in guard.stop_fns} == {"run", "replay", "paper_scale"}
+    # every play a Stop cancels: Run, Replay, Paper scale and the lecture's "Run it live" (its queued race)
+    assert {demo.fns[i].name for i in guard.stop_fns} == {"run", "replay", "paper_scale", "live_race"}
     for index, fn in demo.fns.items():
         data = [None] * len(fn.inputs)
         for route in ROUTES:

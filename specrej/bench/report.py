@@ -136,7 +136,7 @@ def paper_table(agg: dict, meta: dict) -> str:
               "Decode steps track accelerator time where a step's cost hardly depends on the rows (a GPU); "
               "FLOPs track total work; CPU wall time sits between."]
     forced = [(s, s["forced"]) for s in agg["sr"]
-              if s.get("forced") is not None and s.get("label") and (s["forced"] or s.get("method") == "stbon")]
+              if s.get("forced") is not None and s.get("label") and (s["forced"] or _rival(s))]
     for s, ids in forced:   # a rival the memory budget cut short before its own decision (ST-BoN before c + tau)
         lines.append(f"{s['label']}: memory forced its decision before its own rule's point on {len(ids)} of "
                      f"{agg['prompts']} prompts" + (f" ({', '.join(ids)})" if ids else "") + ".")
@@ -325,3 +325,10 @@ def _agrees(checked: str | None, n_ref: int) -> str:
     if not checked or checked.endswith("/0"):
         return f"not simulated (its first batch exceeds the coupled run's {n_ref} candidates)"
     return f"simulator agrees on {checked} prompts"
+
+
+def _rival(s: dict) -> bool:
+    """A later method raced against Speculative Rejection (its ``About`` says so): its forced decisions are counted
+    even where there were none."""
+    kind = REGISTRY.get(s.get("method"))
+    return bool(kind is not None and kind.about is not None and kind.about.rival)
