@@ -223,8 +223,10 @@
       delete wholes[key];
       if (!(m && canon(w.data) === canon(m.data) && canon(w.layout) === canon(m.layout))) {
         st.drawing = react(gd, w.data, w.layout, w.config);
-        gd._specrej = 0;   // not this script's copy: its next change redraws the chart whole
-        if (m) { m.react = true; m.traces.clear(); m.paths.clear(); }
+        // not this script's copy: its next change redraws the chart whole (drawChart reacts where the div's token
+        // is not the copy's); until then the chart stays as Gradio drew it (the x-axis switch, step mode)
+        gd._specrej = 0;
+        if (m) { m.react = false; m.traces.clear(); m.paths.clear(); }
         return 'gradio';
       }
       // the same figure as the copy: drawn where the div does not show the copy already

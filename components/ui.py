@@ -404,7 +404,11 @@ def _colour_class(colour: str) -> str:
 # grown until the legend fits, exported and removed; the page's chart is left as it is.
 EXPORT_MIN_WIDTH = 900
 _DOWNLOAD_JS = """async () => {
-  const P = window.Plotly, el = document.querySelector('#__ELEM__ .js-plotly-plot');
+  // the charts are drawn one per animation frame (assets/charts.js): a press just after a play ends waits for the
+  // drawing the page owes (a few frames; a tab in the background draws nothing, so not for ever)
+  const C = window.specrejCharts, chart = () => document.querySelector('#__ELEM__ .js-plotly-plot');
+  for (let i = 0; i < 300 && ((C && !C.idle()) || !chart()); i++) { await new Promise(r => setTimeout(r, 20)); }
+  const P = window.Plotly, el = chart();
   if (!el || !P || !el.data || !el.layout) { return; }
   const W = Math.max(el.clientWidth || 0, __MIN_WIDTH__), font = __FONT__;
   const meta = el.layout.meta || {};
