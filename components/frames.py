@@ -303,26 +303,51 @@ def _literal(items: list, ops: list) -> None:
         ops.append(["v", plain])
 
 
+def _copy(ops: list, start: int, count: int) -> None:
+    """Copy ``old[start:start + count]``, as one op with the copy before it where they are contiguous."""
+    if ops and ops[-1][0] == "c" and ops[-1][1] + ops[-1][2] == start:
+        ops[-1][2] += count
+    else:
+        ops.append(["c", start, count])
+
+
+def _added(old: list, at: int, items: list, ops: list) -> None:
+    """Items added where ``old[at]`` was: a large item (a hover snippet, a customdata row) equal to an item beside
+    the place (its candidate's point before or after: a snippet is the same on each of its candidate's points) is a
+    copy of it, not its text again; the rest as ``_literal``."""
+    near = [i for i in (at - 1, at) if 0 <= i < len(old) and len(json.dumps(old[i])) > 16]
+    plain: list = []
+    for item in items:
+        same = next((i for i in near if old[i] == item), None)
+        if same is not None:
+            if plain:
+                _literal(plain, ops)
+                plain = []
+            _copy(ops, same, 1)
+        else:
+            plain.append(item)
+    if plain:
+        _literal(plain, ops)
+
+
 def array_ops(old: list, new: list) -> list:
     """``new`` as ops over ``old``: ``["c", start, count]`` copies ``old[start:start + count]``, ``["v", items]``
     adds items, ``["r", item, count]`` adds one item ``count`` times. An array that only grew is
     ``[["c", 0, len(old)], ...]`` (the page extends its trace); candidates packed in one trace grow in the
-    middle, each by a point or two, so most of the array is copies."""
+    middle, each by a point or two, so most of the array is copies, and a new point's large item equal to its
+    candidate's point before is a copy of that one too."""
     n = len(old)
     if len(new) >= n and new[:n] == old:
         ops = [["c", 0, n]] if n else []
-        _literal(new[n:], ops)
+        _added(old, n, new[n:], ops)
         return ops
     ops = []
     matcher = difflib.SequenceMatcher(None, [_key(v) for v in old], [_key(v) for v in new], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            if ops and ops[-1][0] == "c" and ops[-1][1] + ops[-1][2] == i1:
-                ops[-1][2] += i2 - i1
-            else:
-                ops.append(["c", i1, i2 - i1])
+            _copy(ops, i1, i2 - i1)
         elif j2 > j1:
-            _literal(new[j1:j2], ops)
+            _added(old, i1, new[j1:j2], ops)
     return ops
 
 

@@ -78,7 +78,7 @@ def size(obj) -> int:
 @pytest.mark.parametrize("ops_case", range(200))
 def test_array_ops_rebuild_any_array(ops_case):
     rng = random.Random(ops_case)
-    pool = [None, 1, 2.5, [3, "a"], [3, "b"], "x"]
+    pool = [None, 1, 2.5, [3, "a"], [3, "b"], "x", "#12: a hover snippet of ninety characters", [7, "a long row"]]
     old = [rng.choice(pool) for _ in range(rng.randrange(0, 40))]
     new = list(old)
     for _ in range(rng.randrange(0, 6)):
@@ -101,6 +101,17 @@ def test_a_grown_array_is_one_copy_and_its_new_items():
     # another number of traces: the whole chart
     new = {"data": [{"type": "scatter", "uid": "a"}, {"type": "bar", "uid": "b"}], "layout": {}}
     assert chart_changes({"data": [{"type": "scatter", "uid": "a"}], "layout": {}}, new) == {"react": new}
+
+
+def test_a_new_point_s_snippet_is_a_copy_of_its_candidate_s_point_before():
+    """Candidates packed in one trace grow in the middle by a point each; a new point's hover snippet (the same on
+    each of its candidate's points) is a copy of the point before it, not its 90 characters again."""
+    a, b = "#3: Once upon a time there was a small boat", "#9: The ocean is wide and deep and blue"
+    old, new = [a, a, b, b], [a, a, a, b, b, b]
+    ops = array_ops(old, new)
+    assert rebuild(old, ops) == new
+    assert a not in json.dumps(ops) and b not in json.dumps(ops), ops
+    assert array_ops([1.5, 2.5], [1.5, 2.5, 2.5]) == [["c", 0, 2], ["v", [2.5]]]   # a small item is sent as it is
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name[:24])
