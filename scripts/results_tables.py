@@ -125,23 +125,31 @@ def capped(agg: dict) -> str:
     return "\n".join(out)
 
 
+def point_key(p: dict) -> tuple:
+    """A Speculative Rejection point's name across runs of one bench: its rule, alpha and first decision."""
+    return (p["rule"], p["alpha"], p["first_decision"])
+
+
+def shared_points(aggs: list[dict]) -> list[tuple]:
+    """The Speculative Rejection points every run holds (not the rivals, not re-run at other seeds; a point a run
+    could not simulate, e.g. quick's T = 8 with no live run, is left out), in the first run's order."""
+    held = [{point_key(p) for p in agg["sr"] if not p.get("label")} for agg in aggs]
+    return [point_key(p) for p in aggs[0]["sr"] if not p.get("label") and all(point_key(p) in h for h in held)]
+
+
 def seeds_table(runs: dict[int, dict]) -> str:
     """The same bench at several seeds (``--seeds``): each Speculative Rejection point's speed-up against vLLM's
     schedule, with its interval over that seed's prompts, seed by seed, and the range over seeds."""
     rows = ["| SR point | " + " | ".join(f"seed {s}: improvement; x engine steps, vLLM {{90% over prompts}}"
                                           for s in runs) + " | range over seeds |",
             "|---|" + "---|" * (len(runs) + 1)]
-    first = next(iter(runs.values()))
-    for j, p in enumerate(first["sr"]):
-        if p.get("label"):   # the rivals: not re-run at other seeds
-            continue
+    for key in shared_points(list(runs.values())):
         cells, values = [], []
         for agg in runs.values():
-            q = agg["sr"][j]
-            assert (q["rule"], q["alpha"], q["first_decision"]) == (p["rule"], p["alpha"], p["first_decision"])
+            q = next(p for p in agg["sr"] if not p.get("label") and point_key(p) == key)
             cells.append(f"{q['improvement']:.1f}; {boot(q, 'steps_vllm', less_too=False)}")
             values.append(q["speedup_steps_vllm"]["value"])
-        rows.append(f"| {p['rule']} α={p['alpha']:g}, T={p['first_decision']} | " + " | ".join(cells)
+        rows.append(f"| {key[0]} α={key[1]:g}, T={key[2]} | " + " | ".join(cells)
                     + f" | {min(values):.2f}x to {max(values):.2f}x |")
     return "\n".join(rows)
 
@@ -191,16 +199,14 @@ def pooled(benches: list[dict], measure: str = "steps_vllm") -> list[str]:
     bon_compute = np.array([p[measure] for p in per])
     weights = nested_weights(len(ids), len(benches))
     out = []
-    for j, first in enumerate(records[0]["sr"]):
-        if first.get("label"):
-            continue
-        pts = [r["sr"][j] for r in records]
+    for key in shared_points([b["protocol"] for b in benches]):
+        pts = [next(s for s in r["sr"] if not s.get("label") and point_key(s) == key) for r in records]
         bests, steps = [s["score"] for s in pts], [float(s["steps"]) for s in pts]
         imp, total = improvement(bests, runs), sum(steps)
         sp = speedup(curve, imp, total)
         b = boot.bootstrap_speedup(bon_gains, bon_compute, improvement_gains(bests, runs), steps, weights)
         less = boot.sensitivity(curve, imp, total)
-        out.append(f"| {first['rule']} α={first['alpha']:g}, T={first['first_decision']} | {len(ids)} x "
+        out.append(f"| {key[0]} α={key[1]:g}, T={key[2]} | {len(ids)} x "
                    f"{len(benches)} | {imp:.1f} | {x(sp.value, sp.lower_bound)} {{{b['low']:.2f}, {b['high']:.2f}}} ("
                    + " / ".join(f"{d['value']:.2f}" for d in less.values()) + ") |")
     return out
@@ -213,16 +219,15 @@ def main() -> None:
     ap.add_argument("--json", help="another bench.json, printed as quick's tables")
     ap.add_argument("--capped", action="store_true")
     ap.add_argument("--seeds", nargs="+", metavar="SEED=BENCH_JSON",
-                    help="the graded bench at other seeds beside the committed seed 0 (graded_seed1.json ...)")
+                    help="a committed bench at other seeds beside its seed 0 (graded_seed1.json ...; --bench names "
+                         "which: default graded)")
     a = ap.parse_args()
     if a.seeds:
-        runs = {0: json.loads((ROOT / "assets" / "bench" / "graded.json").read_text(encoding="utf-8"))["protocol"]}
-        for item in a.seeds:
-            seed, path = item.split("=", 1)
-            runs[int(seed)] = json.loads(Path(path).read_text(encoding="utf-8"))["protocol"]
-        print(seeds_table(runs))
-        benches = [json.loads((ROOT / "assets" / "bench" / "graded.json").read_text(encoding="utf-8"))]
+        name = (a.bench or ["graded"])[0]
+        benches = [json.loads((ROOT / "assets" / "bench" / f"{name}.json").read_text(encoding="utf-8"))]
         benches += [json.loads(Path(item.split("=", 1)[1]).read_text(encoding="utf-8")) for item in a.seeds]
+        runs = dict(zip([0] + [int(item.split("=", 1)[0]) for item in a.seeds], [b["protocol"] for b in benches]))
+        print(seeds_table(runs))
         print()
         print("| SR point, every seed pooled | prompts x seeds | improvement | x engine steps, vLLM {90%: prompts, then "
               "seeds} (0.1 / 1 point less) |")

@@ -50,9 +50,13 @@ def child() -> None:
         row = {"prompt": prompt[:40]}
         for mode, lecture in (("page", False), ("lecture", True)):
             p = planner.plan(ctx, planner.Press.RUN, {**values, "prompt": prompt, "lecture": lecture})
+            # what the page states before it plays: a recording's stated time; a live race's time here when quiet
+            # (``Fit.quiet_s``, the status line's "about N s"; its estimate now, under this moment's load, beside it)
             stated = (p.fallback or {}).get("stated_s") if p.action == planner.RECORDING else \
-                (p.fit.estimate_s if p.fit is not None else None)
-            row[mode] = {"action": p.action, "stated_s": None if stated is None else round(stated, 2)}
+                (p.fit.quiet_s if p.fit is not None else None)
+            now = p.fit.estimate_s if p.action != planner.RECORDING and p.fit is not None else None
+            row[mode] = {"action": p.action, "stated_s": None if stated is None else round(stated, 2),
+                         "now_s": None if now is None else round(now, 2)}
         rows.append(row)
     print(json.dumps({"warm_s": round(warm_s, 1), "profile": ctx.machine.profile().when(ctx.default_model),
                       "loadavg": os.getloadavg()[0], "plans": rows}), flush=True)
