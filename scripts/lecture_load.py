@@ -8,7 +8,9 @@ what played (live, or the labelled recording of the same race), the time the pag
 ("of about X s"), seconds from the click to the race moving (the status says "Racing" or "Replaying", a chart
 has data), seconds to the end ("Done in" / "Replay done"), and the end over the stated time. ``--spinners N``
 starts N processes that spin (``while True: pass``) before the Run and stops them after; ``--quiet-too`` times a
-Run without them first. ``--shot`` saves the first viewport at the end of the first Run (the README's picture).
+Run without them first; ``--spin-first`` starts them before the server (its warm-up and machine profile under that
+load, as a server started on a busy machine; with ``SPECREJ_PROFILE_FILE`` naming an empty file's path, its first
+start ever) and keeps them through every Run. ``--shot`` saves the first viewport at the end of the first Run (the README's picture).
 Figures, never assertions; the machine's other load is whatever it is: say so when quoting them.
 """
 from __future__ import annotations
@@ -89,12 +91,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--spinners", type=int, default=3)
     ap.add_argument("--quiet-too", action="store_true")
+    ap.add_argument("--spin-first", action="store_true", help="spinners from before the server starts")
     ap.add_argument("--shot", type=Path)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from playwright.sync_api import sync_playwright
 
+    spin = lambda: [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                    for _ in range(a.spinners)]   # others' processes, each in a session of its own
+    early = spin() if a.spin_first else []
+    if early:
+        time.sleep(1.0)
     demo, url = serve()
     out = {}
     try:
@@ -102,22 +110,23 @@ def main() -> None:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             try:
                 shot = a.shot
-                if a.quiet_too:
+                if a.quiet_too and not early:
                     out["quiet"] = one_run(browser, url, shot)
                     shot = None
                     print("quiet:", json.dumps(out["quiet"]), flush=True)
-                spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-                            for _ in range(a.spinners)]   # others' processes, each in a session of its own
+                spinners = [] if early else spin()
                 try:
                     time.sleep(1.0)
                     out[f"{a.spinners} spinning"] = one_run(browser, url, shot)
                 finally:
                     for s in spinners:
                         s.kill()
-                print(f"{a.spinners} spinning:", json.dumps(out[f"{a.spinners} spinning"]), flush=True)
+                print(f"{a.spinners} spinning{' from the start' if early else ''}:", json.dumps(out[f"{a.spinners} spinning"]), flush=True)
             finally:
                 browser.close()
     finally:
+        for s in early:
+            s.kill()
         demo.close()
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
