@@ -347,4 +347,17 @@
     figure: key => (charts[key] ? {data: clone(charts[key].data), layout: clone(charts[key].layout)} : null),
   });
   window.specrejCharts = api;
+
+  // plotly.js (4.6 MB of script) loads with a page's first chart: a lecturer's first Run waited ~3 s for it before
+  // anything was drawn. Imported here while the page is idle (the same module Gradio's gr.Plot imports, resolved
+  // beside Gradio's own index script, so the browser evaluates it once); nothing is lost if it fails.
+  function preloadPlotly() {
+    const chunk = window.specrejPlotlyChunk;
+    const index = [...document.scripts].find(s => /\/assets\/index-[^/]*\.js/.test(s.src || ''));
+    if (!chunk || !index || window.Plotly) { return; }
+    import(new URL(chunk, index.src).href).catch(() => {});
+  }
+  const idle = () => (window.requestIdleCallback ? requestIdleCallback(preloadPlotly, {timeout: 4000})
+                                                  : setTimeout(preloadPlotly, 1500));
+  if (document.readyState === 'complete') { idle(); } else { window.addEventListener('load', idle, {once: true}); }
 })();

@@ -83,9 +83,11 @@ def page_head() -> str:
     cancels the stopped one is held until that cancel is done, then pressed (``assets/presses.js``: Gradio's
     page would drop it); the live charts drawn from changes (``assets/charts.js``)."""
     from components import lecture
+    from components.deploy import gradio_private
 
+    chunk = gradio_private.plotly_chunk()   # the page imports it while idle: its first chart does not wait for it
     return (f"<style>{_read('page.css')}</style><script>{_read('presses.js')}</script>"
-            f"<script>{_read('charts.js')}</script>"
+            f"<script>window.specrejPlotlyChunk = {json.dumps(chunk)};</script><script>{_read('charts.js')}</script>"
             + lecture.head(_read("lecture.css")))
 
 

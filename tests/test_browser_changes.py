@@ -172,3 +172,21 @@ def test_a_background_tab_draws_nothing_and_catches_up_once(browser, app_url):
             assert d["charts"][key]["data"] == at[d["seq"]][key]["data"], key
     finally:
         context.close()
+
+
+def test_plotly_is_loaded_while_the_page_is_idle_before_any_chart(browser, app_url):
+    """plotly.js (the module Gradio's gr.Plot imports) is imported while the page is idle, before anything is
+    pressed, so a lecturer's first Run does not wait for it; the charts Gradio then draws use that same module (one
+    Plotly: the script's hook on it still takes Gradio's draws)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = open_page(context, app_url)
+        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 0   # no chart drawn yet
+        page.wait_for_function("!!window.Plotly && typeof window.Plotly.react === 'function'")
+        assert page.evaluate("window.Plotly.react.specrej === true")   # hooked (charts.js takes Gradio's draws)
+        page.click("#replay")
+        page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Replay done')")
+        page.wait_for_function("window.specrejCharts.idle() && document.querySelectorAll('#race-plot .xtick').length > 0")
+        assert page.evaluate("window.specrejCharts.draws()") > 0
+    finally:
+        context.close()

@@ -19,6 +19,7 @@ import datetime
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 TESTED_WITH = "6.31"   # the Gradio release these names were read from
@@ -181,6 +182,17 @@ def slow_queue_polling(blocks, seconds: float) -> None:
     q = _queue(blocks)
     q.sleep_when_free = max(q.sleep_when_free, seconds)
     q.progress_update_sleep_when_free = max(q.progress_update_sleep_when_free, 2 * seconds)
+
+
+def plotly_chunk() -> str | None:
+    """The file name of the frontend module in which Gradio's ``gr.Plot`` loads plotly.js (``PlotlyPlot-<hash>.js``
+    beside Gradio's own ``index-<hash>.js`` in its built assets), or None where this release has none. The page
+    imports it while idle so that its first chart does not wait for 4.6 MB of script (``assets/charts.js``)."""
+    import gradio
+
+    folder = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
+    found = sorted(folder.glob("PlotlyPlot-*.js"))
+    return found[0].name if found else None
 
 
 def cache_folder(blocks) -> str:
