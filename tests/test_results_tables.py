@@ -42,3 +42,15 @@ def test_the_pooled_reading_of_seed_0_alone_is_the_committed_speed_up():
     for d in range(50):
         for p in range(3):
             assert (w[d, p] == 0 and w[d, 3 + p] == 0) or w[d, p] + w[d, 3 + p] >= 2
+
+
+def test_the_quick_bench_at_three_seeds_matches_its_points_by_name():
+    """Quick's seeds 1 and 2 hold no T = 8 point (it only runs live): the table matches the points by rule, alpha and
+    first decision, leaves T = 8 out, and reads seed 0's committed speed-ups as they are."""
+    runs = {0: _agg("quick"), 1: _agg("quick_seed1"), 2: _agg("quick_seed2")}
+    rows = rt.seeds_table(runs).splitlines()[2:]
+    assert len(rows) == 12 and not any("T=8 " in r for r in rows)
+    paper = next(r for r in rows if r.startswith("| paper α=0.5, T=16 |"))
+    committed = next(p for p in runs[0]["sr"] if (p["rule"], p["alpha"], p["first_decision"]) == ("paper", 0.5, 16))
+    assert f"{committed['speedup_steps_vllm']['value']:.2f}x" in paper.split(" | ")[1]
+    assert len(paper.split(" | ")) == 5
