@@ -1,11 +1,11 @@
 """Every button in every state, clicked in Chromium at 1280x720 with other processes spinning: seconds from each
 click to the page's first movement, and the planner's own time.
 
-    python scripts/click_latency.py [--spinners 3] [--json out.json]
+    python scripts/click_latency.py [--spinners 3] [--spin-first] [--json out.json]
 
 Serves the app as ``python app.py`` builds it (the embedded models, the page's defaults, warmed first: the machine
-profile is measured then, before the spinners start), starts ``--spinners`` processes that spin (``while True:
-pass``, each in a session of its own as another user's process would be: the kernel shares the cores
+profile is measured then, before the spinners start; with ``--spin-first`` after, as a server started on a busy
+machine), starts ``--spinners`` processes that spin (``while True: pass``, each in a session of its own as another user's process would be: the kernel shares the cores
 between sessions first; killed at the end), and drives the page through its states twice: in lecture mode (``?lecture=1``: every
 control but Stop is locked while something plays, and the space bar is Run or Stop) and on the normal page (Run,
 Replay and Run it live pressed while something plays stop it and start their own play). For each click it prints
@@ -213,15 +213,19 @@ def main() -> None:
     ap.add_argument("--spinners", type=int, default=3)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--only", choices=["lecture", "page"])
+    ap.add_argument("--spin-first", action="store_true",
+                    help="start the spinners before the server (its warm-up and machine profile under that load)")
     a = ap.parse_args()
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from playwright.sync_api import sync_playwright
 
+    spin = lambda: [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)   # others'
+                    for _ in range(a.spinners)]                                                        # processes
+    spinners = spin() if a.spin_first else []
     demo, url = serve()
     watch_planner()
     rows = []
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)   # others' processes
-                for _ in range(a.spinners)]
+    spinners = spinners or spin()
     try:
         time.sleep(1.0)
         with sync_playwright() as pw:
@@ -255,7 +259,7 @@ def main() -> None:
                "pressed_unlocked": [r for r in rows if str(r.get("note", "")).startswith("not locked")],
                "planner_ms": {"calls": len(PLANS), "median": round(1000 * statistics.median(PLANS), 1) if PLANS else None,
                               "max": round(1000 * max(PLANS), 1) if PLANS else None},
-               "cpu": cpu_name(), "spinners": a.spinners, "loadavg_end": os.getloadavg()[0]}
+               "cpu": cpu_name(), "spinners": a.spinners, "spin_first": a.spin_first, "loadavg_end": os.getloadavg()[0]}
     print(json.dumps(summary, indent=1))
     if a.json:
         a.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
