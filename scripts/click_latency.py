@@ -5,9 +5,9 @@ click to the page's first movement, and the planner's own time.
 
 Serves the app as ``python app.py`` builds it (the embedded models, the page's defaults, warmed first: the machine
 profile is measured then, before the spinners start; with ``--spin-first`` after, as a server started on a busy
-machine), starts ``--spinners`` processes that spin (``while True: pass``, each in a session of its own as another user's process would be: the kernel shares the cores
-between sessions first; killed at the end), and drives the page through its states twice: in lecture mode (``?lecture=1``: every
-control but Stop is locked while something plays, and the space bar is Run or Stop) and on the normal page (Run,
+machine), starts ``--spinners`` processes that spin (``while True: pass``, each in a session of its own as another
+user's process would be: the kernel shares the cores between sessions first; killed at the end), and drives the
+page through its states twice: in lecture mode (``?lecture=1``: every control but Stop is locked while something plays, and the space bar is Run or Stop) and on the normal page (Run,
 Replay and Run it live pressed while something plays stop it and start their own play). For each click it prints
 the state, what was pressed and the seconds until the page moved:
 
@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-from lecture_load import ARGS, CHROMIUM, serve  # noqa: E402  (the same server and browser flags)
+from lecture_load import ARGS, CHROMIUM, serve, spinners  # noqa: E402  (the same server, browser flags and spinners)
 from specrej.origin import cpu_name  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 
@@ -219,13 +218,11 @@ def main() -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from playwright.sync_api import sync_playwright
 
-    spin = lambda: [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)   # others'
-                    for _ in range(a.spinners)]                                                        # processes
-    spinners = spin() if a.spin_first else []
+    spinning = spinners(a.spinners) if a.spin_first else []
     demo, url = serve()
     watch_planner()
     rows = []
-    spinners = spinners or spin()
+    spinning = spinning or spinners(a.spinners)
     try:
         time.sleep(1.0)
         with sync_playwright() as pw:
@@ -247,7 +244,7 @@ def main() -> None:
             finally:
                 browser.close()
     finally:
-        for s in spinners:
+        for s in spinning:
             s.kill()
         demo.close()
     timed = [r["s"] for r in rows if r["s"] is not None]

@@ -33,6 +33,12 @@ HANG_GUARD_MS = 600_000
 MOVING = "/Racing ·|Replaying a recording ·|Done in|Done from|Replay done/"
 
 
+def spinners(n: int) -> list[subprocess.Popen]:
+    """``n`` processes that spin (``while True: pass``), each in a session of its own, as other users' processes
+    would be (the kernel shares the cores between sessions first); the caller kills them."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)]
+
+
 def serve():
     sys.path.insert(0, str(ROOT))
     import app
@@ -98,9 +104,7 @@ def main() -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from playwright.sync_api import sync_playwright
 
-    spin = lambda: [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-                    for _ in range(a.spinners)]   # others' processes, each in a session of its own
-    early = spin() if a.spin_first else []
+    early = spinners(a.spinners) if a.spin_first else []
     if early:
         time.sleep(1.0)
     demo, url = serve()
@@ -114,12 +118,12 @@ def main() -> None:
                     out["quiet"] = one_run(browser, url, shot)
                     shot = None
                     print("quiet:", json.dumps(out["quiet"]), flush=True)
-                spinners = [] if early else spin()
+                spinning = [] if early else spinners(a.spinners)
                 try:
                     time.sleep(1.0)
                     out[f"{a.spinners} spinning"] = one_run(browser, url, shot)
                 finally:
-                    for s in spinners:
+                    for s in spinning:
                         s.kill()
                 print(f"{a.spinners} spinning{' from the start' if early else ''}:", json.dumps(out[f"{a.spinners} spinning"]), flush=True)
             finally:
