@@ -269,6 +269,14 @@ def wait_for(cond, timeout=HANG_GUARD_S, every=0.02) -> bool:
     return False
 
 
+def after_cancel(client) -> bool:
+    """After ``job.cancel()``: wait until the client has read the end of its message stream, which the server sends
+    once the session has no event left. gradio_client 2.7.2 hands a request sent before it read that end to the
+    closing reader, which fails it with CancelledError (CI, 2026-12-07: ``/stop`` sent right after a cancel). True
+    once read; False if the stream stays open (another event of the session still runs), which is no failure."""
+    return wait_for(lambda: not client.stream_open, 10)
+
+
 def text(value) -> str:
     """A component's value as gradio_client returns it: plain, or inside an update dict."""
     return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value

@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 import pytest
-from conftest import race_frames, HANG_GUARD_S, api_outputs, request_values, run_request, serve, text, tiny_app_context, wait_for
+from conftest import after_cancel, race_frames, HANG_GUARD_S, api_outputs, request_values, run_request, serve, text, tiny_app_context, wait_for
 from components.frames import KEEP
 
 pytest.importorskip("gradio")
@@ -416,6 +416,7 @@ def test_stop_cancels_within_a_step_and_a_second_run_works(served, ctx, monkeypa
     # the same) and calls the /stop listener, which says so in the status line.
     job.cancel()   # returns when Gradio has cancelled the event and closed its generator
     steps["after_stop"] = 0
+    after_cancel(client)
     said = text(client.predict(api_name="/stop"))   # the cancel may have ended the run already
     assert "Stopped" in said or "Nothing to stop" in said, said
     assert wait_for(lambda: not ctx.active and job.done()), "the race was not closed (memory not freed)"

@@ -18,7 +18,7 @@ import time
 import weakref
 
 import pytest
-from conftest import race_frames, HANG_GUARD_S, api_outputs, launch_local, request_values, run_request, serve, text, tiny_app_context, wait_for
+from conftest import after_cancel, race_frames, HANG_GUARD_S, api_outputs, launch_local, request_values, run_request, serve, text, tiny_app_context, wait_for
 
 pytest.importorskip("gradio")
 pytest.importorskip("gradio_client")
@@ -573,6 +573,7 @@ def test_stop_in_every_phase_ends_the_run_within_a_step_and_the_next_run_works(s
     assert state["entered"].wait(TIMEOUT_S), f"the run never reached {phase}"
     job.cancel()   # returns once the run's task was cancelled (and the held phase released)
     assert state["release"].is_set()
+    after_cancel(client)
     said = text(client.predict(api_name="/stop"))   # the run was cancelled already: Stopped, or nothing left
     assert "Stopped" in said or "Nothing to stop" in said, said
     assert wait_for(lambda: not ctx.active), f"{phase}: the run was not closed"
