@@ -91,6 +91,22 @@ def wait_status(page, pattern: str):
                              f"seen: {page.evaluate('window.__log')[-8:]}") from None
 
 
+def mark(page) -> int:
+    """Where the status log stands now: ``wait_seen`` looks at what the line showed after it."""
+    return page.evaluate("window.__log.length")
+
+
+def wait_seen(page, pattern: str, since: int):
+    """The status line showed ``pattern`` at some change after ``since`` (``mark``): a status that lasts a moment
+    (a tiny race's "Racing", on a loaded machine drawn in the same task as what follows it) counts where it was
+    recorded, not only where a poll caught it."""
+    try:
+        page.wait_for_function(f"window.__log.slice({since}).some(([t]) => /{pattern}/.test(t))", timeout=HANG_MS)
+    except Exception:
+        raise AssertionError(f"never showed /{pattern}/; the status shows {status(page)!r}; "
+                             f"seen: {page.evaluate('window.__log')[since:][-8:]}") from None
+
+
 def one_play(page) -> int:
     """Every chart on screen is the status line's play: its id."""
     try:
@@ -305,8 +321,9 @@ def test_done_stepping_and_the_step_buttons(browser, served):
 
     page.click("#run")
     wait_status(page, "Stepping through the decisions")
+    at = mark(page)
     page.click("#run")                               # from stepping: the panel closes, a new race
-    wait_status(page, "Racing|Starting")
+    wait_seen(page, "Racing|Starting", at)
     wait_status(page, "Stepping through the decisions")
     page.uncheck("#step input")
     set_pace(page, "instant")
@@ -317,8 +334,9 @@ def test_done_stepping_and_the_step_buttons(browser, served):
     page.wait_for_selector("#step-panel", state="hidden")
     one_play(page)
     assert page.is_visible("#run-live")
+    at = mark(page)
     page.click("#run-live")                          # the recording's settings, run here (scaled to fit)
-    wait_status(page, "Racing|Done in|Done from|past this deployment")
+    wait_seen(page, "Racing|Done in|Done from|past this deployment", at)
     page.click("#stop")
     wait_status(page, "Stopped|Nothing to stop")
     page.click("#classroom")
