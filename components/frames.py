@@ -119,6 +119,17 @@ def held(sending: Frame, shown: Frame | None, since_told_s: float) -> bool:
             and since_told_s < STATUS_EVERY_S)
 
 
+def leaders_held(sending: Frame, shown: Frame | None, since_told_s: float) -> bool:
+    """A live frame (``sending``, as ``since`` left it) that changes a leader's box (its text grows a few tokens, its
+    label's counters move) less than ``STATUS_EVERY_S`` after the leaders were last sent: the page keeps the boxes it
+    has until the next. Each box's change is a textarea re-rendered (its layout, every frame, for each arm); the
+    charts carry the race meanwhile, and a run's start, its result and step mode always send them."""
+    return (shown is not None and isinstance(sending.arm_leaders, list) and isinstance(shown.arm_leaders, list)
+            and any(lead is not KEEP for lead in sending.arm_leaders) and sending.slots is KEEP
+            and sending.play in (KEEP, shown.play) and sending.results_visible is KEEP and sending.step is KEEP
+            and sending.phase is KEEP and since_told_s < STATUS_EVERY_S)
+
+
 def error_frame(message: str) -> Frame:
     """Bad input: the message, nothing starts."""
     return Frame(status=panels.error_markdown(message), status_kind="error")

@@ -25,7 +25,7 @@ from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
 from components import charts
-from components.frames import KEEP, RACE_LABELS, ChartChanges, Frame, held, since, slots, table_value
+from components.frames import KEEP, RACE_LABELS, ChartChanges, Frame, held, leaders_held, since, slots, table_value
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
 from components.state.request import MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS, max_arms
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
@@ -493,6 +493,10 @@ RACE_LABEL = RACE_LABELS["work"]
 STEP_LABEL = "This decision: every candidate ranked by its partial reward"   # a rival's: by its own signal
 
 
+# The leader's box keeps one height (it scrolls): a box that grows with its text is resized at each of its changes
+# (Gradio's textarea reads its scrollHeight: a forced layout of the page, every frame, for each arm) and moves the
+# charts below it while a race streams.
+LEADER_LINES = 6
 CHANGES_JS = "(v) => { if (window.specrejCharts) { window.specrejCharts.feed(v); } }"
 
 
@@ -526,7 +530,7 @@ def build_arena() -> Arena:
                 plot = gr.Plot(label=label, elem_id=f"plot-{i}")
                 download_buttons(f"plot-{i}", f"specrej-arm-{i}")
                 leader = gr.Textbox(label=f"{view.arms[arm_id].spec.label} · leader" if arm_id else "leader",
-                                    lines=5, max_lines=8, interactive=False, elem_id=f"leader-{i}",
+                                    lines=LEADER_LINES, max_lines=LEADER_LINES, interactive=False, elem_id=f"leader-{i}",
                                     elem_classes=["leader"] + ([_colour_class(colour)] if colour else []))
             out.append(Slot(column, plot, leader))
     with gr.Row(elem_id="race-row"):
@@ -536,7 +540,9 @@ def build_arena() -> Arena:
             x_axis = gr.Radio(X_AXES, value="time", label="Result chart's x-axis", elem_id="x-axis")
         with gr.Column(scale=4, min_width=280):
             summary = gr.Markdown(SUMMARY_PLACEHOLDER, elem_id="summary")
-    changes = gradio_private.ChangesBox("", visible="hidden", elem_id="chart-changes", interactive=False, container=False)
+    # one line (an <input>): a textarea of more lines is resized to its text at each change, a forced layout per frame
+    changes = gradio_private.ChangesBox("", visible="hidden", elem_id="chart-changes", interactive=False, container=False,
+                                        lines=1, max_lines=1)
     changes.change(None, [changes], None, js=CHANGES_JS, queue=False, api_visibility="private",
                    trigger_mode="always_last")
     # The plays' progress: on a component never drawn. A drawn one's tracker, hidden or not, runs an animation-frame
@@ -628,17 +634,24 @@ class Page:
         ``changes`` box, drawn by ``assets/charts.js``); the first and the last (the result) carry everything.
         Closing this closes ``frames`` at once (the race behind them ends its run there, not whenever the garbage
         collector finds it)."""
-        shown, told = None, -math.inf
+        shown, told, led = None, -math.inf, -math.inf
         changes = ChartChanges(f"{id(self):x}-{next(_STREAMS)}", _marked)
         text = ""
         try:
             for frame in frames:
                 send = since(frame, shown) if frame.results_visible is KEEP else frame
                 now = time.monotonic()
+                kept = {}   # what the page keeps showing this frame (``shown`` must say what it shows)
                 if held(send, shown, now - told):   # its counters: at most once a second (Gradio renders the markdown anew)
-                    send.status, frame = KEEP, Frame(**{**vars(frame), "status": shown.status})
+                    send.status, kept["status"] = KEEP, shown.status
                 elif send.status is not KEEP:
                     told = now
+                if leaders_held(send, shown, now - led):   # the leaders' boxes too
+                    send.arm_leaders, kept["arm_leaders"] = KEEP, shown.arm_leaders
+                elif isinstance(send.arm_leaders, list) and any(lead is not KEEP for lead in send.arm_leaders):
+                    led = now
+                if kept:
+                    frame = Frame(**{**vars(frame), **kept})
                 out, line = changes.step(send)
                 update = self.updates(out)
                 if line is not None:   # the run's last line replaces the text: Gradio's closing message repeats

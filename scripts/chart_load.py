@@ -2,6 +2,7 @@
 task, over the default Run (or a paced replay), in Chromium with its CPU throttled (a slow projector laptop).
 
     python scripts/chart_load.py [--root CHECKOUT] [--throttle 4] [--replay PACE] [--lecture] [--json out.json]
+                                 [--profile out.cpuprofile]
 
 Serves the app of ``--root`` (default: this checkout; another worktree measures "before") in this process as
 ``python app.py`` builds it (the embedded models, warmed first), opens it in Debian's headless Chromium
@@ -19,6 +20,10 @@ first example prompt's recorded paper-scale race at that pace: 1, 4, 16 or inf).
 
 It prints the CPU (``/proc/cpuinfo``) and the load (``os.getloadavg``) before and after. Figures, never assertions:
 the machine's other load is whatever it is; say so when quoting them.
+
+``--profile FILE`` also samples the page's JavaScript over the same window (CDP ``Profiler``, every 1 ms), writes the
+profile (Chromium's DevTools open it) and prints where the main thread's time went: self time by script and the
+functions that took most. The sampler costs time of its own: quote busy and long tasks from a run without it.
 """
 from __future__ import annotations
 
@@ -77,7 +82,26 @@ def metric(cdp, name: str) -> float:
     return next((m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == name), 0.0)
 
 
-def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -> dict:
+def where(profile: dict, top: int = 14) -> dict:
+    """A CDP CPU profile's self time by script (its file name) and its costliest functions (name, file, line), in
+    ms; "(idle)" and "(program)" (the browser's own work outside scripts) apart."""
+    nodes = {n["id"]: n for n in profile["nodes"]}
+    times = profile.get("timeDeltas") or []
+    self_us: dict[int, float] = {}
+    for sample, dt in zip(profile.get("samples") or [], times[1:] + [0]):
+        self_us[sample] = self_us.get(sample, 0.0) + dt
+    by_script, by_fn = {}, {}
+    for nid, us in self_us.items():
+        f = nodes[nid]["callFrame"]
+        script = f.get("url", "").split("?")[0].rsplit("/", 1)[-1] or f.get("functionName") or "(native)"
+        by_script[script] = by_script.get(script, 0.0) + us
+        fn = f"{f.get('functionName') or '(anonymous)'} {script}:{f.get('lineNumber', -1) + 1}"
+        by_fn[fn] = by_fn.get(fn, 0.0) + us
+    ms = lambda d: {k: round(v / 1000) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+    return {"by_script_ms": ms(by_script), "top_functions_ms": ms(by_fn)}
+
+
+def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, profile: Path | None = None) -> dict:
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     page.set_default_timeout(HANG_GUARD_MS)
     page.add_init_script(LONG_TASKS)
@@ -118,6 +142,10 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -
         page.evaluate("window.__longTasks.length = 0")
         script0 = page.evaluate("window.specrejCharts && window.specrejCharts.cost ? window.specrejCharts.cost() : null")
         busy0 = metric(cdp, "TaskDuration")
+        if profile is not None:
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
+            cdp.send("Profiler.start")
         got["on"] = True
         start = time.perf_counter()
         before = page.evaluate(f"{STATUS}.innerText")
@@ -135,6 +163,11 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -
         window_s = time.perf_counter() - start
         got["on"] = False
         busy = metric(cdp, "TaskDuration") - busy0
+        sampled = None
+        if profile is not None:
+            prof = cdp.send("Profiler.stop")["profile"]
+            profile.write_text(json.dumps(prof))
+            sampled = where(prof)
         tasks = page.evaluate("window.__longTasks")
         script = page.evaluate("window.specrejCharts && window.specrejCharts.cost ? window.specrejCharts.cost() : null")
         longest = max((d for _, d in tasks), default=0.0)
@@ -150,7 +183,8 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool) -
                 "charts_js": None if script is None else {   # assets/charts.js's own time (absent before it)
                     "draws": script["draws"] - script0["draws"], "draw_ms": round(script["draw_ms"] - script0["draw_ms"]),
                     "draw_max_ms": round(script["draw_max_ms"]), "feed_ms": round(script["feed_ms"] - script0["feed_ms"]),
-                    "by_chart_ms": {k: round(v - script0["by"].get(k, 0)) for k, v in script["by"].items()}}, "status_at_end": status[:300]}
+                    "by_chart_ms": {k: round(v - script0["by"].get(k, 0)) for k, v in script["by"].items()}},
+                **({"profile": sampled} if sampled else {}), "status_at_end": status[:300]}
     finally:
         page.close()
 
@@ -163,6 +197,7 @@ def main() -> None:
     ap.add_argument("--lecture", action="store_true", help="open the page with ?lecture=1")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--profile", type=Path, help="also sample the page's JavaScript; the profile is written here")
     a = ap.parse_args()
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     out_path = a.json.resolve() if a.json else None
@@ -179,7 +214,7 @@ def main() -> None:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             try:
                 for _ in range(a.runs):
-                    r = one(browser, url, a.throttle, a.replay, a.lecture)
+                    r = one(browser, url, a.throttle, a.replay, a.lecture, a.profile.resolve() if a.profile else None)
                     r["load_after"] = [round(x, 2) for x in os.getloadavg()]
                     out["runs"].append(r)
                     print(json.dumps(r), flush=True)

@@ -175,6 +175,54 @@ def test_a_live_status_line_is_held_at_most_a_second():
     assert not frames.held(styled, drawn[2], 0.0)
 
 
+def test_live_leader_boxes_are_held_at_most_a_second():
+    """A live frame that changes a leader's box waits until a second has passed since the leaders were last sent
+    (``frames.leaders_held``); the run's start, its result and step mode always send them."""
+    path = RECORDINGS[0]
+    drawn = list(frames.drawn(recordings.play(path, float("inf"), sleep=lambda s: None)))
+    first, last = drawn[0], drawn[-1]
+    k = next(i for i in range(3, len(drawn) - 1) if any(lead is not KEEP for lead in since(drawn[i], drawn[i - 1]).arm_leaders))
+    sending = since(drawn[k], drawn[k - 1])
+    assert frames.leaders_held(sending, drawn[k - 1], 0.3) and not frames.leaders_held(sending, drawn[k - 1], 1.2)
+    assert not frames.leaders_held(first, None, 0.0)          # the run's start
+    assert not frames.leaders_held(last, drawn[-2], 0.0)      # its result
+    same = since(drawn[k - 1], drawn[k - 1])                  # nothing changed: nothing to hold
+    assert not frames.leaders_held(same, drawn[k - 1], 0.0)
+
+
+def test_the_page_stream_sends_leaders_at_most_once_a_second_and_ends_on_the_result(monkeypatch, tiny_lm_dir,
+                                                                                       tiny_reward_dir, tmp_path):
+    """Through ``Page.stream`` on a fast replay: a leader box's value goes at the start, at most once per second of
+    the stream's clock after it, and whole with the result; what the page was last sent is what it shows."""
+    import gradio as gr
+
+    from components import ui
+    from components.session.context import AppContext
+
+    ctx = AppContext.from_env({"SPECREJ_MODEL": tiny_lm_dir, "SPECREJ_REWARD": f"hf:{tiny_reward_dir}"},
+                              trace_dir=str(tmp_path))
+    path = RECORDINGS[0]
+    drawn = list(frames.drawn(recordings.play(path, float("inf"), sleep=lambda s: None)))
+    clock = {"t": 0.0}
+    monkeypatch.setattr(ui.time, "monotonic", lambda: clock["t"])
+    with gr.Blocks():
+        page = ui.build_page(ctx)
+
+    def paced():
+        for f in drawn:
+            clock["t"] += 0.25
+            yield f
+
+    sent_at = []
+    for update in page.stream(paced()):
+        boxes = [update[s.leader] for s in page.arena.slots]
+        if any(not (isinstance(b, dict) and b.get("__type__") == "update" and len(b) == 1) for b in boxes):
+            sent_at.append(clock["t"])
+    assert sent_at[0] == 0.25 and sent_at[-1] == clock["t"]    # the start, the result
+    gaps = [b - a for a, b in zip(sent_at, sent_at[1:-1])]
+    assert gaps and min(gaps) >= 1.0, sent_at
+
+
 def test_the_race_axis_grows_in_round_steps():
     from components.charts import step_up
     assert [step_up(v) for v in (0.9, 1.0, 1.01, 2.2, 3.1, 4.9, 7.6, 12, 151)] == [1, 1, 1.5, 3, 5, 5, 10, 15, 200]
