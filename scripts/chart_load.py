@@ -2,7 +2,7 @@
 task, over the default Run (or a paced replay), in Chromium with its CPU throttled (a slow projector laptop).
 
     python scripts/chart_load.py [--root CHECKOUT] [--throttle 4] [--replay PACE] [--lecture] [--json out.json]
-                                 [--profile out.cpuprofile]
+                                 [--profile out.cpuprofile] [--timeline]
 
 Serves the app of ``--root`` (default: this checkout; another worktree measures "before") in this process as
 ``python app.py`` builds it (the embedded models, warmed first), opens it in Debian's headless Chromium
@@ -24,6 +24,9 @@ the machine's other load is whatever it is; say so when quoting them.
 ``--profile FILE`` also samples the page's JavaScript over the same window (CDP ``Profiler``, every 1 ms), writes the
 profile (Chromium's DevTools open it) and prints where the main thread's time went: self time by script and the
 functions that took most. The sampler costs time of its own: quote busy and long tasks from a run without it.
+``--timeline`` records Chromium's own timeline over the window (CDP ``Tracing``, category ``devtools.timeline``) and
+prints the main thread's self time by kind of work (style, layout, paint, script, parsing...), the split a profile's
+"(program)" hides; it too costs time of its own.
 """
 from __future__ import annotations
 
@@ -101,7 +104,31 @@ def where(profile: dict, top: int = 14) -> dict:
     return {"by_script_ms": ms(by_script), "top_functions_ms": ms(by_fn)}
 
 
-def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, profile: Path | None = None) -> dict:
+def timeline_split(events: list, top: int = 14) -> dict:
+    """Chromium timeline events (CDP Tracing) as the renderer main thread's self time by event name, in ms: each
+    complete event's duration less that of the events nested in it on the same thread."""
+    main = {(e.get("pid"), e.get("tid")) for e in events
+            if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"}
+    spans = sorted(((e["ts"], e.get("dur", 0), e["name"]) for e in events
+                    if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in main and e.get("dur")),
+                   key=lambda x: (x[0], -x[1]))
+    self_us: dict[str, float] = {}
+    stack: list[list] = []   # [end, name, self]
+    def close(until):
+        while stack and stack[-1][0] <= until:
+            end, name, own = stack.pop()
+            self_us[name] = self_us.get(name, 0.0) + own
+    for ts, dur, name in spans:
+        close(ts)
+        if stack:
+            stack[-1][2] -= dur
+        stack.append([ts + dur, name, float(dur)])
+    close(float("inf"))
+    return {k: round(v / 1000) for k, v in sorted(self_us.items(), key=lambda kv: -kv[1])[:top]}
+
+
+def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, profile: Path | None = None,
+        timeline: bool = False) -> dict:
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     page.set_default_timeout(HANG_GUARD_MS)
     page.add_init_script(LONG_TASKS)
@@ -146,6 +173,11 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
             cdp.send("Profiler.enable")
             cdp.send("Profiler.setSamplingInterval", {"interval": 1000})
             cdp.send("Profiler.start")
+        traced: list = []
+        if timeline:
+            cdp.on("Tracing.dataCollected", lambda e: traced.extend(e.get("value", [])))
+            cdp.send("Tracing.start", {"categories": "devtools.timeline,v8.execute,blink,disabled-by-default-devtools.timeline",
+                                       "transferMode": "ReportEvents"})
         got["on"] = True
         start = time.perf_counter()
         before = page.evaluate(f"{STATUS}.innerText")
@@ -163,6 +195,15 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
         window_s = time.perf_counter() - start
         got["on"] = False
         busy = metric(cdp, "TaskDuration") - busy0
+        split = None
+        if timeline:
+            done = {"yes": False}
+            cdp.on("Tracing.tracingComplete", lambda e: done.update(yes=True))
+            cdp.send("Tracing.end")
+            t_end = time.perf_counter() + 60
+            while not done["yes"] and time.perf_counter() < t_end:
+                page.wait_for_timeout(100)
+            split = timeline_split(traced)
         sampled = None
         if profile is not None:
             prof = cdp.send("Profiler.stop")["profile"]
@@ -184,7 +225,8 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
                     "draws": script["draws"] - script0["draws"], "draw_ms": round(script["draw_ms"] - script0["draw_ms"]),
                     "draw_max_ms": round(script["draw_max_ms"]), "feed_ms": round(script["feed_ms"] - script0["feed_ms"]),
                     "by_chart_ms": {k: round(v - script0["by"].get(k, 0)) for k, v in script["by"].items()}},
-                **({"profile": sampled} if sampled else {}), "status_at_end": status[:300]}
+                **({"profile": sampled} if sampled else {}), **({"timeline_self_ms": split} if split else {}),
+                "status_at_end": status[:300]}
     finally:
         page.close()
 
@@ -198,6 +240,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--profile", type=Path, help="also sample the page's JavaScript; the profile is written here")
+    ap.add_argument("--timeline", action="store_true", help="also split the main thread's time by kind of work")
     a = ap.parse_args()
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     out_path = a.json.resolve() if a.json else None
@@ -214,7 +257,7 @@ def main() -> None:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             try:
                 for _ in range(a.runs):
-                    r = one(browser, url, a.throttle, a.replay, a.lecture, a.profile.resolve() if a.profile else None)
+                    r = one(browser, url, a.throttle, a.replay, a.lecture, a.profile.resolve() if a.profile else None, a.timeline)
                     r["load_after"] = [round(x, 2) for x in os.getloadavg()]
                     out["runs"].append(r)
                     print(json.dumps(r), flush=True)
