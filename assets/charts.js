@@ -30,8 +30,9 @@
   const wholes = {};   // key -> a figure Gradio asked Plotly to draw ({gd, data, layout, config, since}), drawn in turn
   const BUDGET = 4;
   const st = {head: null, offset: 0, seq: -1, raf: 0, timer: 0, next: 0, draws: 0, tokens: 0, log: [], real: null,
-              skipResize: null, busy: false, drawing: null};
-  const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}};   // what this script took, for scripts/chart_load.py
+              skipResize: null, busy: false, drawing: null, way: null};
+  // what this script took, for scripts/chart_load.py: in all, by chart, and by the way a draw went (its count, time, longest)
+  const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}, ways: {}};
   const api = {onDraw: null};
 
   const clone = v => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
@@ -180,6 +181,7 @@
     if (!P || !gd) { return false; }
     if (m.react || gd._specrej !== m.token || gd.data !== m.drawn) {
       // the trace objects copied: Plotly keeps what it is given, and must never extend this script's copy
+      st.way = m.react ? 'react' : gd._specrej !== m.token ? 'react:token' : 'react:data';
       st.drawing = react(gd, m.data.map(t => Object.assign({}, t)), clone(m.layout), m.config);
     } else {
       const idx = [...m.traces.keys()], ds = idx.map(i => m.traces.get(i));
@@ -191,10 +193,16 @@
       if (arraysOnly) {
         const frame = idx.map((i, k) => Object.fromEntries([...ds[k].attrs].map(a => [a, m.data[i][a].slice()])));
         const lu = layoutUpdate(m);
+        st.way = Object.keys(lu).length ? 'animate+relayout' : 'animate';
+        // Plotly's animation of some lone traces (a pruning chart's "had it continued" or "now" line alone) removes
+        // every trace's drawing, the data kept: a chart left empty is drawn whole again
+        const copy = m.data, layout = m.layout;
         st.drawing = P.animate(gd, {data: frame, traces: idx, layout: {}},
                                {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: 'immediate'})
-          .then(() => (Object.keys(lu).length ? P.relayout(gd, lu) : gd));
+          .then(() => (Object.keys(lu).length ? P.relayout(gd, lu) : gd))
+          .then(() => (wiped(gd, copy) ? react(gd, copy.map(t => Object.assign({}, t)), clone(layout), m.config) : gd));
       } else if (!idx.length && m.paths.size) {
+        st.way = 'relayout';
         st.drawing = P.relayout(gd, layoutUpdate(m));
       } else {
         const tu = {};
@@ -202,6 +210,7 @@
           tu[a] = idx.map(i => (m.data[i][a] === undefined ? null : (Array.isArray(m.data[i][a]) ? m.data[i][a].slice()
                                                                      : clone(m.data[i][a]))));
         }
+        st.way = 'update';
         st.drawing = P.update(gd, tu, layoutUpdate(m), idx);
       }
     }
@@ -213,6 +222,10 @@
     return true;
   }
 
+  // a chart whose traces have points but none of them is drawn
+  const wiped = (gd, data) => gd.querySelectorAll('.scatterlayer .trace').length === 0
+    && data.some(t => Array.isArray(t.x) && t.x.some(v => v !== null && v !== undefined));
+
   // one chart's turn: Gradio's figure for it where it brought one that is not this script's copy, else the copy's
   // changes; returns what was drawn ("copy", "gradio") or null where nothing was (not on the page, or nothing new)
   function drawKey(key) {
@@ -222,6 +235,7 @@
       if (!gd) { return null; }
       delete wholes[key];
       if (!(m && canon(w.data) === canon(m.data) && canon(w.layout) === canon(m.layout))) {
+        st.way = 'gradio';
         st.drawing = react(gd, w.data, w.layout, w.config);
         // not this script's copy: its next change redraws the chart whole (drawChart reacts where the div's token
         // is not the copy's); until then the chart stays as Gradio drew it (the x-axis switch, step mode)
@@ -250,7 +264,7 @@
       st.drawing = null;
       const what = drawKey(key);
       if (!what) { continue; }   // not on the page yet, or nothing to draw: the next chart
-      const seq = st.seq, sync = performance.now() - t0;
+      const seq = st.seq, sync = performance.now() - t0, way = st.way;
       st.busy = true;
       const done = () => {
         const took = Math.max(sync, performance.now() - t0);
@@ -258,6 +272,8 @@
         cost.by[key] = (cost.by[key] || 0) + took;
         cost.draw_ms += took;
         cost.draw_max_ms = Math.max(cost.draw_max_ms, took);
+        const w = cost.ways[way] || (cost.ways[way] = [0, 0, 0, 0]);   // draws, ms, longest, longest in sync
+        w[0] += 1; w[1] += took; w[2] = Math.max(w[2], took); w[3] = Math.max(w[3], sync);
         st.next = performance.now() + BUDGET * took;
         st.draws += 1;
         if (what === 'copy' && api.onDraw) { try { api.onDraw(seq, [key]); } catch (e) {} }

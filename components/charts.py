@@ -221,13 +221,15 @@ def _note(text: str) -> dict:
 def _cursor(x: float | None, y_range: list, colour: str, name: str, x_max: float) -> dict:
     """A dotted vertical line at ``x``: where this arm is now, named at its top: the token the arm's rows are
     writing now (left of the line once it is past the middle, so the words stay inside the chart). The words are the
-    trace's own text, not a layout annotation: a live frame then changes data alone, which the page redraws for the
-    changed traces only (an annotation that moves makes Plotly replot the whole chart, issue 62)."""
+    trace's own text, not a layout annotation, and the side they stand on is a per-point array: a live frame then
+    changes data alone, which the page redraws for the changed traces only (an annotation that moves, or an attribute
+    set anew, makes Plotly replot the whole chart: Best-of-N's line crosses the middle at each of its passes, which
+    was a whole replot every time, issue 62)."""
     xs = [] if x is None else [x, x]
     words = [] if x is None else ["", f"writing token {x:g}" if x > 0 else ""]
-    left = x is not None and x > 0.55 * x_max
+    side = "bottom left" if x is not None and x > 0.55 * x_max else "bottom right"
     return {"type": "scatter", "mode": "lines+text", "name": name, "x": xs, "y": [y_range[0], y_range[1]][: len(xs)],
-            "text": words, "textposition": "bottom left" if left else "bottom right", "cliponaxis": False,
+            "text": words, "textposition": [side] * len(xs), "cliponaxis": False,
             "textfont": {"size": 12, "color": colour},
             "line": {"color": colour, "width": 1.5, "dash": "dot"}, "hoverinfo": "skip", "showlegend": False}
 

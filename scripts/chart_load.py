@@ -181,10 +181,12 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
         got["on"] = True
         start = time.perf_counter()
         before = page.evaluate(f"{STATUS}.innerText")
+        clicked = page.evaluate("performance.now()")
         page.click("#replay" if replay is not None else "#run")
         page.wait_for_function(f"old => {STATUS}.innerText !== old", arg=before, polling=100)
         page.wait_for_function(f"{DONE}.test({STATUS}.innerText)", polling=250)
         race_s = time.perf_counter() - start
+        ended = page.evaluate("performance.now()")
         status = page.inner_text("#status")
         try:   # the last frame's drawing: charts.js's queue empty (a checkout before it has none), then 2 s more
             page.wait_for_function("!window.specrejCharts || !window.specrejCharts.idle || window.specrejCharts.idle()",
@@ -221,10 +223,17 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
                 "busy_s": round(busy, 2), "busy_share": round(busy / window_s, 3),
                 "long_tasks": len(tasks), "long_tasks_ms": round(sum(d for _, d in tasks)),
                 "longest_task_ms": round(longest),
+                # the five longest, each as [seconds from the click, ms]; the race's end was seen at "ended_s"
+                "longest_tasks": [[round((t - clicked) / 1000, 2), round(d)] for t, d in sorted(tasks, key=lambda x: -x[1])[:5]],
+                "ended_s": round((ended - clicked) / 1000, 2),
                 "charts_js": None if script is None else {   # assets/charts.js's own time (absent before it)
                     "draws": script["draws"] - script0["draws"], "draw_ms": round(script["draw_ms"] - script0["draw_ms"]),
                     "draw_max_ms": round(script["draw_max_ms"]), "feed_ms": round(script["feed_ms"] - script0["feed_ms"]),
-                    "by_chart_ms": {k: round(v - script0["by"].get(k, 0)) for k, v in script["by"].items()}},
+                    "by_chart_ms": {k: round(v - script0["by"].get(k, 0)) for k, v in script["by"].items()},
+                    # by the way a draw went: [draws, ms, longest ms, longest ms before Plotly's later tasks]
+                    "by_way": {k: [v[0] - script0.get("ways", {}).get(k, [0, 0])[0],
+                                   round(v[1] - script0.get("ways", {}).get(k, [0, 0])[1]), round(v[2]), round(v[3])]
+                               for k, v in script.get("ways", {}).items()}},
                 **({"profile": sampled} if sampled else {}), **({"timeline_self_ms": split} if split else {}),
                 "status_at_end": status[:300]}
     finally:

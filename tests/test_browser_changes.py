@@ -33,7 +33,8 @@ DONE = "document.querySelector('#status [data-testid=markdown]').innerText.inclu
 HOOK = """elems => {
   window.__draws = [];
   const read = id => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
-    return gd ? {data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify({
+    return gd ? {drawn: gd.querySelectorAll('.scatterlayer .trace').length,
+                 data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify({
       shapes: gd.layout.shapes, annotations: gd.layout.annotations, x: gd.layout.xaxis.range,
       y: gd.layout.yaxis.range}))} : null; };
   window.specrejCharts.onDraw = (seq, keys) => {
@@ -112,6 +113,10 @@ def test_charts_drawn_from_changes_equal_the_whole_figures(browser, app_url):
                 spec = at[d["seq"]][key]
                 assert got["data"] == spec["data"], (key, d["seq"])
                 same_layout(got["layout"], spec)
+                # and on the screen: a chart with points shows them (Plotly's animation of a lone trace once left
+                # the pruning chart empty, its data intact, until the race's end)
+                if any(v is not None for t in got["data"] for v in (t.get("x") or [])):
+                    assert got["drawn"] > 0, (key, d["seq"])
         # after the race: the script's figures (the changes, the last one included) equal what Gradio drew whole
         for key, elem in ELEMS.items():
             whole = page.evaluate(WHOLE, elem)
