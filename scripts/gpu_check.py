@@ -165,9 +165,11 @@ def roofline_ms(params: int, element_bytes: int, rows: int, ceil: dict) -> float
 
 
 @torch.inference_mode()
-def hf_static_ms(lm, rows: int, lengths=(16, 48)) -> float:
+def hf_static_ms(lm, rows: int, lengths=(16, 48), repeats: int = 3) -> float:
     """transformers' ``generate`` with a static cache (its fast path, compiling the forward), greedy, every token
-    forced: ms a token at ``rows`` rows, from the difference of two lengths (the prompt and set-up cancel).
+    forced: ms a token at ``rows`` rows, from the difference of two lengths (the prompt and set-up cancel), each
+    length's median over ``repeats`` timings taken in turn (one timing each gave a negative difference on a loaded
+    2-core CI machine, 2026-12-07).
 
     Each length is generated once untimed first: the static cache is sized prompt + new tokens, so a new length is
     a new cache shape and a recompile (2026-12-04, H200: 104 s then 74 s on the 8B config), which must not be timed."""
@@ -177,14 +179,16 @@ def hf_static_ms(lm, rows: int, lengths=(16, 48)) -> float:
               pad_token_id=0, eos_token_id=None)
     for n in lengths:   # its compile and warm-up, at every length timed below
         m.generate(**kw, max_new_tokens=n, min_new_tokens=n)
-    walls = []
-    for n in lengths:
-        _sync(lm.device)
-        t = time.perf_counter()
-        m.generate(**kw, max_new_tokens=n, min_new_tokens=n)
-        _sync(lm.device)
-        walls.append(time.perf_counter() - t)
-    return 1000 * (walls[1] - walls[0]) / (lengths[1] - lengths[0])
+    walls: dict[int, list[float]] = {n: [] for n in lengths}
+    for _ in range(repeats):
+        for n in lengths:
+            _sync(lm.device)
+            t = time.perf_counter()
+            m.generate(**kw, max_new_tokens=n, min_new_tokens=n)
+            _sync(lm.device)
+            walls[n].append(time.perf_counter() - t)
+    short, long = (statistics.median(walls[n]) for n in lengths)
+    return 1000 * (long - short) / (lengths[1] - lengths[0])
 
 
 @torch.inference_mode()

@@ -74,7 +74,7 @@ def test_run_in_a_real_browser_shows_both_charts_and_the_winners(browser, app_ur
     page.wait_for_selector("#plot-1 [data-testid=plotly]")
     page.wait_for_selector("#summary table", timeout=120_000)  # the winners, side by side
     page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Done')")
-    time.sleep(0.5)  # let Plotly finish drawing the last frame
+    page.wait_for_function("window.specrejCharts.idle()")   # every chart drawn, each in its turn (assets/charts.js)
     assert plotted_traces(page, "plot-0") >= 2       # Speculative Rejection: kept lines, pruned, finished, winner ...
     assert plotted_traces(page, "plot-1") >= 2       # Best-of-N: finished answers and the winner
     assert plotted_traces(page, "race-plot") >= 2     # one line per arm
@@ -200,7 +200,7 @@ def test_three_arms_race_in_a_real_browser(browser, app_url, theme):
     except Exception:
         page.screenshot(path=str(ARTIFACTS / f"three-arms-{theme}-failed.png"), full_page=True)
         raise AssertionError(f"no result; status shows {page.inner_text('#status [data-testid=markdown]')!r}") from None
-    time.sleep(0.8)  # let Plotly finish drawing the last frame
+    page.wait_for_function("window.specrejCharts.idle()")   # every chart drawn, each in its turn (assets/charts.js)
     for i in range(3):
         assert page.is_visible(f"#slot-{i}") and plotted_traces(page, f"plot-{i}") >= 2, i
     points = verdict_points(page)
