@@ -113,10 +113,21 @@ def held(sending: Frame, shown: Frame | None, since_told_s: float) -> bool:
     clock: the style is the one ``shown`` has) less than ``STATUS_EVERY_S`` after the status last sent: the page keeps
     the one it has until the next. Every message re-renders a changed markdown whole; the charts carry the race
     meanwhile."""
-    return (shown is not None and sending.status is not KEEP and sending.slots is KEEP
-            and sending.status_kind in (KEEP, shown.status_kind) and sending.play in (KEEP, shown.play)
+    return (_mid_race(sending, shown, since_told_s) and sending.status is not KEEP
+            and sending.status_kind in (KEEP, shown.status_kind))
+
+
+def _mid_race(sending: Frame, shown: Frame | None, since_told_s: float) -> bool:
+    """``sending`` is a live frame of the race ``shown`` drew (no start, result, step or phase change in it), less
+    than ``STATUS_EVERY_S`` after the part in question was last sent."""
+    return (shown is not None and sending.slots is KEEP and sending.play in (KEEP, shown.play)
             and sending.results_visible is KEEP and sending.step is KEEP and sending.phase is KEEP
             and since_told_s < STATUS_EVERY_S)
+
+
+def changes_leaders(frame: Frame) -> bool:
+    """``frame`` (as ``since`` left it) changes at least one leader's box."""
+    return isinstance(frame.arm_leaders, list) and any(lead is not KEEP for lead in frame.arm_leaders)
 
 
 def leaders_held(sending: Frame, shown: Frame | None, since_told_s: float) -> bool:
@@ -124,10 +135,8 @@ def leaders_held(sending: Frame, shown: Frame | None, since_told_s: float) -> bo
     label's counters move) less than ``STATUS_EVERY_S`` after the leaders were last sent: the page keeps the boxes it
     has until the next. Each box's change is a textarea re-rendered (its layout, every frame, for each arm); the
     charts carry the race meanwhile, and a run's start, its result and step mode always send them."""
-    return (shown is not None and isinstance(sending.arm_leaders, list) and isinstance(shown.arm_leaders, list)
-            and any(lead is not KEEP for lead in sending.arm_leaders) and sending.slots is KEEP
-            and sending.play in (KEEP, shown.play) and sending.results_visible is KEEP and sending.step is KEEP
-            and sending.phase is KEEP and since_told_s < STATUS_EVERY_S)
+    return (_mid_race(sending, shown, since_told_s) and changes_leaders(sending)
+            and isinstance(shown.arm_leaders, list))
 
 
 def error_frame(message: str) -> Frame:

@@ -25,7 +25,8 @@ from specrej.core.config import DEFAULT_CPU_BUDGET
 from specrej.core.rules import RULES
 
 from components import charts
-from components.frames import KEEP, RACE_LABELS, ChartChanges, Frame, held, leaders_held, since, slots, table_value
+from components.frames import (KEEP, RACE_LABELS, ChartChanges, Frame, changes_leaders, held, leaders_held, since, slots,
+                               table_value)
 from components.panels import SUMMARY_PLACEHOLDER, status_markdown
 from components.state.request import MAX_SEED, PAGE_DEFAULTS, REQUEST_FIELDS, SPECS, max_arms
 from components.state.shared import ASSETS, PACES, PAPER_REWARD, PAPER_SCALE, PREFERENCE, PaperPlan, reward_kind_label
@@ -648,7 +649,7 @@ class Page:
                     told = now
                 if leaders_held(send, shown, now - led):   # the leaders' boxes too
                     send.arm_leaders, kept["arm_leaders"] = KEEP, shown.arm_leaders
-                elif isinstance(send.arm_leaders, list) and any(lead is not KEEP for lead in send.arm_leaders):
+                elif changes_leaders(send):
                     led = now
                 if kept:
                     frame = Frame(**{**vars(frame), **kept})
