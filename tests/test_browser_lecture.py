@@ -92,6 +92,8 @@ def test_the_presenters_keys_step_a_step_mode_race(browser, app_url):
     page.keyboard.press(" ")                                   # space: Run
     page.wait_for_function("document.querySelector('#status [data-testid=markdown]').innerText.includes('Stepping')", timeout=120_000)
     page.wait_for_function("!document.querySelector('#step-next').disabled")
+    # the step panel's text is its own component, drawn in a later task than the status on a loaded machine
+    page.wait_for_function("document.querySelector('#step-text').innerText.includes('Decision 1 of ')")
     text = page.inner_text("#step-text")
     count = int(text.split("Decision 1 of ", 1)[1].split(":", 1)[0])
     assert count >= 2, text   # two decisions to step between

@@ -337,8 +337,9 @@ def test_done_stepping_and_the_step_buttons(browser, served):
     at = mark(page)
     page.click("#run-live")                          # the recording's settings, run here (scaled to fit)
     wait_seen(page, "Racing|Done in|Done from|past this deployment", at)
-    page.click("#stop")
-    wait_status(page, "Stopped|Nothing to stop")
+    at = mark(page)
+    page.click("#stop")                              # a tiny race can end before Stop reaches the server
+    wait_seen(page, "Stopped|Nothing to stop|Already over", at)
     page.click("#classroom")
     wait_status(page, "Classroom preset set")
     page.click("#link")
