@@ -504,12 +504,18 @@ def launch(demo: gr.Blocks, **kwargs):
     """``demo.launch`` with the app's theme and CSS (Gradio 6 takes them here)."""
     from starlette.middleware import Middleware
 
+    from components.deploy.early import EarlyScript
+
     # every browser session Gradio knows costs a copy of the page's config (about 0.4 MB here): at most this many
     # are kept, the least recently used that did nothing dropped first (a flood of made-up sessions cannot grow
     # memory past it, nor push out a visitor's race: gradio_private.keep_active_sessions)
     opts = dict(theme=THEME, css_paths=[str(ui.css_path())], head=ui.page_head(),
                 state_session_capacity=env_int("SPECREJ_MAX_SESSIONS", MAX_SESSIONS))
     opts.update(kwargs)
+    # a script that must run before Gradio's own goes first in the page's HTML (Gradio adds ``head`` too late for it)
+    app_kwargs = dict(opts.get("app_kwargs") or {})
+    app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(EarlyScript, script=ui.early_script())]
+    opts["app_kwargs"] = app_kwargs
     guard = getattr(demo, "specrej_guard", None)
     if guard is not None:
         app_kwargs = dict(opts.get("app_kwargs") or {})

@@ -31,7 +31,8 @@
   const BUDGET = 4;
   const st = {head: null, offset: 0, seq: -1, raf: 0, timer: 0, next: 0, draws: 0, tokens: 0, log: [], real: null,
               skipResize: null, busy: false, drawing: null, way: null};
-  // what this script took, for scripts/chart_load.py: in all, by chart, and by the way a draw went (its count, time, longest)
+  // what this script took, for scripts/chart_load.py: in all, by chart, and by the way a draw went (its count, time,
+  // longest), a way named with what it changed ("animate+relayout xaxis.range", "update x,y | shapes[1]")
   const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}, ways: {}};
   const api = {onDraw: null};
 
@@ -184,6 +185,7 @@
       st.way = m.react ? 'react' : gd._specrej !== m.token ? 'react:token' : 'react:data';
       st.drawing = react(gd, m.data.map(t => Object.assign({}, t)), clone(m.layout), m.config);
     } else {
+      setMeta(gd, m);
       const idx = [...m.traces.keys()], ds = idx.map(i => m.traces.get(i));
       const attrs = [...new Set(ds.flatMap(d => [...d.attrs]))];
       // only data arrays changed (points added, moved or dropped): Plotly's animation path with no transition and
@@ -193,7 +195,7 @@
       if (arraysOnly) {
         const frame = idx.map((i, k) => Object.fromEntries([...ds[k].attrs].map(a => [a, m.data[i][a].slice()])));
         const lu = layoutUpdate(m);
-        st.way = Object.keys(lu).length ? 'animate+relayout' : 'animate';
+        st.way = Object.keys(lu).length ? 'animate+relayout ' + Object.keys(lu).sort().join(',') : 'animate';
         // Plotly's animation of some lone traces (a pruning chart's "had it continued" or "now" line alone) removes
         // every trace's drawing, the data kept: a chart left empty is drawn whole again
         const copy = m.data, layout = m.layout;
@@ -201,17 +203,22 @@
                                {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: 'immediate'})
           .then(() => (Object.keys(lu).length ? P.relayout(gd, lu) : gd))
           .then(() => (wiped(gd, copy) ? react(gd, copy.map(t => Object.assign({}, t)), clone(layout), m.config) : gd));
-      } else if (!idx.length && m.paths.size) {
-        st.way = 'relayout';
-        st.drawing = P.relayout(gd, layoutUpdate(m));
+      } else if (!idx.length && !m.paths.size) {
+        st.way = 'meta';   // nothing else changed: nothing to draw
+        st.drawing = null;
+      } else if (!idx.length) {
+        const lu = layoutUpdate(m);
+        st.way = 'relayout ' + Object.keys(lu).sort().join(',');
+        st.drawing = P.relayout(gd, lu);
       } else {
         const tu = {};
         for (const a of attrs) {
           tu[a] = idx.map(i => (m.data[i][a] === undefined ? null : (Array.isArray(m.data[i][a]) ? m.data[i][a].slice()
                                                                      : clone(m.data[i][a]))));
         }
-        st.way = 'update';
-        st.drawing = P.update(gd, tu, layoutUpdate(m), idx);
+        const lu = layoutUpdate(m);
+        st.way = 'update ' + [...attrs].sort().join(',') + ' | ' + Object.keys(lu).sort().join(',');
+        st.drawing = P.update(gd, tu, lu, idx);
       }
     }
     gd._specrej = m.token;
@@ -220,6 +227,16 @@
     m.traces.clear();
     m.paths.clear();
     return true;
+  }
+
+  // layout.meta (the downloads' title, prompt and settings: ui._DOWNLOAD_JS reads the div's layout) draws nothing: set
+  // on the div's layout as it is, never relayout (Plotly replots a whole chart for a change of meta)
+  function setMeta(gd, m) {
+    for (const p of [...m.paths].filter(p => p === 'meta' || p.startsWith('meta.') || p.startsWith('meta['))) {
+      const v = getPath(m.layout, p);
+      if (gd.layout) { setPath(gd.layout, p, v === undefined ? null : clone(v)); }
+      m.paths.delete(p);
+    }
   }
 
   // a chart whose traces have points but none of them is drawn

@@ -44,8 +44,10 @@ X_AXES = {"time": "decoding time on this machine (s, log scale)", "flops": "comp
 # ---------------------------------------------------------------- shared layout
 
 def _layout(x_title: str, y_title: str, x_range: list | None, y_range: list | None, *, revision: str) -> dict:
+    # ticklabeloverflow "allow": the labels stay whole in the margins (automargin); Plotly's default for a linear
+    # axis ("hide past div") measures every tick label's box on every draw, each a forced layout of the page
     axis = {"gridcolor": GRID, "zeroline": False, "showline": True, "linecolor": "#B0B0B0",
-            "ticks": "outside", "tickcolor": "#B0B0B0", "title": {"font": {"size": 15}}}
+            "ticks": "outside", "tickcolor": "#B0B0B0", "ticklabeloverflow": "allow", "title": {"font": {"size": 15}}}
     return {
         "paper_bgcolor": "white", "plot_bgcolor": "white", "height": HEIGHT,
         "font": {"family": FONT, "size": 14, "color": TEXT},

@@ -92,6 +92,12 @@ def page_head() -> str:
             + lecture.head(_read("lecture.css")))
 
 
+def early_script() -> str:
+    """The script the page runs before Gradio's own (``deploy/early.EarlyScript`` puts it first in the page's head):
+    Gradio's leaked animation loops slowed while no progress shows (``assets/loops.js``)."""
+    return _read("loops.js")
+
+
 # ---------------------------------------------------------------- controls
 
 def _span(name: str, ctx: AppContext) -> tuple:

@@ -127,6 +127,82 @@ def timeline_split(events: list, top: int = 14) -> dict:
     return {k: round(v / 1000) for k, v in sorted(self_us.items(), key=lambda kv: -kv[1])[:top]}
 
 
+def _label(e: dict) -> str:
+    """A timeline event's name, with what it ran where the trace says (a script's file, an event's type)."""
+    data = (e.get("args") or {}).get("data") or {}
+    if e["name"] == "FunctionCall" and data.get("url"):
+        return f"FunctionCall {data['url'].rsplit('/', 1)[-1].split('?')[0]} {data.get('functionName') or ''}".strip()
+    if e["name"] == "EventDispatch" and data.get("type"):
+        return f"EventDispatch {data['type']}"
+    return e["name"]
+
+
+def _sampled(profile: dict | None, start_us: float, end_us: float, parts: int) -> dict:
+    """A CDP CPU profile's self time between two timeline times (the same clock), by the script a sample's innermost
+    frame ran and where the caller chain met one of the page's own scripts or Gradio's: {what: ms}."""
+    if not profile:
+        return {}
+    nodes = {n["id"]: n for n in profile["nodes"]}
+    parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
+    def chain(nid):
+        out = []
+        while nid in nodes:
+            f = nodes[nid]["callFrame"]
+            out.append(f"{f.get('functionName') or '(anonymous)'}@{f.get('url', '').split('?')[0].rsplit('/', 1)[-1]}")
+            nid = parent.get(nid)
+        return out
+    got: dict[str, float] = {}
+    t = profile.get("startTime", 0)
+    for sample, dt in zip(profile.get("samples") or [], profile.get("timeDeltas") or []):
+        t += dt
+        if start_us <= t <= end_us:
+            frames = [f for f in chain(sample) if not f.startswith("(root)")]
+            if not frames or frames[0].startswith("(idle)"):
+                continue
+            outer = next((f for f in reversed(frames) if "@" in f and not f.endswith("@")), frames[0])
+            key = f"{frames[0].rsplit('@', 1)[-1] or frames[0]} < {outer}"
+            got[key] = got.get(key, 0.0) + dt
+    return {k: round(v / 1000) for k, v in sorted(got.items(), key=lambda kv: -kv[1])[:parts]}
+
+
+def longest_split(events: list, top: int = 5, parts: int = 5, profile: dict | None = None) -> list:
+    """The renderer main thread's ``top`` longest tasks (``RunTask``), each as [ms, {what: self ms}] with its
+    ``parts`` largest pieces of work by ``_label``: what a long task was made of; with a CPU profile of the same
+    window, a third item: its JavaScript by script, innermost < outermost named frame (``_sampled``)."""
+    main = {(e.get("pid"), e.get("tid")) for e in events
+            if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"}
+    spans = sorted((e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in main and e.get("dur")),
+                   key=lambda e: (e["ts"], -e["dur"]))
+    tasks = []
+    for e in sorted((e for e in spans if e["name"] in ("RunTask", "ThreadControllerImpl::RunTask")),
+                    key=lambda e: -e["dur"]):
+        if not any(t["ts"] <= e["ts"] and e["ts"] + e["dur"] <= t["ts"] + t["dur"] for t in tasks):   # one a task
+            tasks.append(e)
+        if len(tasks) == top:
+            break
+    out = []
+    for task in tasks:
+        end = task["ts"] + task["dur"]
+        inner = [e for e in spans if task["ts"] <= e["ts"] and e["ts"] + e["dur"] <= end and e is not task
+                 and e["name"] not in ("RunTask", "ThreadControllerImpl::RunTask")]
+        own: dict[str, float] = {}
+        stack: list[list] = []
+        def close(until):
+            while stack and stack[-1][0] <= until:
+                e_end, name, mine = stack.pop()
+                own[name] = own.get(name, 0.0) + mine
+        for e in inner:
+            close(e["ts"])
+            if stack:
+                stack[-1][2] -= e["dur"]
+            stack.append([e["ts"] + e["dur"], _label(e), float(e["dur"])])
+        close(float("inf"))
+        out.append([round(task["dur"] / 1000), {k: round(v / 1000) for k, v in
+                                                 sorted(own.items(), key=lambda kv: -kv[1])[:parts]}]
+                   + ([_sampled(profile, task["ts"], end, parts)] if profile else []))
+    return out
+
+
 def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, profile: Path | None = None,
         timeline: bool = False) -> dict:
     page = browser.new_page(viewport={"width": 1280, "height": 720})
@@ -176,7 +252,7 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
         traced: list = []
         if timeline:
             cdp.on("Tracing.dataCollected", lambda e: traced.extend(e.get("value", [])))
-            cdp.send("Tracing.start", {"categories": "devtools.timeline,v8.execute,blink,disabled-by-default-devtools.timeline",
+            cdp.send("Tracing.start", {"categories": "toplevel,devtools.timeline,v8.execute,blink,disabled-by-default-devtools.timeline",
                                        "transferMode": "ReportEvents"})
         got["on"] = True
         start = time.perf_counter()
@@ -205,12 +281,13 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
             t_end = time.perf_counter() + 60
             while not done["yes"] and time.perf_counter() < t_end:
                 page.wait_for_timeout(100)
-            split = timeline_split(traced)
-        sampled = None
+        sampled, prof = None, None
         if profile is not None:
             prof = cdp.send("Profiler.stop")["profile"]
             profile.write_text(json.dumps(prof))
             sampled = where(prof)
+        if timeline:
+            split = {"self_ms": timeline_split(traced), "longest": longest_split(traced, profile=prof)}
         tasks = page.evaluate("window.__longTasks")
         script = page.evaluate("window.specrejCharts && window.specrejCharts.cost ? window.specrejCharts.cost() : null")
         longest = max((d for _, d in tasks), default=0.0)
@@ -234,7 +311,7 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
                     "by_way": {k: [v[0] - script0.get("ways", {}).get(k, [0, 0])[0],
                                    round(v[1] - script0.get("ways", {}).get(k, [0, 0])[1]), round(v[2]), round(v[3])]
                                for k, v in script.get("ways", {}).items()}},
-                **({"profile": sampled} if sampled else {}), **({"timeline_self_ms": split} if split else {}),
+                **({"profile": sampled} if sampled else {}), **({"timeline": split} if split else {}),
                 "status_at_end": status[:300]}
     finally:
         page.close()

@@ -29,14 +29,15 @@ ELEMS = {"arm-0": "plot-0", "arm-1": "plot-1", "race": "race-plot"}
 DONE = "document.querySelector('#status [data-testid=markdown]').innerText.includes('Replay done')"
 
 # every draw of the script: the seq it drew and what the page's plot divs hold then (data, and the layout's
-# threshold-free parts that change while racing: shapes, annotations and axis ranges)
+# threshold-free parts that change while racing: shapes, annotations and axis ranges; Plotly drops a list whose last
+# item a relayout removed: none)
 HOOK = """elems => {
   window.__draws = [];
   const read = id => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
     return gd ? {drawn: gd.querySelectorAll('.scatterlayer .trace').length,
                  data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify({
-      shapes: gd.layout.shapes, annotations: gd.layout.annotations, x: gd.layout.xaxis.range,
-      y: gd.layout.yaxis.range}))} : null; };
+      shapes: gd.layout.shapes || [], annotations: gd.layout.annotations || [], x: gd.layout.xaxis.range,
+      y: gd.layout.yaxis.range, meta: gd.layout.meta}))} : null; };
   window.specrejCharts.onDraw = (seq, keys) => {
     window.__draws.push({seq, charts: Object.fromEntries(keys.map(k => [k, read(elems[k])]))});
   };
@@ -82,6 +83,7 @@ def same_layout(drawn: dict, spec: dict) -> None:
     lay = spec["layout"]
     assert drawn["shapes"] == lay.get("shapes", [])
     assert drawn["annotations"] == lay.get("annotations", [])
+    assert drawn["meta"] == lay.get("meta")   # the downloads' words: set on the div as they change, never replotted
     for axis, got in (("xaxis", drawn["x"]), ("yaxis", drawn["y"])):   # where the spec fixes it (Plotly writes an
         if lay[axis].get("range") is not None:                          # autorange's own range back into its layout)
             assert got == lay[axis]["range"], axis

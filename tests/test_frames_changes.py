@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -221,6 +222,35 @@ def test_the_page_stream_sends_leaders_at_most_once_a_second_and_ends_on_the_res
     assert sent_at[0] == 0.25 and sent_at[-1] == clock["t"]    # the start, the result
     gaps = [b - a for a, b in zip(sent_at, sent_at[1:-1])]
     assert gaps and min(gaps) >= 1.0, sent_at
+
+
+def test_a_list_that_loses_items_loses_them_one_by_one_from_the_end():
+    """A chart's note gone (the list shorter): the items removed by index, the last first, as Plotly's relayout
+    removes an item alone (a whole list set anew replots the whole chart); what stays changes per key."""
+    from components.frames import layout_changes
+    a, b, c = {"text": "a", "x": 1}, {"text": "b"}, {"text": "c"}
+    assert layout_changes({"annotations": [a, b, c]}, {"annotations": [{**a, "x": 2}]}) == {
+        "annotations[0].x": 2, "annotations[2]": None, "annotations[1]": None}
+    assert list(layout_changes({"annotations": [a, b, c]}, {"annotations": [a]})) == ["annotations[2]", "annotations[1]"]
+    assert apply({"data": [], "layout": {"annotations": [a, b, c]}},
+                 {"layout": layout_changes({"annotations": [a, b, c]}, {"annotations": [a]})})["layout"] == {
+        "annotations": [a]}
+
+
+def test_no_axis_asks_plotly_to_measure_each_tick_label():
+    """Plotly's default for a linear axis ("hide past div") measures every tick label's box on every draw (a forced
+    layout of the page each): a third of Plotly's time in a live Run at 4x throttling. The labels sit in margins
+    that grow to fit them, so nothing is hidden either way."""
+    from components.session import recordings as rec
+    path = sorted((Path(__file__).resolve().parent.parent / "assets/recordings/page").glob("*defaults.json.gz"))[0]
+    seen = 0
+    for f in map(frames.draw, rec.play(path, math.inf)):
+        for spec in ([*f.arm_plots] if isinstance(f.arm_plots, list) else []) + [f.race_plot]:
+            if isinstance(spec, dict):
+                for axis in ("xaxis", "yaxis"):
+                    assert spec["layout"][axis]["ticklabeloverflow"] == "allow", (spec["layout"]["meta"], axis)
+                    seen += 1
+    assert seen >= 6
 
 
 def test_the_race_axis_grows_in_round_steps():
