@@ -392,10 +392,9 @@ def trace_changes(old: dict, new: dict) -> dict:
 
 def layout_changes(old: dict, new: dict) -> dict:
     """The layout's changed keys as Plotly's ``relayout`` takes them ("xaxis.range": [...]; None removes one). A
-    list of items (the decision lines, a chart's notes) changes per item: ``"annotations[0].x"`` for a changed key,
-    ``"shapes[3]"`` for an item added, ``"annotations[1]": None`` for one gone from the end (the last first);
-    Plotly redraws those items alone (a whole list set anew replots the whole chart), and the line carries a
-    number rather than the list."""
+    list of items that kept its items and grew (the decision lines, the "writing token" words that move along)
+    changes per item: ``"annotations[0].x"`` for a changed key, ``"shapes[3]"`` for an item added; Plotly redraws
+    that item alone, and the line carries a number rather than the list."""
     out = {}
     for k in new.keys() | old.keys():
         a, b = old.get(k), new.get(k)
@@ -405,15 +404,14 @@ def layout_changes(old: dict, new: dict) -> dict:
             for s in b.keys() | a.keys():
                 if a.get(s) != b.get(s):
                     out[f"{k}.{s}"] = b.get(s)
-        elif isinstance(a, list) and isinstance(b, list) and all(isinstance(v, dict) for v in a + b):
+        elif (isinstance(a, list) and isinstance(b, list) and len(b) >= len(a)
+              and all(isinstance(v, dict) for v in a + b)):
             for i, (x, y) in enumerate(zip(a, b)):
                 for s in x.keys() | y.keys():
                     if x.get(s) != y.get(s):
                         out[f"{k}[{i}].{s}"] = y.get(s)
             for i in range(len(a), len(b)):
                 out[f"{k}[{i}]"] = b[i]
-            for i in reversed(range(len(b), len(a))):
-                out[f"{k}[{i}]"] = None
         else:
             out[k] = b
     return out

@@ -29,14 +29,13 @@ ELEMS = {"arm-0": "plot-0", "arm-1": "plot-1", "race": "race-plot"}
 DONE = "document.querySelector('#status [data-testid=markdown]').innerText.includes('Replay done')"
 
 # every draw of the script: the seq it drew and what the page's plot divs hold then (data, and the layout's
-# threshold-free parts that change while racing: shapes, annotations and axis ranges; Plotly drops a list whose last
-# item a relayout removed: none)
+# threshold-free parts that change while racing: shapes, annotations and axis ranges)
 HOOK = """elems => {
   window.__draws = [];
   const read = id => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
     return gd ? {drawn: gd.querySelectorAll('.scatterlayer .trace').length,
                  data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify({
-      shapes: gd.layout.shapes || [], annotations: gd.layout.annotations || [], x: gd.layout.xaxis.range,
+      shapes: gd.layout.shapes, annotations: gd.layout.annotations, x: gd.layout.xaxis.range,
       y: gd.layout.yaxis.range, meta: gd.layout.meta}))} : null; };
   window.specrejCharts.onDraw = (seq, keys) => {
     window.__draws.push({seq, charts: Object.fromEntries(keys.map(k => [k, read(elems[k])]))});

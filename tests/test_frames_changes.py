@@ -224,19 +224,6 @@ def test_the_page_stream_sends_leaders_at_most_once_a_second_and_ends_on_the_res
     assert gaps and min(gaps) >= 1.0, sent_at
 
 
-def test_a_list_that_loses_items_loses_them_one_by_one_from_the_end():
-    """A chart's note gone (the list shorter): the items removed by index, the last first, as Plotly's relayout
-    removes an item alone (a whole list set anew replots the whole chart); what stays changes per key."""
-    from components.frames import layout_changes
-    a, b, c = {"text": "a", "x": 1}, {"text": "b"}, {"text": "c"}
-    assert layout_changes({"annotations": [a, b, c]}, {"annotations": [{**a, "x": 2}]}) == {
-        "annotations[0].x": 2, "annotations[2]": None, "annotations[1]": None}
-    assert list(layout_changes({"annotations": [a, b, c]}, {"annotations": [a]})) == ["annotations[2]", "annotations[1]"]
-    assert apply({"data": [], "layout": {"annotations": [a, b, c]}},
-                 {"layout": layout_changes({"annotations": [a, b, c]}, {"annotations": [a]})})["layout"] == {
-        "annotations": [a]}
-
-
 def test_no_axis_asks_plotly_to_measure_each_tick_label():
     """Plotly's default for a linear axis ("hide past div") measures every tick label's box on every draw (a forced
     layout of the page each): a third of Plotly's time in a live Run at 4x throttling. The labels sit in margins
