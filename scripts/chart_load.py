@@ -104,27 +104,35 @@ def where(profile: dict, top: int = 14) -> dict:
     return {"by_script_ms": ms(by_script), "top_functions_ms": ms(by_fn)}
 
 
-def timeline_split(events: list, top: int = 14) -> dict:
-    """Chromium timeline events (CDP Tracing) as the renderer main thread's self time by event name, in ms: each
-    complete event's duration less that of the events nested in it on the same thread."""
+def _main_spans(events: list) -> list[dict]:
+    """The renderer main thread's complete events (CDP Tracing), in order, an outer one before those nested in it."""
     main = {(e.get("pid"), e.get("tid")) for e in events
             if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"}
-    spans = sorted(((e["ts"], e.get("dur", 0), e["name"]) for e in events
-                    if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in main and e.get("dur")),
-                   key=lambda x: (x[0], -x[1]))
+    return sorted((e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in main and e.get("dur")),
+                  key=lambda e: (e["ts"], -e["dur"]))
+
+
+def _self_ms(spans: list[dict], name=lambda e: e["name"], top: int = 14) -> dict:
+    """Self time by ``name(event)`` in ms, largest first: each event's duration less that of the events nested in it
+    (``spans`` in ``_main_spans``'s order)."""
     self_us: dict[str, float] = {}
     stack: list[list] = []   # [end, name, self]
     def close(until):
         while stack and stack[-1][0] <= until:
-            end, name, own = stack.pop()
-            self_us[name] = self_us.get(name, 0.0) + own
-    for ts, dur, name in spans:
-        close(ts)
+            _, what, own = stack.pop()
+            self_us[what] = self_us.get(what, 0.0) + own
+    for e in spans:
+        close(e["ts"])
         if stack:
-            stack[-1][2] -= dur
-        stack.append([ts + dur, name, float(dur)])
+            stack[-1][2] -= e["dur"]
+        stack.append([e["ts"] + e["dur"], name(e), float(e["dur"])])
     close(float("inf"))
     return {k: round(v / 1000) for k, v in sorted(self_us.items(), key=lambda kv: -kv[1])[:top]}
+
+
+def timeline_split(events: list, top: int = 14) -> dict:
+    """Chromium timeline events (CDP Tracing) as the renderer main thread's self time by event name, in ms."""
+    return _self_ms(_main_spans(events), top=top)
 
 
 def _label(e: dict) -> str:
@@ -169,10 +177,7 @@ def longest_split(events: list, top: int = 5, parts: int = 5, profile: dict | No
     """The renderer main thread's ``top`` longest tasks (``RunTask``), each as [ms, {what: self ms}] with its
     ``parts`` largest pieces of work by ``_label``: what a long task was made of; with a CPU profile of the same
     window, a third item: its JavaScript by script, innermost < outermost named frame (``_sampled``)."""
-    main = {(e.get("pid"), e.get("tid")) for e in events
-            if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"}
-    spans = sorted((e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in main and e.get("dur")),
-                   key=lambda e: (e["ts"], -e["dur"]))
+    spans = _main_spans(events)
     tasks = []
     for e in sorted((e for e in spans if e["name"] in ("RunTask", "ThreadControllerImpl::RunTask")),
                     key=lambda e: -e["dur"]):
@@ -185,20 +190,7 @@ def longest_split(events: list, top: int = 5, parts: int = 5, profile: dict | No
         end = task["ts"] + task["dur"]
         inner = [e for e in spans if task["ts"] <= e["ts"] and e["ts"] + e["dur"] <= end and e is not task
                  and e["name"] not in ("RunTask", "ThreadControllerImpl::RunTask")]
-        own: dict[str, float] = {}
-        stack: list[list] = []
-        def close(until):
-            while stack and stack[-1][0] <= until:
-                e_end, name, mine = stack.pop()
-                own[name] = own.get(name, 0.0) + mine
-        for e in inner:
-            close(e["ts"])
-            if stack:
-                stack[-1][2] -= e["dur"]
-            stack.append([e["ts"] + e["dur"], _label(e), float(e["dur"])])
-        close(float("inf"))
-        out.append([round(task["dur"] / 1000), {k: round(v / 1000) for k, v in
-                                                 sorted(own.items(), key=lambda kv: -kv[1])[:parts]}]
+        out.append([round(task["dur"] / 1000), _self_ms(inner, _label, parts)]
                    + ([_sampled(profile, task["ts"], end, parts)] if profile else []))
     return out
 
