@@ -74,6 +74,7 @@ def build_demo(ctx: AppContext | None = None, *, events_fn=race_events, guard: G
 
         demo.load(register, [page.session], None, queue=False, api_visibility="private")
         wire_toggles(page)
+        quiet_progress(demo, page.arena.progress)
     # api_open=False: Gradio's direct routes (run/<name>, api/<name>) refuse every queued event; the
     # guard's gate lets through only the page's unqueued ones.
     # the guard's validator refuses a run past ctx.max_queue waiting (saying how long the queue is) or moves a
@@ -467,6 +468,22 @@ def quiet_queue(demo: gr.Blocks) -> None:
     a second, which took ~8% of a core on an idle server and, on a 2-core CPU Space, preempted the
     race's two torch threads a thousand times a second. A queued run now starts up to 50 ms later."""
     gradio_private.slow_queue_polling(demo, QUEUE_POLL_SECONDS)
+
+
+def quiet_progress(demo: gr.Blocks, target: gr.Component) -> None:
+    """Every event's progress on ``target`` (a component never drawn), but for those that show a spinner on purpose
+    (``show_progress="minimal"``: the lab's measurements, seconds long).
+
+    Gradio 6.31's page keeps a loading status for every component any event so far had as a progress target (its
+    outputs, unless ``show_progress_on`` says otherwise), for as long as the page is open, and on every streamed
+    message gives each of them its status again: each such component's state is copied (``structuredClone``: a
+    chart's whole figure), with that of every component inside it, and its status tracker updated. Locking the
+    buttons at a Run (36 outputs), its end (35), Stop and the step buttons (36, the charts among them) each added
+    theirs, so a race's page worked harder with every button pressed before it. Progress on one never-drawn
+    component keeps that to one status a message; these events are unqueued and quick, so no spinner is lost."""
+    for fn in demo.fns.values():
+        if fn.fn is not None and fn.show_progress_on is None and fn.show_progress != "minimal" and fn.outputs:
+            fn.show_progress_on = [target]
 
 
 def request_signature(fields: tuple[str, ...] | None = None) -> inspect.Signature:

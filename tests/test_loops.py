@@ -94,3 +94,22 @@ def test_an_idle_page_stops_asking_for_every_frame(browser):
     finally:
         page.close()
         demo.close()
+
+
+def test_every_event_keeps_its_progress_on_one_never_drawn_component(tiny_lm_dir, tiny_reward_dir, tmp_path_factory):
+    """Gradio's page gives every component that any event so far had as a progress target its loading status again
+    on every streamed message (copying its state: a chart's whole figure). So no event but the lab's two measurements
+    (their spinner on purpose) may name more than the one never-drawn component: a Run's page would otherwise work
+    harder with every button pressed before it (``app.quiet_progress``)."""
+    import app
+    from tests.conftest import tiny_app_context
+
+    demo = app.build_demo(tiny_app_context(tiny_lm_dir, tiny_reward_dir, tmp_path_factory))
+    config = demo.get_config_file()
+    progress = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == "play-progress")
+    backend = [d for d in config["dependencies"] if d.get("backend_fn")]
+    targets = {d["api_name"]: d["show_progress_on"] or d["outputs"] for d in backend if d["outputs"]}
+    spinners = {d["api_name"] for d in backend if d["show_progress"] == "minimal"}
+    assert spinners == {"measure_handler", "exactness_handler"}
+    assert {"run", "lock", "ended", "show", "after_stop", "from_link", "rerender_race"} <= set(targets)
+    assert {name: t for name, t in targets.items() if t != [progress] and name not in spinners} == {}
