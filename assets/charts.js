@@ -33,7 +33,8 @@
               skipResize: null, busy: false, drawing: null, way: null};
   // what this script took, for scripts/chart_load.py: in all, by chart, and by the way a draw went (its count, time,
   // longest), a way named with what it changed ("animate+relayout xaxis.range", "update x,y | shapes[1]")
-  const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}, ways: {}};
+  // and how late each draw showed its chart's changes (lags: ms from the oldest change not yet drawn to the draw)
+  const cost = {feed_ms: 0, feeds: 0, draw_ms: 0, draw_max_ms: 0, by: {}, ways: {}, lags: []};
   const api = {onDraw: null};
 
   const clone = v => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
@@ -279,6 +280,7 @@
       .filter(key => since(key) < Infinity).sort((a, b) => since(a) - since(b));
     for (const key of waiting) {
       st.drawing = null;
+      const lag = t0 - since(key);
       const what = drawKey(key);
       if (!what) { continue; }   // not on the page yet, or nothing to draw: the next chart
       const seq = st.seq, sync = performance.now() - t0, way = st.way;
@@ -291,6 +293,7 @@
         cost.draw_max_ms = Math.max(cost.draw_max_ms, took);
         const w = cost.ways[way] || (cost.ways[way] = [0, 0, 0, 0]);   // draws, ms, longest, longest in sync
         w[0] += 1; w[1] += took; w[2] = Math.max(w[2], took); w[3] = Math.max(w[3], sync);
+        if (cost.lags.length < 5000) { cost.lags.push(Math.round(lag)); }
         st.next = performance.now() + BUDGET * took;
         st.draws += 1;
         if (what === 'copy' && api.onDraw) { try { api.onDraw(seq, [key]); } catch (e) {} }

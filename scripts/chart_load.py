@@ -104,6 +104,14 @@ def where(profile: dict, top: int = 14) -> dict:
     return {"by_script_ms": ms(by_script), "top_functions_ms": ms(by_fn)}
 
 
+def _spread(values: list) -> dict | None:
+    """Median, 90th percentile and largest of some numbers (None for none)."""
+    if not values:
+        return None
+    v = sorted(values)
+    return {"median": v[len(v) // 2], "p90": v[min(len(v) - 1, int(0.9 * len(v)))], "max": v[-1]}
+
+
 def _main_spans(events: list) -> list[dict]:
     """The renderer main thread's complete events (CDP Tracing), in order, an outer one before those nested in it."""
     main = {(e.get("pid"), e.get("tid")) for e in events
@@ -299,6 +307,8 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
                     "draws": script["draws"] - script0["draws"], "draw_ms": round(script["draw_ms"] - script0["draw_ms"]),
                     "draw_max_ms": round(script["draw_max_ms"]), "feed_ms": round(script["feed_ms"] - script0["feed_ms"]),
                     "by_chart_ms": {k: round(v - script0["by"].get(k, 0)) for k, v in script["by"].items()},
+                    # how late the draws showed their chart's changes (ms from its oldest change not yet drawn)
+                    "lag_ms": _spread(script.get("lags", [])[len(script0.get("lags", [])):]),
                     # by the way a draw went: [draws, ms, longest ms, longest ms before Plotly's later tasks]
                     "by_way": {k: [v[0] - script0.get("ways", {}).get(k, [0, 0])[0],
                                    round(v[1] - script0.get("ways", {}).get(k, [0, 0])[1]), round(v[2]), round(v[3])]
