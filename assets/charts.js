@@ -139,7 +139,30 @@
 
   function react(gd, data, layout, config) {
     const P = window.Plotly;
-    return (st.real || P.react).call(P, gd, data, fitted(gd, layout), config);
+    return (st.real || P.react).call(P, gd, data, roomy(gd, fitted(gd, layout)), config);
+  }
+
+  // A chart's margins grow to fit its legend and tick labels (autoexpand): each time they change, Plotly draws the
+  // whole chart a second time. At a run's start the legend has few items and the labels are narrow, so a Run's
+  // charts grew 2-4 times each (bottom 96 -> 103 -> 120 px as the legend filled, left 84 -> 91 -> 84 px with the
+  // reward axis' labels), each a second whole draw, and the plot area jumped. Each chart starts its whole draws with
+  // the margins it has needed so far at its width: they grow once, never shrink, and a draw needs one pass.
+  const room = {};   // key -> {w, l, r, t, b}: the largest margins Plotly laid the chart out with at width w
+  function keepRoom(key) {
+    const gd = plotDiv(key), size = gd && gd._fullLayout && gd._fullLayout._size;
+    if (!size) { return; }
+    const had = room[key] && room[key].w === gd.clientWidth ? room[key] : {w: gd.clientWidth, l: 0, r: 0, t: 0, b: 0};
+    const now = room[key] = {w: had.w, l: Math.max(had.l, size.l), r: Math.max(had.r, size.r),
+                             t: Math.max(had.t, size.t), b: Math.max(had.b, size.b)};
+    // and the div's own layout, as meta is (nothing drawn now): its next relayout or restyle starts from them too
+    if (gd.layout) { gd.layout.margin = Object.assign({}, gd.layout.margin || {}, {l: now.l, r: now.r, t: now.t, b: now.b}); }
+  }
+  function roomy(gd, layout) {
+    const had = room[keyOf(gd)];
+    if (!had || had.w !== gd.clientWidth || !layout) { return layout; }
+    const margin = Object.assign({}, layout.margin || {});
+    for (const side of ['l', 'r', 't', 'b']) { margin[side] = Math.max(margin[side] ?? 80, had[side]); }
+    return Object.assign({}, layout, {margin});
   }
 
   // On a narrow screen (a phone) an x-axis title wider than the chart was cut ("... (s, log sca"): drawn smaller
@@ -288,6 +311,7 @@
       const done = () => {
         const took = Math.max(sync, performance.now() - t0);
         st.busy = false;
+        keepRoom(key);
         cost.by[key] = (cost.by[key] || 0) + took;
         cost.draw_ms += took;
         cost.draw_max_ms = Math.max(cost.draw_max_ms, took);

@@ -33,7 +33,9 @@ DONE = "document.querySelector('#status [data-testid=markdown]').innerText.inclu
 HOOK = """elems => {
   window.__draws = [];
   const read = id => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
-    return gd ? {drawn: gd.querySelectorAll('.scatterlayer .trace').length,
+    const z = gd && gd._fullLayout && gd._fullLayout._size;
+    return gd ? {drawn: gd.querySelectorAll('.scatterlayer .trace').length, width: gd.clientWidth,
+                 margins: z ? [z.l, z.r, z.t, z.b].map(Math.round) : null,
                  data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify({
       shapes: gd.layout.shapes, annotations: gd.layout.annotations, x: gd.layout.xaxis.range,
       y: gd.layout.yaxis.range, meta: gd.layout.meta}))} : null; };
@@ -118,6 +120,13 @@ def test_charts_drawn_from_changes_equal_the_whole_figures(browser, app_url):
                 # the pruning chart empty, its data intact, until the race's end)
                 if any(v is not None for t in got["data"] for v in (t.get("x") or [])):
                     assert got["drawn"] > 0, (key, d["seq"])
+        # the margins (grown to fit the legend and the tick labels) never shrink back while the width stays: a chart
+        # whose margins change is drawn whole twice and its plot area jumps (charts.js keeps each chart's room)
+        for key in ELEMS:
+            seen = [(c["width"], c["margins"]) for d in draws for k, c in d["charts"].items() if k == key and c]
+            for (w0, m0), (w1, m1) in zip(seen, seen[1:]):
+                if w0 == w1 and m0 and m1:
+                    assert all(b >= a for a, b in zip(m0, m1)), (key, m0, m1)
         # after the race: the script's figures (the changes, the last one included) equal what Gradio drew whole
         for key, elem in ELEMS.items():
             whole = page.evaluate(WHOLE, elem)
