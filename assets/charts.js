@@ -149,17 +149,20 @@
   // the margins it has needed so far at its width: they grow once, never shrink, and a draw needs one pass.
   const room = {};   // key -> {w, l, r, t, b}: the largest margins Plotly laid the chart out with at width w
   function keepRoom(key) {
-    const gd = plotDiv(key), size = gd && gd._fullLayout && gd._fullLayout._size;
+    // (the width Plotly laid the chart out at: reading the div's own would force a layout of the page after each draw)
+    const gd = plotDiv(key), full = gd && gd._fullLayout, size = full && full._size;
     if (!size) { return; }
-    const had = room[key] && room[key].w === gd.clientWidth ? room[key] : {w: gd.clientWidth, l: 0, r: 0, t: 0, b: 0};
+    const w = Math.round(full.width);
+    const had = room[key] && room[key].w === w ? room[key] : {w, l: 0, r: 0, t: 0, b: 0};
     const now = room[key] = {w: had.w, l: Math.max(had.l, size.l), r: Math.max(had.r, size.r),
                              t: Math.max(had.t, size.t), b: Math.max(had.b, size.b)};
     // and the div's own layout, as meta is (nothing drawn now): its next relayout or restyle starts from them too
     if (gd.layout) { gd.layout.margin = Object.assign({}, gd.layout.margin || {}, {l: now.l, r: now.r, t: now.t, b: now.b}); }
   }
   function roomy(gd, layout) {
+    // (the div's width read here costs nothing more: Plotly sizes the chart by its box as it draws it, next)
     const had = room[keyOf(gd)];
-    if (!had || had.w !== gd.clientWidth || !layout) { return layout; }
+    if (!had || !layout || had.w !== Math.max(gd.clientWidth, 10)) { return layout; }
     const margin = Object.assign({}, layout.margin || {});
     for (const side of ['l', 'r', 't', 'b']) { margin[side] = Math.max(margin[side] ?? 80, had[side]); }
     return Object.assign({}, layout, {margin});

@@ -24,8 +24,12 @@
 
   const showing = () => document.querySelector('[data-testid="status-tracker"]:not(.hide)') !== null;
   // the caller, from the stack: Gradio's status tracker chunk, or Svelte's animation loop (its raf.tick)
+  // (three frames are enough: the caller is the second; a whole stack on every frame request cost more than the loops)
   const leaky = () => {
-    const stack = new Error().stack || '';
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 3;
+    let stack;
+    try { stack = new Error().stack || ''; } finally { Error.stackTraceLimit = limit; }
     return stack.includes('/statustracker-') || /\bat Object\.tick \(/.test(stack);
   };
 
