@@ -303,7 +303,7 @@
     const since = key => Math.min(charts[key] && dirty(charts[key]) ? charts[key].since : Infinity,
                                   wholes[key] ? wholes[key].since : Infinity);
     const waiting = [...new Set([...Object.keys(charts), ...Object.keys(wholes)])]
-      .filter(key => since(key) < Infinity).sort((a, b) => since(a) - since(b));
+      .filter(key => since(key) < Infinity && drawable(key)).sort((a, b) => since(a) - since(b));
     for (const key of waiting) {
       st.drawing = null;
       const lag = t0 - since(key);
@@ -315,6 +315,7 @@
         const took = Math.max(sync, performance.now() - t0);
         st.busy = false;
         keepRoom(key);
+        if (!charts[key] || !dirty(charts[key])) { wanted.delete(key); }
         cost.by[key] = (cost.by[key] || 0) + took;
         cost.draw_ms += took;
         cost.draw_max_ms = Math.max(cost.draw_max_ms, took);
@@ -333,7 +334,33 @@
   }
 
   function pending() {
-    return st.busy || Object.keys(wholes).length > 0 || Object.values(charts).some(dirty);
+    return st.busy || Object.keys(wholes).length > 0
+      || Object.entries(charts).some(([key, m]) => dirty(m) && drawable(key));
+  }
+
+  // A chart scrolled out of the window is not drawn while a play streams (a watcher sees two charts at most on a
+  // laptop's screen, one on a phone): its changes wait in the copy and it is drawn once, at the latest, as it comes
+  // into view, as a tab in the background catches up. Gradio's whole figures (a run's first and last frames, step
+  // mode) are drawn wherever the chart is, and a download asks for its chart (want) before it reads it.
+  const onScreen = {}, hosts = {}, wanted = new Set();
+  const seen = window.IntersectionObserver ? new IntersectionObserver(entries => {
+    for (const e of entries) {
+      const key = e.target.id === 'race-plot' ? 'race' : 'arm-' + e.target.id.slice(5);
+      onScreen[key] = e.isIntersecting;
+      if (e.isIntersecting) { schedule(); }
+    }
+  }) : null;
+  function drawable(key) {
+    if (wholes[key] || wanted.has(key) || !seen) { return true; }
+    const host = document.getElementById(elemOf(key));
+    if (!host) { return true; }
+    if (hosts[key] !== host) {   // (Gradio may make a chart's box anew): watched, and drawn until first seen
+      if (hosts[key]) { seen.unobserve(hosts[key]); }
+      hosts[key] = host;
+      onScreen[key] = true;
+      seen.observe(host);
+    }
+    return onScreen[key] !== false;
   }
 
   function later(ms) {
@@ -403,6 +430,11 @@
     draws: () => st.draws,
     // nothing waits to be drawn (scripts/chart_load.py waits for this before it stops counting)
     idle: () => !pending(),
+    // a chart drawn up to date wherever it is (a download reads it next): by its element's id ("plot-0", "race-plot")
+    want: elem => {
+      const key = elem === 'race-plot' ? 'race' : /^plot-\d+$/.test(elem) ? 'arm-' + elem.slice(5) : null;
+      if (key && charts[key] && dirty(charts[key])) { wanted.add(key); schedule(); }
+    },
     // the lines applied since the run's first ("base"): the tests rebuild the charts meant at each seq from them
     lines: () => st.log.map(raw => JSON.parse(raw)),
     cost: () => Object.assign({draws: st.draws}, cost),

@@ -416,6 +416,7 @@ _DOWNLOAD_JS = """async () => {
   // the charts are drawn one per animation frame (assets/charts.js): a press just after a play ends waits for the
   // drawing the page owes (a few frames; a tab in the background draws nothing, so not for ever)
   const C = window.specrejCharts, chart = () => document.querySelector('#__ELEM__ .js-plotly-plot');
+  if (C && C.want) { C.want('__ELEM__'); }   // a chart out of view waits to be drawn until seen: drawn now
   for (let i = 0; i < 300 && ((C && !C.idle()) || !chart()); i++) { await new Promise(r => setTimeout(r, 20)); }
   const P = window.Plotly, el = chart();
   if (!el || !P || !el.data || !el.layout) { return; }

@@ -259,6 +259,8 @@ def one(browser, url: str, throttle: float, replay: str | None, lecture: bool, p
         before = page.evaluate(f"{STATUS}.innerText")
         clicked = page.evaluate("performance.now()")
         page.click("#replay" if replay is not None else "#run")
+        # as a watcher does: the arm charts at the top of the window (the button's click scrolled up to it)
+        page.evaluate("document.querySelector('#plot-0').scrollIntoView({block: 'start'})")
         page.wait_for_function(f"old => {STATUS}.innerText !== old", arg=before, polling=100)
         page.wait_for_function(f"{DONE}.test({STATUS}.innerText)", polling=250)
         race_s = time.perf_counter() - start

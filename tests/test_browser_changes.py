@@ -43,6 +43,8 @@ HOOK = """elems => {
     window.__draws.push({seq, charts: Object.fromEntries(keys.map(k => [k, read(elems[k])]))});
   };
 }"""
+# as a watcher does: the arm charts at the top of the window (the race chart below them, in view at 900 px)
+WATCH = "document.querySelector('#plot-0').scrollIntoView({block: 'start'})"
 WHOLE = """id => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
   return {data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify(gd.layout))}; }"""
 
@@ -97,6 +99,7 @@ def test_charts_drawn_from_changes_equal_the_whole_figures(browser, app_url):
         page.evaluate(HOOK, ELEMS)
         page.click("#pace input[value='16']")
         page.click("#replay")
+        page.evaluate(WATCH)   # (the click scrolled the page up to the button)
         page.wait_for_function(DONE)
         page.wait_for_function("window.specrejCharts.idle()")   # the last frame drawn, in its turn
         time.sleep(0.5)
@@ -171,6 +174,7 @@ def test_a_background_tab_draws_nothing_and_catches_up_once(browser, app_url):
         page.click("#pace input[value='16']")
         page.evaluate(BACKGROUND)
         page.click("#replay")
+        page.evaluate(WATCH)
         page.wait_for_function("window.specrejCharts.seq() >= 6")
         assert page.evaluate("window.__draws.length") == 0   # hidden: nothing drawn
         seq = page.evaluate("window.__show(); window.specrejCharts.seq()")
@@ -185,6 +189,38 @@ def test_a_background_tab_draws_nothing_and_catches_up_once(browser, app_url):
         for key, d in first.items():
             assert d["seq"] >= seq, (key, d["seq"], seq)
             assert d["charts"][key]["data"] == at[d["seq"]][key]["data"], key
+    finally:
+        context.close()
+
+
+def test_a_chart_out_of_view_waits_and_is_drawn_as_it_comes_into_view(browser, app_url):
+    """While a play streams, a chart scrolled out of the window is not drawn (its changes wait in the script's
+    copy); scrolled into view, it is drawn at once at the latest frame, equal to what the server meant then. A
+    download of a chart out of view draws it first."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = open_page(context, app_url)
+        page.evaluate(HOOK, ELEMS)
+        page.click("#pace input[value='16']")
+        page.click("#replay")
+        page.evaluate("window.scrollTo(0, 0)")   # the buttons in view, every chart below the window
+        page.wait_for_function("window.specrejCharts.seq() >= 8")
+        assert page.evaluate("document.querySelector('#plot-0').getBoundingClientRect().top") > 720
+        mid = [d["seq"] for d in page.evaluate("window.__draws") if d["seq"] > 0]
+        assert mid == [], mid   # (the run's first frame, drawn whole, is seq 0)
+        seq = page.evaluate("window.specrejCharts.seq()")
+        page.evaluate(WATCH)
+        page.wait_for_function("window.__draws.some(d => d.seq > 0 && 'arm-0' in d.charts)")
+        d = next(d for d in page.evaluate("window.__draws") if d["seq"] > 0 and "arm-0" in d["charts"])
+        assert d["seq"] >= seq
+        assert d["charts"]["arm-0"]["data"] == meant(stream_lines(page))[d["seq"]]["arm-0"]["data"]
+        # out of view again: the race chart (below the arm charts) drawn up to date for a download
+        page.evaluate("window.scrollTo(0, 0)")
+        page.wait_for_function("window.specrejCharts.seq() >= " + str(page.evaluate("window.specrejCharts.seq()") + 2))
+        page.evaluate("window.specrejCharts.want('race-plot')")
+        page.wait_for_function("window.specrejCharts.idle()")
+        drawn = page.evaluate(WHOLE, "race-plot")
+        assert drawn["data"] == page.evaluate("window.specrejCharts.figure('race')")["data"]
     finally:
         context.close()
 
