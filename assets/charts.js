@@ -8,7 +8,8 @@
 // replot of it (some 50 ms on a laptop, 200 ms on one four times slower): after each, the next waits BUDGET times as
 // long, so drawing keeps at most a fifth of the main thread and a slow page draws fewer, larger steps (the chart
 // waiting longest first); the lines keep coming and nothing queues up. A tab in the background gets no
-// animation frames: it draws nothing and catches up with one draw when it is shown again.
+// animation frames: it draws nothing and catches up with one draw when it is shown again; a chart scrolled out of
+// the window does the same while a play streams.
 //
 // A run's first and last frames also come whole to Gradio's own gr.Plot, which would draw all of them in one task
 // (three whole replots: the page's longest task). Gradio's Plotly.react on these charts' divs is taken into the same
