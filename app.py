@@ -481,9 +481,7 @@ def quiet_progress(demo: gr.Blocks, target: gr.Component) -> None:
     buttons at a Run (36 outputs), its end (35), Stop and the step buttons (36, the charts among them) each added
     theirs, so a race's page worked harder with every button pressed before it. Progress on one never-drawn
     component keeps that to one status a message; these events are unqueued and quick, so no spinner is lost."""
-    for fn in demo.fns.values():
-        if fn.fn is not None and fn.show_progress_on is None and fn.show_progress != "minimal" and fn.outputs:
-            fn.show_progress_on = [target]
+    gradio_private.progress_on(demo, target, keep=lambda show: show == "minimal")
 
 
 def request_signature(fields: tuple[str, ...] | None = None) -> inspect.Signature:

@@ -355,10 +355,10 @@
     if (wholes[key] || wanted.has(key) || !seen) { return true; }
     const host = document.getElementById(elemOf(key));
     if (!host) { return true; }
-    if (hosts[key] !== host) {   // (Gradio may make a chart's box anew): watched, and drawn until first seen
-      if (hosts[key]) { seen.unobserve(hosts[key]); }
+    if (hosts[key] !== host) {   // (Gradio may make a chart's box anew): watched; drawn once the watch first says
+      if (hosts[key]) { seen.unobserve(hosts[key]); }   // it is in view (at the next frame)
       hosts[key] = host;
-      onScreen[key] = true;
+      onScreen[key] = false;
       seen.observe(host);
     }
     return onScreen[key] !== false;

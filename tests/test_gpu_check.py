@@ -3,6 +3,8 @@ order of value, with tiny versions of both configs; one JSON they all fill, whol
 fails keeps its traceback and leaves the next ones to run."""
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import subprocess
@@ -55,11 +57,14 @@ def test_the_measurements_are_those_the_page_reads(dry):
     assert report["ceilings"]["copy_GBps"] > 0 and report["ceilings"]["matmul_TFLOPs"] > 0
     assert list(report["steps"]) == ["llama-3-8b", "smollm2-135m"]
     for name in ("smollm2-135m", "llama-3-8b"):
-        assert report["anchors"][name]["1"] > 0
+        # measured (a difference of two timings: its sign is the machine's on a loaded CPU, never asserted here)
+        anchor = report["anchors"][name]["1"]
+        assert isinstance(anchor, float) and math.isfinite(anchor)
         for variant in variants:
             rows = report["steps"][name]["variants"][variant]
             assert [r["rows"] for r in rows] == [1, 8, 32]
-            assert all(r["x_roofline"] > 0 for r in rows) and rows[0]["x_transformers"] > 0   # the anchor's ratio
+            assert all(r["x_roofline"] > 0 for r in rows)
+            assert (rows[0]["x_transformers"] > 0) if anchor > 0 else "x_transformers" not in rows[0]   # its ratio
     for kind in variants:
         race = report["race"][kind]
         assert race["pruned"] > 0 and race["compared"] == race["n"] and race["diverged"] == 0

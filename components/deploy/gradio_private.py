@@ -9,7 +9,7 @@ iterator table (made to forgive a second delete: a cancel racing its run's end).
 move; here each is read through one small function, and ``check(blocks)`` looks for every one of them, so
 ``tests/test_gradio_private.py`` fails loudly, naming the attribute, when a release moves one (checked
 against ``TESTED_WITH``). Nothing else in the app reads or writes an event's ``BlockFunction`` (``blocks.fns``: its handler, inputs,
-validator), reads a ``gr.Request``'s ``request``, or reads ``_queue``, ``event_queue_per_concurrency_id``,
+validator, where its progress shows), reads a ``gr.Request``'s ``request``, or reads ``_queue``, ``event_queue_per_concurrency_id``,
 ``active_jobs``, ``process_time_per_fn``, ``start_times_per_fn``, ``pending_messages_per_session``, ``pending_event_ids_session``, ``event_ids_to_events``, an
 event's ``_id``, a function's ``_id``, the ``state_holder`` or the server app's ``iterators``.
 """
@@ -68,6 +68,14 @@ def wrap_handler(blocks, index: int, wrap: Callable[[Callable], Callable]) -> No
 def set_validator(blocks, index: int, validator: Callable) -> None:
     """Give event ``index`` a validator (Gradio runs it when the event joins the queue, before it waits)."""
     blocks.fns[index].validator = validator
+
+
+def progress_on(blocks, target, keep: Callable[[str], bool]) -> None:
+    """Every backend event's progress on ``target`` (``show_progress_on``), but those that name their own and those
+    whose ``show_progress`` ``keep`` keeps (``app.quiet_progress`` says why)."""
+    for fn in blocks.fns.values():
+        if fn.fn is not None and fn.show_progress_on is None and not keep(fn.show_progress) and fn.outputs:
+            fn.show_progress_on = [target]
 
 
 def raw_request(request) -> Any:
@@ -328,7 +336,7 @@ def check(blocks, *, event: Any = None) -> None:
     else:
         for fn in fns.values():
             for name in ("fn", "name", "api_name", "queue", "api_visibility", "inputs", "targets", "cancels",
-                         "validator", "preprocess"):
+                         "validator", "preprocess", "show_progress", "show_progress_on", "outputs"):
                 if not hasattr(fn, name):
                     missing.append(f"BlockFunction.{name}")
             break
