@@ -21,11 +21,11 @@
 (() => {
   if (window.specrejCharts) { return; }
   const elemOf = key => (key === 'race' ? 'race-plot' : 'plot-' + key.slice(4));
-  const keyOf = gd => {   // the chart a plot div belongs to ("arm-0", "race"), or null
+  // the chart a box's id names ("plot-0" -> "arm-0", "race-plot" -> "race"), or null
+  const keyOfId = id => (id === 'race-plot' ? 'race' : /^plot-\d+$/.test(id) ? 'arm-' + id.slice(5) : null);
+  const keyOf = gd => {   // the chart a plot div belongs to, or null
     const host = gd && gd.closest ? gd.closest('#race-plot, [id^="plot-"]') : null;
-    if (!host) { return null; }
-    if (host.id === 'race-plot') { return 'race'; }
-    return /^plot-\d+$/.test(host.id) ? 'arm-' + host.id.slice(5) : null;
+    return host ? keyOfId(host.id) : null;
   };
   const charts = {};   // key -> {data, layout, config, token, react, traces: Map(index -> {attrs, whole, from}), paths}
   const wholes = {};   // key -> a figure Gradio asked Plotly to draw ({gd, data, layout, config, since}), drawn in turn
@@ -346,7 +346,7 @@
   const onScreen = {}, hosts = {}, wanted = new Set();
   const seen = window.IntersectionObserver ? new IntersectionObserver(entries => {
     for (const e of entries) {
-      const key = e.target.id === 'race-plot' ? 'race' : 'arm-' + e.target.id.slice(5);
+      const key = keyOfId(e.target.id);
       onScreen[key] = e.isIntersecting;
       if (e.isIntersecting) { schedule(); }
     }
@@ -433,7 +433,7 @@
     idle: () => !pending(),
     // a chart drawn up to date wherever it is (a download reads it next): by its element's id ("plot-0", "race-plot")
     want: elem => {
-      const key = elem === 'race-plot' ? 'race' : /^plot-\d+$/.test(elem) ? 'arm-' + elem.slice(5) : null;
+      const key = keyOfId(elem);
       if (key && charts[key] && dirty(charts[key])) { wanted.add(key); schedule(); }
     },
     // the lines applied since the run's first ("base"): the tests rebuild the charts meant at each seq from them

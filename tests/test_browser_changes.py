@@ -64,6 +64,16 @@ def open_page(context, url):
     return page
 
 
+def replay_fast(page, before=None) -> None:
+    """The script's draws hooked and the first example's recording replayed at 16x (``before``: a script run just
+    before the click)."""
+    page.evaluate(HOOK, ELEMS)
+    page.click("#pace input[value='16']")
+    if before:
+        page.evaluate(before)
+    page.click("#replay")
+
+
 def stream_lines(page) -> list[dict]:
     """The lines the page's script applied since the run's first (the box itself ends on the last line alone)."""
     return page.evaluate("window.specrejCharts.lines()")
@@ -96,9 +106,7 @@ def test_charts_drawn_from_changes_equal_the_whole_figures(browser, app_url):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = open_page(context, app_url)
-        page.evaluate(HOOK, ELEMS)
-        page.click("#pace input[value='16']")
-        page.click("#replay")
+        replay_fast(page)
         page.evaluate(WATCH)   # (the click scrolled the page up to the button)
         page.wait_for_function(DONE)
         page.wait_for_function("window.specrejCharts.idle()")   # the last frame drawn, in its turn
@@ -170,10 +178,7 @@ def test_a_background_tab_draws_nothing_and_catches_up_once(browser, app_url):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = open_page(context, app_url)
-        page.evaluate(HOOK, ELEMS)
-        page.click("#pace input[value='16']")
-        page.evaluate(BACKGROUND)
-        page.click("#replay")
+        replay_fast(page, before=BACKGROUND)
         page.evaluate(WATCH)
         page.wait_for_function("window.specrejCharts.seq() >= 6")
         assert page.evaluate("window.__draws.length") == 0   # hidden: nothing drawn
@@ -200,9 +205,7 @@ def test_a_chart_out_of_view_waits_and_is_drawn_as_it_comes_into_view(browser, a
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     try:
         page = open_page(context, app_url)
-        page.evaluate(HOOK, ELEMS)
-        page.click("#pace input[value='16']")
-        page.click("#replay")
+        replay_fast(page)
         page.evaluate("window.scrollTo(0, 0)")   # the buttons in view, every chart below the window
         page.wait_for_function("window.specrejCharts.seq() >= 8")
         assert page.evaluate("document.querySelector('#plot-0').getBoundingClientRect().top") > 720
