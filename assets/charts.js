@@ -307,7 +307,7 @@
       .filter(key => since(key) < Infinity && drawable(key)).sort((a, b) => since(a) - since(b));
     for (const key of waiting) {
       st.drawing = null;
-      const lag = t0 - since(key);
+      const lag = t0 - since(key), whole = !!wholes[key];
       const what = drawKey(key);
       if (!what) { continue; }   // not on the page yet, or nothing to draw: the next chart
       const seq = st.seq, sync = performance.now() - t0, way = st.way;
@@ -325,7 +325,7 @@
         if (cost.lags.length < 5000) { cost.lags.push(Math.round(lag)); }
         st.next = performance.now() + BUDGET * took;
         st.draws += 1;
-        if (what === 'copy' && api.onDraw) { try { api.onDraw(seq, [key]); } catch (e) {} }
+        if (what === 'copy' && api.onDraw) { try { api.onDraw(seq, [key], whole); } catch (e) {} }
         if (pending()) { later(Math.max(st.next - performance.now(), 16)); }
       };
       Promise.resolve(st.drawing).then(done, done);
