@@ -214,6 +214,7 @@
       st.drawing = react(gd, m.data.map(t => Object.assign({}, t)), clone(m.layout), m.config);
     } else {
       setMeta(gd, m);
+      setHidden(gd, m);
       const idx = [...m.traces.keys()], ds = idx.map(i => m.traces.get(i));
       const attrs = [...new Set(ds.flatMap(d => [...d.attrs]))];
       // only data arrays changed (points added, moved or dropped): Plotly's animation path with no transition and
@@ -230,7 +231,8 @@
         st.drawing = P.animate(gd, {data: frame, traces: idx, layout: {}},
                                {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: 'immediate'})
           .then(() => (Object.keys(lu).length ? P.relayout(gd, lu) : gd))
-          .then(() => (wiped(gd, copy) ? react(gd, copy.map(t => Object.assign({}, t)), clone(layout), m.config) : gd));
+          .then(() => (wiped(gd, copy) ? react(gd, copy.map(t => Object.assign({}, t)), clone(layout), m.config)
+            .then(() => { if (gd._specrej === m.token) { m.drawn = gd.data; } }) : gd));   // (the div's data anew)
       } else if (!idx.length && !m.paths.size) {
         st.way = 'meta';   // nothing else changed: nothing to draw
         st.drawing = null;
@@ -264,6 +266,20 @@
       const v = getPath(m.layout, p);
       if (gd.layout) { setPath(gd.layout, p, v === undefined ? null : clone(v)); }
       m.paths.delete(p);
+    }
+  }
+
+  // a trace the legend hides ("had it continued", off until clicked; one a watcher clicked off) draws nothing: its
+  // changed arrays are set on the div's data as they are, where Plotly reads them as the legend shows it again (a
+  // change of visible recalculates the trace). Animated alone, such a trace made Plotly remove every trace's drawing,
+  // so each of its changes cost two whole draws (the animation's repair, then the next draw's).
+  function setHidden(gd, m) {
+    for (const [i, d] of [...m.traces]) {
+      const t = gd.data && gd.data[i];
+      if (!t || (t.visible !== 'legendonly' && t.visible !== false)) { continue; }
+      if (![...d.attrs].every(a => Array.isArray(m.data[i][a]))) { continue; }   // (a style: drawn as it comes)
+      for (const a of d.attrs) { t[a] = m.data[i][a].slice(); }
+      m.traces.delete(i);
     }
   }
 
@@ -325,7 +341,7 @@
         if (cost.lags.length < 5000) { cost.lags.push(Math.round(lag)); }
         st.next = performance.now() + BUDGET * took;
         st.draws += 1;
-        if (what === 'copy' && api.onDraw) { try { api.onDraw(seq, [key], whole); } catch (e) {} }
+        if (what === 'copy' && api.onDraw) { try { api.onDraw(seq, [key], whole, way); } catch (e) {} }
         if (pending()) { later(Math.max(st.next - performance.now(), 16)); }
       };
       Promise.resolve(st.drawing).then(done, done);

@@ -39,8 +39,8 @@ HOOK = """elems => {
                  data: JSON.parse(JSON.stringify(gd.data)), layout: JSON.parse(JSON.stringify({
       shapes: gd.layout.shapes, annotations: gd.layout.annotations, x: gd.layout.xaxis.range,
       y: gd.layout.yaxis.range, meta: gd.layout.meta}))} : null; };
-  window.specrejCharts.onDraw = (seq, keys, whole) => {
-    window.__draws.push({seq, whole, charts: Object.fromEntries(keys.map(k => [k, read(elems[k])]))});
+  window.specrejCharts.onDraw = (seq, keys, whole, way) => {
+    window.__draws.push({seq, whole, way, charts: Object.fromEntries(keys.map(k => [k, read(elems[k])]))});
   };
 }"""
 # as a watcher does: the arm charts at the top of the window (the race chart below them, in view at 900 px)
@@ -131,6 +131,22 @@ def test_charts_drawn_from_changes_equal_the_whole_figures(browser, app_url):
                 # the pruning chart empty, its data intact, until the race's end)
                 if any(v is not None for t in got["data"] for v in (t.get("x") or [])):
                     assert got["drawn"] > 0, (key, d["seq"])
+        # a change only to traces the legend hides ("had it continued": the pruned candidates' ends, filled in as
+        # Best-of-N finishes them, long after Speculative Rejection is done) draws nothing; animated alone, such a
+        # trace once made Plotly wipe the chart, and each of its changes cost two whole draws
+        hidden_only, last = 0, {}
+        for d in draws:
+            key = next(iter(d["charts"]))
+            spec = at[d["seq"]][key]
+            changes = [ln["charts"][key] for ln in lines
+                       if last.get(key, -1) < ln["seq"] <= d["seq"] and key in ln.get("charts", {})]
+            last[key] = d["seq"]
+            if d["whole"] or not changes or any("react" in c or set(c.get("layout", {})) - {"meta"} for c in changes):
+                continue
+            if all(spec["data"][int(i)].get("visible") == "legendonly" for c in changes for i in c.get("traces", {})):
+                hidden_only += 1
+                assert d["way"] in ("meta", "react:token"), (key, d["seq"], d["way"])   # (token: Gradio drew it)
+        assert hidden_only > 0
         # the margins (grown to fit the legend and the tick labels) never shrink back while the width stays: a chart
         # whose margins change is drawn whole twice and its plot area jumps (charts.js keeps each chart's room)
         for key in ELEMS:
