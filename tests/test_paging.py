@@ -185,6 +185,23 @@ def test_expected_steps_and_errors():
         vllm_steps([], kv)
 
 
+def in_order(s, price) -> list[float]:
+    """Seconds of Best-of-k for every k, each segment between two changes of the schedule priced at the rows of the
+    first k answers running in it, added segment after segment."""
+    n = len(s.ends)
+    steps = sorted({c[0] for c in s.changes} | {max(s.ends) + 1})
+    running, out = [0] * n, [0.0] * n
+    for t, t_next in zip(steps, steps[1:]):
+        for when, i, d in s.changes:
+            if when == t:
+                running[i] += d
+        rows = 0
+        for k in range(n):
+            rows += running[k]
+            out[k] += float(t_next - t) * price[rows]
+    return out
+
+
 def test_seconds_of_every_k_from_one_schedule():
     """Each step priced at the rows of the first k answers that run in it: the same as running the first k alone
     step by step and pricing each step's scheduled requests."""
@@ -203,5 +220,8 @@ def test_seconds_of_every_k_from_one_schedule():
             rows = []
             plain_loop(lengths[:k], list(range(k)), kv, 4, rows_out=rows)
             assert got[k - 1] == pytest.approx(sum(price[r] for r in rows)), (lengths, k)
+            # and bit for bit the segments' costs added in the schedule's order (plain floats below): no BLAS
+            # kernel's order or fused multiply-add, so a committed table's seconds recompute exactly on any CPU
+            assert got[k - 1] == in_order(s, price)[k - 1], (lengths, k)
     steps, secs = vllm_curve([6, 5, 3, 2], KVBudget(10, 0, True), 1, step_s=lambda r: 2.0)
     assert secs[0] == pytest.approx(2.0 * 4.0) and secs[-1] >= 2.0 * steps[-1] - 1e-9

@@ -231,7 +231,9 @@ def schedule_seconds(s: VllmSchedule, price: Sequence[float]) -> list[float]:
     running = np.cumsum(delta, axis=0)[:-1]          # [segments, answers]: 1 where the answer runs
     rows = np.cumsum(running, axis=1).astype(int)    # [segments, k]: rows of the first k answers
     lengths = np.diff(np.array(steps, dtype=float))  # steps in each segment
-    return (lengths @ np.asarray(price, float)[rows]).tolist()
+    # summed segment by segment, in order, for every k at once: the same bits on any CPU (a matrix product's
+    # order and fused multiply-adds follow the BLAS kernel the CPU picks; a committed table must recompute exactly)
+    return (lengths[:, None] * np.asarray(price, float)[rows]).sum(axis=0).tolist()
 
 
 def vllm_steps(lengths: Sequence[int], budget: KVBudget, block_size: int = BLOCK_SIZE, draws: int = 256,
