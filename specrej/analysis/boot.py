@@ -61,6 +61,17 @@ def resamples(prompts: int, draws: int = DRAWS, seed: int = 0) -> np.ndarray:
     return w
 
 
+def weighted(weights: np.ndarray, x) -> np.ndarray:
+    """``weights @ x`` ([draws, prompts] by [prompts, ...]) added prompt by prompt, in order: the same bits on any
+    CPU (a matrix product's order and fused multiply-adds follow the BLAS kernel the CPU picks, and a committed
+    interval must recompute exactly)."""
+    x = np.asarray(x, float)
+    out = np.zeros((weights.shape[0],) + x.shape[1:])
+    for j in range(weights.shape[1]):
+        out += np.multiply.outer(weights[:, j], x[j])
+    return out
+
+
 def bootstrap_speedup(bon_gains: np.ndarray, bon_compute: np.ndarray, gains: Sequence[float],
                       compute: Sequence[float], weights: np.ndarray, level: float = 0.9) -> dict:
     """The speed-up's percentile interval over prompts: ``bon_gains`` and ``bon_compute`` [prompts, k] (Best-of-k's
@@ -68,10 +79,10 @@ def bootstrap_speedup(bon_gains: np.ndarray, bon_compute: np.ndarray, gains: Seq
     from ``resamples``. ``{"low", "high", "low_lower_bound", "high_lower_bound"}``: an end is a lower bound where
     the method beat Best-of-N_ref's best on that resample."""
     n = bon_gains.shape[0]
-    curve_scores = 100.0 * (1.0 + weights @ bon_gains / n)
-    curve_compute = weights @ bon_compute
-    target = 100.0 * (1.0 + weights @ np.asarray(gains, float) / n)
-    own = weights @ np.asarray(compute, float)
+    curve_scores = 100.0 * (1.0 + weighted(weights, bon_gains) / n)
+    curve_compute = weighted(weights, bon_compute)
+    target = 100.0 * (1.0 + weighted(weights, gains) / n)
+    own = weighted(weights, compute)
     values, bound = speedup_many(curve_compute, curve_scores, target, own)
     order = np.argsort(values, kind="stable")
     tail = (1.0 - level) / 2.0
