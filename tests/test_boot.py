@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from specrej.analysis.boot import bootstrap_speedup, resamples, sensitivity, speedup_many
+from specrej.analysis.boot import bootstrap_speedup, resamples, sensitivity, speedup_many, weighted
 from specrej.analysis.metrics import speedup
 
 
@@ -52,8 +52,6 @@ def test_resamples_are_seeded_counts():
 def test_the_resamples_sums_are_added_prompt_by_prompt_the_same_on_any_cpu():
     """``weighted`` is ``weights @ x`` added prompt after prompt (plain floats below, bit for bit): a BLAS product's
     order and fused multiply-adds follow the CPU, and a committed interval must recompute exactly on any of them."""
-    from specrej.analysis.boot import resamples, weighted
-
     rng = random.Random(5)
     w = resamples(7, draws=50, seed=3)
     vec = [rng.uniform(-3, 3) / 7 for _ in range(7)]

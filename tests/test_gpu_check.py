@@ -3,9 +3,8 @@ order of value, with tiny versions of both configs; one JSON they all fill, whol
 fails keeps its traceback and leaves the next ones to run."""
 from __future__ import annotations
 
-import math
-
 import json
+import math
 import os
 import subprocess
 import sys
